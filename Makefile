@@ -1,0 +1,105 @@
+# corral — build, test, demo, bench, install.
+#
+#   make            library (static + shared), CLI, test binaries, helpers
+#   make test       install missing Debian packages, build, run every test binary
+#   make demo       install, build, run the demonstration
+#   make asan       build and run the tests under AddressSanitizer + UBSan
+#   make bench      benchmarks (never fail the build)
+
+BUILD    ?= build
+CXX      ?= g++
+CC       ?= gcc
+PKGS     := libseccomp libcap liburing libcrypto
+VERSION  := 0.1.0
+SOMAJOR  := 0
+
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+OPT      ?= -O2 -g
+SANITIZE ?=
+CPPFLAGS += -Iinclude -MMD -MP -D_GNU_SOURCE
+CXXFLAGS += -std=c++20 -Wall -Wextra -Werror $(OPT) $(SANITIZE) -fPIC \
+            -fvisibility=hidden -fvisibility-inlines-hidden $(PKG_CFLAGS)
+CFLAGS   += -std=c11 -Wall -Wextra -Werror $(OPT) $(SANITIZE)
+LDFLAGS  += $(SANITIZE)
+
+LIB_SRCS    := $(sort $(wildcard src/*.cpp))
+CLI_SRCS    := $(sort $(wildcard src/cli/*.cpp))
+TEST_SRCS   := $(sort $(wildcard tests/*_test.cpp))
+HELPER_SRCS := $(sort $(wildcard tests/helpers/*.c))
+BENCH_SRCS  := $(sort $(wildcard tests/bench/*.c))
+
+LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o)
+CLI_OBJS := $(CLI_SRCS:%.cpp=$(BUILD)/obj/%.o)
+TEST_BINS   := $(TEST_SRCS:tests/%.cpp=$(BUILD)/tests/%)
+HELPER_BINS := $(HELPER_SRCS:tests/helpers/%.c=$(BUILD)/helpers/%)
+BENCH_BINS  := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
+
+STATIC_LIB := $(BUILD)/lib/libcorral.a
+SHARED_LIB := $(BUILD)/lib/libcorral.so
+CLI        := $(BUILD)/bin/corral
+
+.PHONY: all deps test demo asan bench clean install uninstall
+.DEFAULT_GOAL := all
+
+all: $(STATIC_LIB) $(SHARED_LIB) $(CLI) $(TEST_BINS) $(HELPER_BINS) $(BENCH_BINS)
+
+deps:
+	@scripts/install-deps
+
+$(BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -DCORRAL_VERSION='"$(VERSION)"' -c $< -o $@
+
+$(STATIC_LIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# Only corral_* leaves the shared object: -fvisibility=hidden plus a version
+# script, so a stray default-visibility symbol cannot leak either.
+$(SHARED_LIB): $(LIB_OBJS) src/corral.map
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -Wl,-soname,libcorral.so.$(SOMAJOR) -Wl,--version-script=src/corral.map \
+	  -o $@.$(VERSION) $(LIB_OBJS) $(LDFLAGS) $(PKG_LIBS)
+	ln -sf libcorral.so.$(VERSION) $@.$(SOMAJOR)
+	ln -sf libcorral.so.$(VERSION) $@
+
+$(CLI): $(CLI_OBJS) $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $(CLI_OBJS) $(STATIC_LIB) $(LDFLAGS) $(PKG_LIBS)
+
+$(BUILD)/tests/%: tests/%.cpp $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -Itests -MF $@.d -o $@ $< $(STATIC_LIB) $(LDFLAGS) $(PKG_LIBS) -lcriterion
+
+# Helpers are the hostile programs tests run; plain C, static-free, small.
+$(BUILD)/helpers/%: tests/helpers/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -D_GNU_SOURCE -o $@ $< $(LDFLAGS)
+
+$(BUILD)/bench/%: tests/bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -D_GNU_SOURCE -O2 -o $@ $<
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) scripts/run-tests
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) scripts/demo
+
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" \
+	  SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
+	@BUILD=build/asan ASAN_OPTIONS=detect_leaks=1 scripts/run-tests
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) scripts/bench
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:=.d)

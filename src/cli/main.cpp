@@ -1,0 +1,47 @@
+// corral CLI entry: dispatches to one file per verb (src/cli/<verb>.cpp).
+// All behaviour lives in the library; the verbs parse arguments and print.
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "cli.hpp"
+
+namespace {
+
+const char kUsage[] =
+    "usage: corral <command> [options]\n"
+    "\n"
+    "Run programs nobody reviewed, with limits that are enforced and said.\n"
+    "\n"
+    "commands:\n"
+    "  run [options] -- PROGRAM [ARGS...]   run one program in a tier (see corral run --help)\n"
+    "  enforcement [--tier T] [--json]       what this host enforces, and how\n"
+    "  batch [--parallel N] [--json]         run JSON jobs from stdin, results as JSON lines\n"
+    "  --version                             print the version\n"
+    "  --help                                this text\n"
+    "\n"
+    "Exit codes: the program's own; 128+signal when a signal ended it; 124 timeout;\n"
+    "125 corral could not run it; 2 usage error or a limit corral refuses.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  std::string_view verb = argv[1];
+  if (verb == "--version" || verb == "version") {
+    std::printf("corral %s\n", CORRAL_VERSION);
+    return 0;
+  }
+  if (verb == "--help" || verb == "-h" || verb == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  for (const auto& cmd : corral::cli::commands()) {
+    if (verb == cmd.name) return cmd.main(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "corral: unknown command '%s' (try corral --help)\n", argv[1]);
+  return 2;
+}

@@ -1,0 +1,108 @@
+// Shared test support: skipping with a reason, running code in a forked
+// child, reading /proc, temporary directories, locating helper programs.
+// Tests observe effects on real children; nothing here fakes the kernel.
+#pragma once
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+
+namespace corral_test {
+
+#define CORRAL_SKIP_UNLESS_ROOT()                                                 \
+  do {                                                                            \
+    if (geteuid() != 0) cr_skip_test("needs root (running as uid %d)", (int)geteuid()); \
+  } while (0)
+
+// How a forked child ended.
+struct ChildEnd {
+  bool exited = false;
+  int code = -1;    // exit status when exited
+  int signal = 0;   // terminating signal otherwise
+};
+
+// Fork; the child runs fn and _exits with its return value. fn may apply
+// irreversible restrictions: they die with the child.
+inline ChildEnd run_in_child(const std::function<int()>& fn) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(fn());
+  ChildEnd end;
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return end;
+  if (WIFEXITED(status)) {
+    end.exited = true;
+    end.code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    end.signal = WTERMSIG(status);
+  }
+  return end;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline void write_file(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << data;
+}
+
+// The value of one "Key:\tvalue" line of /proc/<who>/status ("self" or a pid).
+inline std::string proc_status_field(const std::string& who, const std::string& key) {
+  std::istringstream in(read_file("/proc/" + who + "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, key.size() + 1, key + ":") == 0) {
+      auto v = line.substr(key.size() + 1);
+      auto start = v.find_first_not_of(" \t");
+      return start == std::string::npos ? "" : v.substr(start);
+    }
+  }
+  return "";
+}
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/corral-test-XXXXXX";
+    path_ = mkdtemp(tmpl.data()) ? tmpl : "";
+  }
+  ~TempDir() {
+    if (path_.empty()) return;
+    nftw(path_.c_str(),
+         [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p), 0; },
+         64, FTW_DEPTH | FTW_PHYS);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// The build directory the tests were built in (scripts/run-tests exports it).
+inline std::string build_dir() {
+  const char* b = std::getenv("CORRAL_BUILD");
+  return b && *b ? b : "build";
+}
+
+// Path of a helper program from tests/helpers/.
+inline std::string helper(const std::string& name) { return build_dir() + "/helpers/" + name; }
+
+}  // namespace corral_test
