@@ -126,6 +126,5 @@ struct landlock_net_port_attr {
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
+// P_PIDFD (waitid on a pidfd, kernel 5.4) is an idtype_t enumerator in
+// glibc >= 2.36; do not #define it here.
