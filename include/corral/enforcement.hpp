@@ -1,0 +1,67 @@
+// enforcement: what this host can enforce, probed once, and for each tier
+// the map from every limit and guarantee to what enforces it here. The same
+// map is printed by `corral enforcement`, recorded in every Result, and
+// consulted before a run: asking for something `unsupported` is refused
+// unless acknowledged.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "corral/limits.hpp"
+#include "corral/request.hpp"
+#include "corral/status.hpp"
+
+namespace corral {
+
+// Kernel and host facts, probed from the running system.
+struct HostFacts {
+  bool root = false;              // euid 0 with CAP_SETUID/CAP_SETGID
+  bool cap_sys_resource = false;
+  int landlock_abi = 0;
+  bool seccomp = false;           // seccomp filter mode available
+  bool io_uring = false;
+  bool pidfd = false;
+  bool user_namespaces = false;   // creating a user namespace works here
+  bool cgroup_memory = false;     // a per-run memory cgroup can be created
+  bool cgroup_pids = false;
+  std::string cgroup_summary;     // e.g. "v1: memory,pids; v2: hugetlb"
+  std::string kernel;             // uname release
+};
+
+HostFacts probe_host();
+
+// Guarantees (beyond limits) a run may ask for or get.
+inline constexpr std::string_view kGuaranteeWriteConfinement = "write_confinement";
+inline constexpr std::string_view kGuaranteeNetworkNone = "network_none";
+inline constexpr std::string_view kGuaranteePrivilegeDrop = "privilege_drop";
+inline constexpr std::string_view kGuaranteeCapabilityDrop = "capability_drop";
+inline constexpr std::string_view kGuaranteeSeccomp = "seccomp";
+inline constexpr std::string_view kGuaranteeGroupKill = "group_kill";
+inline constexpr std::string_view kGuaranteeReapsDescendants = "reaps_descendants";
+inline constexpr std::string_view kGuaranteeSecretMasking = "secret_masking";
+
+struct EnforcementEntry {
+  std::string name;   // limit or guarantee
+  std::string how;    // hard, hard_per_run, hard_per_user, hard_per_process, cgroup, supervisor,
+                      // hard_content, hard_content_except_truncate, unsupported, ...
+  std::string note;   // why, or how to get it when unsupported
+};
+
+// Every limit and guarantee for `tier` on this host, limits first.
+std::vector<EnforcementEntry> enforcement_map(const HostFacts& host, Tier tier);
+// The same as name -> how.
+std::map<std::string, std::string> enforcement_summary(const HostFacts& host, Tier tier);
+
+// The request's explicit asks checked against the map: an `unsupported`
+// limit or guarantee the request did not acknowledge is an Error naming it
+// and how to get it. Defaults that are unsupported go into `warnings`.
+Status check_enforceable(const HostFacts& host, const Request& request, const Limits& defaults,
+                         std::vector<std::string>& warnings);
+
+// The kernel facts as "name value" pairs for `corral enforcement`.
+std::vector<std::pair<std::string, std::string>> host_fact_lines(const HostFacts& host);
+
+}  // namespace corral

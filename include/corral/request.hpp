@@ -1,0 +1,82 @@
+// A Request: what to run and under which limits. Plain data; nothing here
+// touches the kernel. plan.hpp turns it into a child plan.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "corral/limits.hpp"
+#include "corral/status.hpp"
+
+namespace corral {
+
+// corral's tiers. The CLI says `process` for os_process.
+enum class Tier { none, os_process, container };
+std::string_view to_string(Tier tier);
+// Accepts "none", "process", "os_process", "container".
+Expected<Tier> parse_tier(std::string_view text);
+
+enum class NetworkAccess { host, none };
+
+// A file placed into the workspace before the child starts: bytes given by
+// the caller, or a copy of a host file.
+struct Input {
+  std::string name;                      // relative path inside the workspace
+  std::optional<std::string> bytes;      // exactly one of bytes / host_path
+  std::optional<std::string> host_path;
+  unsigned mode = 0644;
+};
+
+// A secret by reference: the child sees `name` in its environment with the
+// resolved value; every byte of captured and streamed output has the value
+// replaced by ***. Resolved at spawn, never stored in a Result.
+struct SecretRef {
+  std::string name;                           // variable name in the child
+  std::string from_env;                       // corral's own variable (default: name)
+  std::function<std::string()> resolve;       // used instead of from_env when set
+};
+
+// Source text run by an interpreter: written into the workspace as
+// `filename`, then argv = interpreter + [filename] + request argv.
+struct ProgramPayload {
+  std::string source;
+  std::vector<std::string> interpreter;  // e.g. {"python3"}
+  std::string filename = "program";
+};
+
+struct Request {
+  std::string id;                          // caller's label (batch jobs)
+  std::vector<std::string> argv;           // never a shell string
+  std::map<std::string, std::string> env;  // named variables
+  std::vector<std::string> pass_env{"PATH"};
+  std::vector<SecretRef> secrets;
+  std::vector<Input> inputs;
+  std::vector<std::string> outputs;        // globs relative to the workspace
+  std::optional<ProgramPayload> payload;
+  std::optional<std::string> stdin_text;   // otherwise stdin is /dev/null
+  Limits limits;                           // merged over the defaults
+  Tier tier = Tier::os_process;
+  std::optional<std::string> cwd;          // run here instead of the workspace
+  bool merge_output = false;               // stderr folded into stdout (fd level)
+  bool confine_writes = false;             // Landlock: writes only to the workspace + write_paths
+  std::vector<std::string> write_paths;
+  NetworkAccess net = NetworkAccess::host;
+  std::optional<uid_t> user;               // pin the run's uid (root only)
+  std::optional<std::string> artifact_root;
+  std::set<std::string> acknowledged;      // limits/guarantees the caller accepts as unenforced
+  double grace_seconds = 2.0;              // SIGTERM → SIGKILL
+};
+
+// The limits a run gets when the request does not say: generous enough for
+// real work, small enough that a runaway cannot take the worker down.
+Limits default_limits();
+
+}  // namespace corral

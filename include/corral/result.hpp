@@ -1,0 +1,74 @@
+// A Result: how a run ended. A program that failed is a Result, not an
+// error; only corral's own failures are Errors.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "corral/limits.hpp"
+
+namespace corral {
+
+enum class Outcome {
+  exited,           // exit_code
+  signaled,         // signal
+  killed_timeout,   // wall_seconds
+  killed_oom,       // memory cgroup OOM kill (container tier)
+  killed_resource,  // `resource` names the limit: cpu_seconds, file_bytes, process_count
+  spawn_failed,     // `spawn_stage` + `spawn_errno`
+  cancelled,
+};
+std::string_view to_string(Outcome outcome);
+
+struct CapturedStream {
+  std::string text;          // masked, at most the cap, UTF-8 not guaranteed
+  std::uint64_t bytes = 0;   // total bytes the program wrote
+  bool truncated = false;
+  std::string sha256;        // hex, of the whole masked stream
+};
+
+struct ArtifactInfo {
+  std::string name;
+  std::uint64_t bytes = 0;
+  std::string sha256;
+  std::string path;          // where it was copied (artifact root), if anywhere
+};
+
+struct SetupTimings {        // seconds
+  double plan = 0;           // request → child plan (parent)
+  double clone = 0;          // clone3 until the parent resumed
+  double child_setup = 0;    // in the child: from entry to just before execve
+  double exec = 0;           // from clone to the program running (exec returned)
+};
+
+struct Result {
+  std::string id;
+  std::string run_id;
+  Outcome outcome = Outcome::spawn_failed;
+  int exit_code = -1;
+  int signal = 0;
+  std::string resource;      // killed_resource: which limit
+  std::string spawn_stage;   // spawn_failed: "chdir", "landlock", "execve", ...
+  int spawn_errno = 0;
+  CapturedStream stdout_capture, stderr_capture;
+  double wall_seconds = 0;
+  double cpu_seconds = 0;
+  std::uint64_t max_rss_bytes = 0;
+  std::vector<ArtifactInfo> artifacts;
+  std::vector<std::string> artifact_notes;  // skipped outputs and why
+  Limits limits;                             // the limits in force
+  std::map<std::string, std::string> enforcement;  // limit/guarantee -> how
+  std::string tier;
+  std::string detail;        // one line a reader of exit 1 can use
+  SetupTimings timings;
+};
+
+// The CLI's exit code for a result: the program's own; 128+signal; 124
+// timeout; 125 when exec never happened; 130 cancelled.
+int cli_exit_code(const Result& result);
+
+}  // namespace corral

@@ -1,0 +1,64 @@
+// run_setup: a Request becomes a PreparedRun (workspace, resolved secrets,
+// effective limits, the tier's mechanisms prepared, the child plan), and a
+// finished run becomes a Result (outcome, captured streams, collected
+// outputs, cleanup). The supervisor sits between the two.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "corral/capture.hpp"
+#include "corral/enforcement.hpp"
+#include "corral/privilege.hpp"
+#include "corral/process.hpp"
+#include "corral/request.hpp"
+#include "corral/result.hpp"
+#include "corral/spawn.hpp"
+#include "corral/workspace.hpp"
+
+namespace corral {
+
+struct RunContext {
+  UidPool* uids = nullptr;          // per-run uids when root; may be null
+  std::string workspace_base;       // "" → $TMPDIR or /tmp
+  const HostFacts* host = nullptr;  // probes; null → probe_host()
+};
+
+struct PreparedRun {
+  std::string run_id;
+  Request request;
+  Limits limits;                               // effective: defaults + request
+  ChildPlan plan;
+  std::shared_ptr<const SecretSet> secrets;    // values masked in every output byte
+  std::optional<Workspace> workspace;
+  std::optional<UidPool::Lease> uid_lease;
+  std::map<std::string, std::string> enforcement;
+  std::vector<std::string> warnings;           // defaults this host cannot enforce
+  std::chrono::steady_clock::time_point started;
+  double plan_seconds = 0;
+};
+
+// Build everything the child needs. An Error means corral refuses or
+// cannot run this request; nothing was spawned and nothing is left behind.
+Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string run_id);
+
+// How the supervisor saw the run end.
+struct RunEnd {
+  std::optional<ExitStatus> status;   // absent: never started (spawn failure)
+  ChildReport report;                 // stage != none: exec never happened
+  bool timed_out = false;
+  bool cancelled = false;
+  double clone_seconds = 0;
+};
+
+// Outcome, streams, outputs, timings; removes the workspace and returns the
+// uid lease. `out`/`err` are the run's captures (finished here).
+Result finish_run(PreparedRun& run, const RunEnd& end, StreamCapture& out, StreamCapture* err);
+
+// The outcome of an ended program, given the limits it ran under. Pure.
+void classify_outcome(const RunEnd& end, const Limits& limits, Result& result);
+
+}  // namespace corral

@@ -1,0 +1,110 @@
+// spawn: execute a child plan. The plan is immutable data prepared in the
+// parent (argv/envp arrays, fds, rlimits, ids, capability drop, Landlock
+// ruleset, seccomp BPF, cwd); the child walks it with raw syscalls and
+// execs. A failure before exec is a {stage, errno} record the parent turns
+// into `spawn_failed`.
+#pragma once
+
+#include <signal.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "corral/capabilities.hpp"
+#include "corral/fd.hpp"
+#include "corral/landlock.hpp"
+#include "corral/privilege.hpp"
+#include "corral/process.hpp"
+#include "corral/rlimits.hpp"
+#include "corral/seccomp.hpp"
+#include "corral/status.hpp"
+
+namespace corral {
+
+// Steps of the child between clone and exec, in the order it takes them.
+enum class SpawnStage : std::uint8_t {
+  none = 0,
+  signals,
+  setsid,
+  landlock,
+  fds,
+  rlimits,
+  bounding_set,
+  privilege,
+  capabilities,
+  chdir,
+  seccomp,
+  execve,
+};
+std::string_view to_string(SpawnStage stage);
+
+struct ChildPlan {
+  // Exec: candidate paths tried in order (execvp semantics, resolved against
+  // the child's PATH in the parent), argv and envp as NULL-terminated arrays.
+  std::vector<std::string> exec_paths;
+  std::vector<std::string> argv_storage;
+  std::vector<std::string> env_storage;
+  std::string cwd;
+
+  // Installed as the child's 0/1/2; owned by the plan until spawn.
+  UniqueFd stdin_fd;
+  bool merge_output = false;
+
+  std::optional<RlimitSet> rlimits;
+  std::optional<CapabilityDrop> capabilities;
+  std::optional<PrivilegeDrop> privilege;
+  std::optional<LandlockRuleset> landlock;
+  std::optional<SeccompProgram> seccomp;
+
+  // Filled by finalize(): the pointer arrays into the storage above.
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+  std::vector<const char*> exec_path_ptrs;
+  void finalize();
+};
+
+// The record a child leaves when it fails before exec (or the time it took
+// when it did not). Written by the child through shared memory on the
+// CLONE_VM path and through a CLOEXEC pipe otherwise.
+struct ChildReport {
+  SpawnStage stage = SpawnStage::none;
+  int error = 0;
+  std::uint64_t setup_ns = 0;  // child entry → just before the first execve
+};
+
+// Parent-side resources reused across spawns. Owns the child stack and a
+// few reserved low fd slots: the child shares our fd table (CLONE_FILES),
+// copies only the slots (close_range CLOSE_RANGE_UNSHARE), so spawning stays
+// O(1) however many pipes and pidfds the supervisor holds.
+class Spawner {
+ public:
+  static Expected<Spawner> create();
+  Spawner(Spawner&&) noexcept = default;
+  Spawner& operator=(Spawner&&) noexcept = default;
+  ~Spawner();
+
+  struct Child {
+    Pidfd pidfd;
+    UniqueFd stdout_read;   // non-blocking, CLOEXEC
+    UniqueFd stderr_read;   // invalid when merge_output
+    ChildReport report;     // stage != none: exec never happened
+    double clone_seconds = 0;
+  };
+
+  // Spawns the plan. An Error is corral's own failure (pipe, clone3); a
+  // child that failed before exec is a Child with report.stage set (and
+  // already reaped).
+  Expected<Child> spawn(ChildPlan& plan);
+
+ private:
+  Spawner() = default;
+  ChildStack stack_;
+  UniqueFd devnull_;
+  int slots_[3] = {-1, -1, -1};   // stdin, stdout, stderr
+  int max_slot_ = -1;
+};
+
+}  // namespace corral

@@ -1,0 +1,136 @@
+// The supervisor: one thread, one io_uring, many runs in flight. Per run it
+// watches a pidfd (exit), the stdout/stderr pipes (multishot poll +
+// non-blocking reads into one scratch buffer, so an idle child costs no
+// buffer), and one timeout (deadline, then grace). No thread per child and
+// no sleeping poll loop.
+//
+// Not thread-safe: create, submit, cancel and drive it from one thread.
+// Callbacks run on that thread, inside run_once()/run_until_idle().
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "corral/request.hpp"
+#include "corral/result.hpp"
+#include "corral/status.hpp"
+
+namespace corral {
+
+enum class StreamId { stdout_stream, stderr_stream };
+
+struct RunCallbacks {
+  // A masked chunk as it arrives (never split inside a secret).
+  std::function<void(StreamId, std::string_view)> on_output;
+  // The final result; called exactly once per submitted run.
+  std::function<void(const Result&)> on_result;
+};
+
+struct SupervisorOptions {
+  std::string workspace_base;           // default: $TMPDIR or /tmp
+  uid_t uid_range_first = 200000;       // one uid per run in flight when root
+  std::uint32_t uid_range_count = 65536;
+  bool become_subreaper = true;         // reap orphans the runs leave behind
+  unsigned ring_entries = 4096;
+  // Per run after the leader exits: how long to wait for the pipes to reach
+  // EOF (a straggler holding them open is killed with the group first).
+  double drain_seconds = 0.5;
+};
+
+class Supervisor;
+
+// A handle to one submitted run. Destroying an unfinished handle cancels
+// the run (SIGKILL to the group, pipes drained, workspace removed, result
+// `cancelled`). Release it with detach() to let the run finish on its own.
+class RunHandle {
+ public:
+  RunHandle() = default;
+  RunHandle(RunHandle&& other) noexcept;
+  RunHandle& operator=(RunHandle&& other) noexcept;
+  RunHandle(const RunHandle&) = delete;
+  RunHandle& operator=(const RunHandle&) = delete;
+  ~RunHandle();
+
+  // Kill the group now; the result arrives as `cancelled` within one loop turn.
+  void cancel();
+  bool finished() const;
+  void detach();
+  std::uint64_t id() const { return token_; }
+
+ private:
+  friend class Supervisor;
+  RunHandle(Supervisor* sup, std::uint64_t token) : sup_(sup), token_(token) {}
+  Supervisor* sup_ = nullptr;
+  std::uint64_t token_ = 0;
+};
+
+// One event of a streamed run: an output chunk, or the final result.
+struct RunEvent {
+  enum Kind { output, result } kind;
+  StreamId stream = StreamId::stdout_stream;
+  std::string data;                 // output: the masked chunk
+  std::shared_ptr<Result> final;    // result
+};
+
+class Supervisor {
+ public:
+  static Expected<std::unique_ptr<Supervisor>> create(SupervisorOptions options = {});
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Validate, plan and spawn. A request corral refuses (bad limit,
+  // unenforceable limit not acknowledged, too many runs for the fd limit)
+  // is an Error and nothing runs; a program that fails to start is a
+  // `spawn_failed` Result delivered through on_result.
+  Expected<RunHandle> submit(Request request, RunCallbacks callbacks = {});
+
+  // One loop turn: wait up to `timeout_seconds` (negative: until something
+  // happens) for completions and handle them. Returns false when nothing is
+  // in flight.
+  Expected<bool> run_once(double timeout_seconds = -1);
+  // Turn the loop until no run is in flight.
+  Status run_until_idle();
+
+  // Streaming: submit, then pull events; next() turns the loop until an
+  // event for this run is ready. After the result event, next() is nullopt.
+  class Stream {
+   public:
+    Expected<std::optional<RunEvent>> next();
+    RunHandle& handle() { return handle_; }
+   private:
+    friend class Supervisor;
+    Supervisor* sup_ = nullptr;
+    RunHandle handle_;
+    std::shared_ptr<struct StreamQueue> queue_;
+  };
+  Expected<Stream> stream(Request request);
+
+  // Blocking run: the streaming path with nobody watching chunks.
+  Expected<Result> run(Request request);
+
+  std::size_t in_flight() const;
+  // How many runs the fd limit allows in flight at once.
+  std::size_t capacity() const;
+
+  // A fresh run id ("r-<pid>-<n>").
+  std::string next_run_id();
+
+  struct Impl;
+
+ private:
+  friend class RunHandle;
+  explicit Supervisor(std::unique_ptr<Impl> impl);
+  void cancel(std::uint64_t token);
+  bool finished(std::uint64_t token) const;
+  void release(std::uint64_t token, bool cancel_if_running);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace corral

@@ -1,0 +1,344 @@
+#include "corral/run_setup.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "corral/capabilities.hpp"
+#include "corral/landlock.hpp"
+#include "corral/rlimits.hpp"
+#include "corral/seccomp.hpp"
+
+extern char** environ;
+
+namespace corral {
+namespace {
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+const char* find_env(const char* name) {
+  std::size_t len = std::strlen(name);
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, name, len) == 0 && (*e)[len] == '=') return *e + len + 1;
+  return nullptr;
+}
+
+// execvp semantics, decided in the parent: a name with a slash is used as
+// is; otherwise every PATH entry of the CHILD's environment is a candidate,
+// tried in order by the child.
+std::vector<std::string> exec_candidates(const std::string& program, const std::string& child_path) {
+  if (program.find('/') != std::string::npos) return {program};
+  std::vector<std::string> out;
+  std::string_view rest = child_path.empty() ? std::string_view("/usr/local/bin:/usr/bin:/bin") : child_path;
+  while (true) {
+    auto colon = rest.find(':');
+    std::string_view dir = rest.substr(0, colon);
+    // An empty entry means the cwd for execvp; a sandbox does not search it.
+    if (!dir.empty()) out.push_back(std::string(dir) + "/" + program);
+    if (colon == std::string_view::npos) break;
+    rest.remove_prefix(colon + 1);
+  }
+  return out;
+}
+
+Expected<UniqueFd> stdin_memfd(const std::string& text) {
+  UniqueFd fd(memfd_create("corral-stdin", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) return Error::from_errno(errno, "stdin: memfd_create");
+  std::size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = write(fd.get(), text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Error::from_errno(errno, "stdin: write memfd");
+    off += static_cast<std::size_t>(n);
+  }
+  // Sealed: the program reads exactly the text it was given.
+  fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
+  if (lseek(fd.get(), 0, SEEK_SET) != 0) return Error::from_errno(errno, "stdin: rewind memfd");
+  return fd;
+}
+
+Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::optional<WorkspaceOwner>& owner) {
+  const Request& req = run.request;
+  ChildPlan& plan = run.plan;
+  if (req.tier == Tier::none) return {};
+
+  auto caps = prepare_capability_drop();
+  if (!caps) return std::move(caps).error();
+  plan.capabilities.emplace(std::move(*caps));
+
+  if (owner) {
+    auto drop = prepare_privilege_drop(owner->uid, owner->gid);
+    if (!drop) return std::move(drop).error();
+    plan.privilege.emplace(std::move(*drop));
+  }
+
+  SeccompSpec seccomp;
+  seccomp.profile("default");
+  if (req.net == NetworkAccess::none) seccomp.profile("no-network");
+  auto program = prepare_seccomp(seccomp);
+  if (!program) return std::move(program).error();
+  plan.seccomp.emplace(std::move(*program));
+
+  bool confine = req.confine_writes || !req.write_paths.empty();
+  bool tcp = req.net == NetworkAccess::none && host.landlock_abi >= 4;
+  if (confine || tcp) {
+    LandlockSpec spec;
+    if (confine) {
+      spec.confine_writes(true);
+      spec.allow_writes(run.workspace->path());
+      spec.allow_writes("/dev/null");
+      if (req.cwd) spec.allow_writes(*req.cwd);
+      for (const auto& p : req.write_paths) spec.allow_writes(p);
+    }
+    if (tcp) spec.restrict_tcp(true);
+    auto ruleset = prepare_landlock(spec);
+    if (!ruleset) return std::move(ruleset).error();
+    plan.landlock.emplace(std::move(*ruleset));
+  }
+  return {};
+}
+
+}  // namespace
+
+Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string run_id) {
+  auto t0 = std::chrono::steady_clock::now();
+  HostFacts probed;
+  const HostFacts& host = ctx.host ? *ctx.host : (probed = probe_host());
+  PreparedRun run;
+  run.run_id = std::move(run_id);
+  run.started = t0;
+  run.request = std::move(request);
+  Request& req = run.request;
+  auto who = [&](const Error& e) { return e.context("run " + (req.id.empty() ? run.run_id : "'" + req.id + "'")); };
+
+  if (req.argv.empty() && !req.payload) return who(Error::invalid("argv is empty"));
+  if (req.tier == Tier::container)
+    return who(Error(ENOTSUP, "tier container is not available in this build (use none or process)"));
+  if (req.payload && req.payload->interpreter.empty())
+    return who(Error::invalid("program payload needs an interpreter argv (e.g. [\"python3\"])"));
+  if (!(req.grace_seconds >= 0 && req.grace_seconds <= 3600))
+    return who(Error::invalid("grace_seconds must be between 0 and 3600"));
+
+  Limits defaults = default_limits();
+  run.limits = defaults;
+  run.limits.merge(req.limits);
+  if (auto st = check_enforceable(host, req, defaults, run.warnings); !st) return who(st.error());
+
+  // Secrets are resolved now and live only in the child's environment and
+  // the masker; the Result never carries them.
+  std::vector<std::string> secret_values;
+  std::vector<std::pair<std::string, std::string>> secret_env;
+  for (const auto& ref : req.secrets) {
+    std::string value;
+    if (ref.resolve) {
+      value = ref.resolve();
+    } else {
+      const std::string& var = ref.from_env.empty() ? ref.name : ref.from_env;
+      const char* v = find_env(var.c_str());
+      if (!v) return who(Error::invalid("secret " + ref.name + ": variable " + var + " is not set"));
+      value = v;
+    }
+    if (value.empty()) return who(Error::invalid("secret " + ref.name + " is empty; an empty value cannot be masked"));
+    secret_values.push_back(value);
+    secret_env.emplace_back(ref.name, std::move(value));
+  }
+  run.secrets = std::make_shared<const SecretSet>(std::move(secret_values));
+
+  // One uid per run in flight when we can: RLIMIT_NPROC then binds per run
+  // and runs cannot signal or read each other.
+  std::optional<WorkspaceOwner> owner;
+  if (req.tier == Tier::os_process && host.root) {
+    if (req.user) {
+      owner = WorkspaceOwner{*req.user, *req.user};
+    } else if (ctx.uids) {
+      auto lease = ctx.uids->acquire();
+      if (!lease) return who(std::move(lease).error());
+      owner = WorkspaceOwner{lease->uid(), lease->gid()};
+      run.uid_lease.emplace(std::move(*lease));
+    }
+  }
+
+  WorkspaceOptions wopts;
+  wopts.base_dir = ctx.workspace_base;
+  wopts.owner = owner;
+  auto ws = Workspace::create(wopts);
+  if (!ws) return who(std::move(ws).error());
+  run.workspace.emplace(std::move(*ws));
+  Workspace& w = *run.workspace;
+
+  for (const auto& in : req.inputs) {
+    Status st = in.bytes ? w.stage_bytes(in.name, *in.bytes, in.mode)
+                         : (in.host_path ? w.stage_file(*in.host_path, in.name)
+                                         : Status(Error::invalid("input " + in.name + ": needs bytes or a host path")));
+    if (!st) return who(st.error());
+  }
+
+  ChildPlan& plan = run.plan;
+  plan.argv_storage.clear();
+  if (req.payload) {
+    if (auto st = w.stage_bytes(req.payload->filename, req.payload->source, 0644); !st) return who(st.error());
+    plan.argv_storage = req.payload->interpreter;
+    plan.argv_storage.push_back(req.payload->filename);
+  }
+  plan.argv_storage.insert(plan.argv_storage.end(), req.argv.begin(), req.argv.end());
+
+  // The environment: the passthrough names, then what the request names,
+  // HOME/TMPDIR in the workspace, then the secrets. Nothing else of ours.
+  std::map<std::string, std::string> env;
+  for (const auto& name : req.pass_env)
+    if (const char* v = find_env(name.c_str())) env[name] = v;
+  env["HOME"] = w.home();
+  env["TMPDIR"] = w.tmp();
+  for (const auto& [k, v] : req.env) env[k] = v;
+  for (auto& [k, v] : secret_env) env[k] = v;
+  for (const auto& [k, v] : env) {
+    if (k.empty() || k.find('=') != std::string::npos)
+      return who(Error::invalid("environment variable name '" + k + "' is invalid"));
+    plan.env_storage.push_back(k + "=" + v);
+  }
+  auto path_it = env.find("PATH");
+  plan.exec_paths = exec_candidates(plan.argv_storage.front(), path_it == env.end() ? "" : path_it->second);
+  plan.cwd = req.cwd ? *req.cwd : w.path();
+  plan.merge_output = req.merge_output;
+  if (req.stdin_text) {
+    auto fd = stdin_memfd(*req.stdin_text);
+    if (!fd) return who(std::move(fd).error());
+    plan.stdin_fd = std::move(*fd);
+  }
+
+  auto rl = rlimits_from_limits(run.limits);
+  if (!rl) return who(std::move(rl).error());
+  if (auto st = check_rlimits_allowed(*rl); !st) return who(st.error());
+  plan.rlimits.emplace(*rl);
+
+  if (auto st = add_tier_mechanisms(run, host, owner); !st) return who(st.error());
+  plan.finalize();
+  run.enforcement = enforcement_summary(host, req.tier);
+  run.plan_seconds = since(t0);
+  return run;
+}
+
+void classify_outcome(const RunEnd& end, const Limits& limits, Result& r) {
+  if (end.report.stage != SpawnStage::none) {
+    r.outcome = Outcome::spawn_failed;
+    r.spawn_stage = std::string(to_string(end.report.stage));
+    r.spawn_errno = end.report.error;
+    return;
+  }
+  if (end.status) {
+    r.exit_code = end.status->exited ? end.status->exit_code : -1;
+    r.signal = end.status->exited ? 0 : end.status->signal;
+  }
+  if (end.cancelled) {
+    r.outcome = Outcome::cancelled;
+    return;
+  }
+  if (end.timed_out) {
+    r.outcome = Outcome::killed_timeout;
+    return;
+  }
+  if (!end.status || end.status->exited) {
+    r.outcome = Outcome::exited;
+    return;
+  }
+  int sig = end.status->signal;
+  auto cpu_limit = limits.get(Limit::cpu_seconds);
+  if (sig == SIGXCPU && cpu_limit) {
+    r.outcome = Outcome::killed_resource;
+    r.resource = "cpu_seconds";
+  } else if (sig == SIGXFSZ && limits.has(Limit::file_bytes)) {
+    r.outcome = Outcome::killed_resource;
+    r.resource = "file_bytes";
+  } else if (sig == SIGKILL && cpu_limit && end.status->cpu_seconds() + 0.05 >= static_cast<double>(*cpu_limit)) {
+    // The hard RLIMIT_CPU (soft + 1) ends a program that ignored SIGXCPU.
+    r.outcome = Outcome::killed_resource;
+    r.resource = "cpu_seconds";
+  } else {
+    r.outcome = Outcome::signaled;
+  }
+}
+
+namespace {
+
+std::string describe_end(const Result& r) {
+  switch (r.outcome) {
+    case Outcome::exited: return "exited with " + std::to_string(r.exit_code);
+    case Outcome::signaled: return std::string("killed by signal ") + sigabbrev_np(r.signal);
+    case Outcome::killed_timeout: return "killed: wall_seconds deadline passed";
+    case Outcome::killed_oom: return "killed: out of memory under memory_bytes";
+    case Outcome::killed_resource:
+      return "killed: " + r.resource + " limit (SIG" + (sigabbrev_np(r.signal) ? sigabbrev_np(r.signal) : "?") + ")";
+    case Outcome::spawn_failed: {
+      const char* name = strerrorname_np(r.spawn_errno);
+      return "could not start: " + r.spawn_stage + ": " + (name ? name : std::to_string(r.spawn_errno)) + " (" +
+             std::strerror(r.spawn_errno) + ")";
+    }
+    case Outcome::cancelled: return "cancelled";
+  }
+  return "";
+}
+
+}  // namespace
+
+Result finish_run(PreparedRun& run, const RunEnd& end, StreamCapture& out, StreamCapture* err) {
+  Result r;
+  r.id = run.request.id;
+  r.run_id = run.run_id;
+  r.tier = std::string(to_string(run.request.tier));
+  r.limits = run.limits;
+  r.enforcement = run.enforcement;
+  classify_outcome(end, run.limits, r);
+  auto fill = [](CapturedStream& c, StreamCapture& cap) {
+    c.text = cap.kept();
+    c.bytes = cap.total_bytes();
+    c.truncated = cap.truncated();
+    c.sha256 = cap.sha256_hex();
+  };
+  fill(r.stdout_capture, out);
+  if (err) fill(r.stderr_capture, *err);
+  else r.stderr_capture.sha256 = Sha256::hex_of("");
+  if (end.status) {
+    r.cpu_seconds = end.status->cpu_seconds();
+    r.max_rss_bytes = end.status->max_rss_bytes();
+  }
+  r.timings.plan = run.plan_seconds;
+  r.timings.clone = end.clone_seconds;
+  r.timings.child_setup = static_cast<double>(end.report.setup_ns) / 1e9;
+  r.timings.exec = end.clone_seconds;  // CLONE_VFORK: the parent resumes once exec is done
+
+  std::string detail = describe_end(r);
+  if (run.workspace && !run.request.outputs.empty()) {
+    auto collected = run.workspace->collect(run.request.outputs, CollectLimits::from(run.limits));
+    if (!collected) {
+      r.artifact_notes.push_back(collected.error().message());
+    } else {
+      for (const auto& a : collected->artifacts) r.artifacts.push_back({a.name, a.bytes, a.sha256, ""});
+      for (const auto& s : collected->skipped) r.artifact_notes.push_back(s.name + ": " + s.reason);
+      if (run.request.artifact_root) {
+        if (auto st = Workspace::copy_to(*collected, *run.request.artifact_root, run.run_id); !st)
+          r.artifact_notes.push_back(st.error().message());
+        else
+          for (auto& a : r.artifacts) a.path = *run.request.artifact_root + "/" + run.run_id + "/" + a.name;
+      }
+    }
+  }
+  if (run.workspace) {
+    if (auto st = run.workspace->remove(); !st) detail += "; workspace not fully removed: " + st.error().message();
+    run.workspace.reset();
+  }
+  run.uid_lease.reset();
+  std::string limits = run.limits.describe();
+  if (!limits.empty()) detail += "; limits: " + limits;
+  for (const auto& w : run.warnings) detail += "; not enforced: " + w;
+  r.detail = std::move(detail);
+  r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.started).count();
+  return r;
+}
+
+}  // namespace corral

@@ -1,0 +1,234 @@
+#include "corral/spawn.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "corral/syscalls.hpp"
+
+namespace corral {
+
+std::string_view to_string(SpawnStage stage) {
+  switch (stage) {
+    case SpawnStage::none: return "none";
+    case SpawnStage::signals: return "signals";
+    case SpawnStage::setsid: return "setsid";
+    case SpawnStage::landlock: return "landlock";
+    case SpawnStage::fds: return "fds";
+    case SpawnStage::rlimits: return "rlimits";
+    case SpawnStage::bounding_set: return "bounding_set";
+    case SpawnStage::privilege: return "privilege";
+    case SpawnStage::capabilities: return "capabilities";
+    case SpawnStage::chdir: return "chdir";
+    case SpawnStage::seccomp: return "seccomp";
+    case SpawnStage::execve: return "execve";
+  }
+  return "unknown";
+}
+
+void ChildPlan::finalize() {
+  argv.clear();
+  for (auto& s : argv_storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  envp.clear();
+  for (auto& s : env_storage) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  exec_path_ptrs.clear();
+  for (auto& s : exec_paths) exec_path_ptrs.push_back(s.c_str());
+}
+
+namespace {
+
+// What the child reads. Lives on the parent's stack during spawn; the
+// CLONE_VM child sees it directly.
+struct ChildArgs {
+  const ChildPlan* plan;
+  const int* slots;          // stdin, stdout, stderr sources in the shared table
+  int max_slot;
+  std::uint64_t reset_mask;  // signals 1..63 the parent ignores: back to SIG_DFL
+  ChildReport* report;
+};
+
+// The kernel's struct sigaction (not glibc's): handler, flags, restorer, mask.
+struct KernelSigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  std::uint64_t mask;
+};
+
+std::uint64_t monotonic_ns_raw() noexcept {
+  struct timespec ts;
+  sys::call(SYS_clock_gettime, CLOCK_MONOTONIC, reinterpret_cast<long>(&ts));
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// Runs in the child (CLONE_VM|CLONE_VFORK: on the Spawner's stack, sharing
+// the parent's memory and, until the fds step, its fd table). Raw syscalls
+// only; the report is the only memory it writes outside its own stack.
+int run_plan_in_child(void* p) noexcept {
+  auto* a = static_cast<ChildArgs*>(p);
+  const ChildPlan& plan = *a->plan;
+  const std::uint64_t start = monotonic_ns_raw();
+  auto fail = [a](SpawnStage stage, int err) noexcept {
+    a->report->stage = stage;
+    a->report->error = err;
+    return 127;
+  };
+
+  // CLONE_CLEAR_SIGHAND reset every handler; what the parent ignored stays
+  // ignored across exec unless we reset it (an ignored SIGPIPE or SIGXFSZ
+  // would change how the program and our limits behave).
+  for (int sig = 1; sig < 64; ++sig) {
+    if (!(a->reset_mask & (std::uint64_t{1} << sig))) continue;
+    KernelSigaction dfl{SIG_DFL, 0, nullptr, 0};
+    sys::call(SYS_rt_sigaction, sig, reinterpret_cast<long>(&dfl), 0, 8);
+  }
+  std::uint64_t empty = 0;
+  if (int e = sys::error_of(sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&empty), 0, 8)))
+    return fail(SpawnStage::signals, e);
+
+  if (int e = become_session_leader_in_child()) return fail(SpawnStage::setsid, e);
+
+  // Landlock first: its ruleset fd lives in the table we still share.
+  if (plan.landlock)
+    if (int e = apply_landlock_in_child(*plan.landlock)) return fail(SpawnStage::landlock, e);
+
+  // Take a private copy of the table holding only the low slots, lift the
+  // three sources above them, install them as 0/1/2, close everything else.
+  const long above = a->max_slot + 1;
+  if (int e = sys::error_of(sys::call(SYS_close_range, above, ~0u, CLOSE_RANGE_UNSHARE)))
+    return fail(SpawnStage::fds, e);
+  long lifted[3];
+  for (int i = 0; i < 3; ++i) {
+    int src = a->slots[(i == 2 && plan.merge_output) ? 1 : i];
+    lifted[i] = sys::call(SYS_fcntl, src, F_DUPFD, above);
+    if (lifted[i] < 0) return fail(SpawnStage::fds, sys::error_of(lifted[i]));
+  }
+  for (int i = 0; i < 3; ++i)
+    if (int e = sys::error_of(sys::call(SYS_dup3, lifted[i], i, 0))) return fail(SpawnStage::fds, e);
+  if (int e = sys::error_of(sys::call(SYS_close_range, 3, ~0u, 0))) return fail(SpawnStage::fds, e);
+
+  if (plan.rlimits)
+    if (int e = apply_rlimits_in_child(*plan.rlimits)) return fail(SpawnStage::rlimits, e);
+  // The bounding set needs CAP_SETPCAP, which the uid change takes away.
+  if (plan.capabilities && plan.privilege && plan.privilege->changes_identity())
+    if (int e = drop_bounding_set_in_child(*plan.capabilities)) return fail(SpawnStage::bounding_set, e);
+  if (plan.privilege)
+    if (int e = apply_privilege_drop_in_child(*plan.privilege)) return fail(SpawnStage::privilege, e);
+  if (plan.capabilities)
+    if (int e = clear_capabilities_in_child(*plan.capabilities)) return fail(SpawnStage::capabilities, e);
+  if (!plan.cwd.empty())
+    if (int e = sys::error_of(sys::call(SYS_chdir, reinterpret_cast<long>(plan.cwd.c_str()))))
+      return fail(SpawnStage::chdir, e);
+  // Last: the filter may deny what the steps above needed.
+  if (plan.seccomp)
+    if (int e = apply_seccomp_in_child(*plan.seccomp)) return fail(SpawnStage::seccomp, e);
+
+  a->report->setup_ns = monotonic_ns_raw() - start;
+  // execvp semantics: try each candidate; remember the most telling error.
+  int err = ENOENT;
+  for (const char* path : plan.exec_path_ptrs) {
+    long r = sys::call(SYS_execve, reinterpret_cast<long>(path), reinterpret_cast<long>(plan.argv.data()),
+                       reinterpret_cast<long>(plan.envp.data()));
+    int e = sys::error_of(r);
+    if (e == EACCES) err = EACCES;
+    else if (e != ENOENT && e != ENOTDIR) { err = e; break; }
+  }
+  return fail(SpawnStage::execve, err);
+}
+
+// Signals the parent ignores (1..63), which the child must reset.
+std::uint64_t ignored_signal_mask() {
+  std::uint64_t mask = 0;
+  for (int sig = 1; sig < 32; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    struct sigaction sa;
+    if (sigaction(sig, nullptr, &sa) == 0 && sa.sa_handler == SIG_IGN) mask |= std::uint64_t{1} << sig;
+  }
+  return mask;
+}
+
+Status make_pipe(UniqueFd& read_end, UniqueFd& write_end, const char* what) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return Error::from_errno(errno, std::string("pipe for ") + what);
+  read_end.reset(fds[0]);
+  write_end.reset(fds[1]);
+  // Only our end is non-blocking: the program gets an ordinary blocking pipe.
+  int flags = fcntl(fds[0], F_GETFL);
+  if (flags < 0 || fcntl(fds[0], F_SETFL, flags | O_NONBLOCK) != 0)
+    return Error::from_errno(errno, std::string("fcntl O_NONBLOCK on ") + what);
+  return {};
+}
+
+}  // namespace
+
+Expected<Spawner> Spawner::create() {
+  Spawner s;
+  auto stack = ChildStack::allocate();
+  if (!stack) return std::move(stack).error().context("spawner");
+  s.stack_ = std::move(*stack);
+  s.devnull_.reset(open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!s.devnull_) return Error::from_errno(errno, "spawner: open /dev/null");
+  // Reserve three slots, as low in the table as they can be had: the child
+  // copies every fd up to the highest slot.
+  for (int& slot : s.slots_) {
+    slot = fcntl(s.devnull_.get(), F_DUPFD_CLOEXEC, 0);
+    if (slot < 0) return Error::from_errno(errno, "spawner: reserve fd slot");
+    if (slot > s.max_slot_) s.max_slot_ = slot;
+  }
+  return s;
+}
+
+Spawner::~Spawner() {
+  for (int slot : slots_)
+    if (slot >= 0) close(slot);
+}
+
+Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
+  Child child;
+  UniqueFd out_write, err_write;
+  if (auto st = make_pipe(child.stdout_read, out_write, "stdout"); !st) return std::move(st).error();
+  if (!plan.merge_output)
+    if (auto st = make_pipe(child.stderr_read, err_write, "stderr"); !st) return std::move(st).error();
+
+  const int sources[3] = {plan.stdin_fd ? plan.stdin_fd.get() : devnull_.get(), out_write.get(),
+                          plan.merge_output ? out_write.get() : err_write.get()};
+  for (int i = 0; i < 3; ++i)
+    if (dup3(sources[i], slots_[i], O_CLOEXEC) < 0) return Error::from_errno(errno, "spawn: fill fd slot");
+
+  ChildArgs args{&plan, slots_, max_slot_, ignored_signal_mask(), &child.report};
+  // Block every signal around clone: no handler of ours may run on the
+  // child's stack while it shares our memory. The child unblocks its own.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  CloneSpec spec;
+  spec.flags = CLONE_FILES | CLONE_CLEAR_SIGHAND;
+  spec.share_memory = true;
+  spec.stack = &stack_;
+  auto t0 = std::chrono::steady_clock::now();
+  auto pidfd = clone_child(spec, run_plan_in_child, &args);
+  child.clone_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+
+  // Give the slots back to /dev/null: holding a pipe's write end open here
+  // would keep the program's stdout from ever reaching EOF.
+  for (int slot : slots_) dup3(devnull_.get(), slot, O_CLOEXEC);
+  plan.stdin_fd.reset();
+  if (!pidfd) return std::move(pidfd).error().context("spawn");
+  child.pidfd = std::move(*pidfd);
+  if (child.report.stage != SpawnStage::none) {
+    // Exec never happened; the child has exited with 127. Reap it here so a
+    // spawn failure leaves no zombie and needs no supervision.
+    (void)wait_exit(child.pidfd, true);
+  }
+  return child;
+}
+
+}  // namespace corral

@@ -1,0 +1,598 @@
+#include "corral/supervisor.hpp"
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <unordered_map>
+
+#include "corral/reaper.hpp"
+#include "corral/run_setup.hpp"
+
+namespace corral {
+
+// Events of a streamed run, filled by callbacks, drained by Stream::next().
+struct StreamQueue {
+  std::deque<RunEvent> events;
+  bool done = false;
+};
+
+namespace {
+
+enum Op : std::uint8_t { kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4 };
+constexpr std::size_t kFdsPerRun = 3;       // pidfd + two pipe read ends
+constexpr std::size_t kFdReserve = 64;      // the host's own fds, ring, slots
+constexpr std::size_t kReadBudget = 16;     // reads per wakeup before yielding to others
+constexpr std::size_t kScratchBytes = 256 * 1024;
+
+enum class TimerPhase { none, deadline, grace, drain };
+
+struct Pipe {
+  UniqueFd fd;
+  bool armed = false;   // a multishot poll is in the ring
+  bool eof = false;     // no more data will be read
+  bool removing = false;
+  bool ready = false;   // data left after the read budget
+};
+
+struct Run {
+  std::uint32_t gen = 0;
+  bool active = false;
+  PreparedRun prep;
+  RunCallbacks callbacks;
+  Pidfd pidfd;
+  Pipe out, err;
+  std::unique_ptr<StreamCapture> out_capture, err_capture;
+  bool pid_armed = false;
+  bool exited = false;
+  bool timer_armed = false;
+  TimerPhase phase = TimerPhase::none;
+  TimerPhase next_phase = TimerPhase::none;  // armed when the current timer's CQE arrives
+  __kernel_timespec ts{};
+  RunEnd end;
+  bool delivered = false;
+  bool cancel_requested = false;
+};
+
+__kernel_timespec to_timespec(double seconds) {
+  if (seconds < 0) seconds = 0;
+  __kernel_timespec ts;
+  ts.tv_sec = static_cast<long long>(seconds);
+  ts.tv_nsec = static_cast<long long>((seconds - static_cast<double>(ts.tv_sec)) * 1e9);
+  return ts;
+}
+
+}  // namespace
+
+struct Supervisor::Impl {
+  SupervisorOptions options;
+  io_uring ring{};
+  bool ring_ready = false;
+  std::optional<Spawner> spawner;
+  UidPool uids;
+  HostFacts host;
+  std::vector<std::unique_ptr<Run>> slots;
+  std::vector<std::uint32_t> free_slots;
+  std::unordered_map<pid_t, std::uint32_t> by_pid;
+  std::vector<std::uint32_t> to_cancel;
+  std::vector<std::uint32_t> ready_pipes;
+  std::vector<std::uint32_t> to_deliver;
+  std::size_t in_flight = 0;
+  std::size_t capacity = 0;
+  std::uint64_t run_counter = 0;
+  std::string scratch;
+
+  ~Impl() {
+    // Kill what is still running; results are not delivered any more.
+    for (auto& run : slots)
+      if (run && run->active && !run->exited && run->pidfd.valid()) {
+        kill_group(run->pidfd, SIGKILL);
+        (void)wait_exit(run->pidfd, true);
+      }
+    slots.clear();
+    if (ring_ready) io_uring_queue_exit(&ring);
+  }
+
+  static std::uint64_t token(std::uint32_t slot, std::uint32_t gen) {
+    return (static_cast<std::uint64_t>(slot) << 32) | gen;
+  }
+  static std::uint64_t user_data(std::uint32_t slot, std::uint32_t gen, Op op) {
+    return (static_cast<std::uint64_t>(slot) << 32) | (static_cast<std::uint64_t>(gen & 0xffffff) << 8) | op;
+  }
+  Run* lookup(std::uint64_t tok) const {
+    std::uint32_t slot = static_cast<std::uint32_t>(tok >> 32);
+    if (slot >= slots.size() || !slots[slot]) return nullptr;
+    Run* run = slots[slot].get();
+    return (run->active && run->gen == static_cast<std::uint32_t>(tok)) ? run : nullptr;
+  }
+
+  io_uring_sqe* sqe() {
+    io_uring_sqe* e = io_uring_get_sqe(&ring);
+    if (e == nullptr) {
+      io_uring_submit(&ring);
+      e = io_uring_get_sqe(&ring);
+    }
+    return e;  // non-null: the ring was just flushed
+  }
+
+  void arm_poll(std::uint32_t slot, Run& run, Pipe& pipe, Op op) {
+    io_uring_sqe* e = sqe();
+    io_uring_prep_poll_multishot(e, pipe.fd.get(), POLLIN);
+    io_uring_sqe_set_data64(e, user_data(slot, run.gen, op));
+    pipe.armed = true;
+  }
+  void arm_pid(std::uint32_t slot, Run& run) {
+    io_uring_sqe* e = sqe();
+    io_uring_prep_poll_add(e, run.pidfd.fd(), POLLIN);
+    io_uring_sqe_set_data64(e, user_data(slot, run.gen, kOpPid));
+    run.pid_armed = true;
+  }
+  void arm_timer(std::uint32_t slot, Run& run, TimerPhase phase, double seconds) {
+    if (run.timer_armed) {
+      // One timer per run: replace the running one when its CQE arrives.
+      run.next_phase = phase;
+      run.ts = to_timespec(seconds);
+      io_uring_sqe* e = sqe();
+      io_uring_prep_timeout_remove(e, user_data(slot, run.gen, kOpTimer), 0);
+      io_uring_sqe_set_data64(e, 0);
+      return;
+    }
+    run.phase = phase;
+    run.ts = to_timespec(seconds);
+    io_uring_sqe* e = sqe();
+    io_uring_prep_timeout(e, &run.ts, 0, 0);
+    io_uring_sqe_set_data64(e, user_data(slot, run.gen, kOpTimer));
+    run.timer_armed = true;
+    io_uring_submit(&ring);  // the kernel reads ts at submission
+  }
+  void remove_op(std::uint32_t slot, Run& run, Op op) {
+    io_uring_sqe* e = sqe();
+    if (op == kOpTimer)
+      io_uring_prep_timeout_remove(e, user_data(slot, run.gen, op), 0);
+    else
+      io_uring_prep_poll_remove(e, user_data(slot, run.gen, op));
+    io_uring_sqe_set_data64(e, 0);
+  }
+
+  // Stop reading a pipe. The fd is closed only once the ring holds no
+  // operation on it any more.
+  void close_pipe(std::uint32_t slot, Run& run, Pipe& pipe, Op op) {
+    pipe.eof = true;
+    if (pipe.armed) {
+      if (!pipe.removing) {
+        remove_op(slot, run, op);
+        pipe.removing = true;
+      }
+      return;
+    }
+    pipe.fd.reset();
+  }
+
+  void emit(Run& run, StreamId id, std::string_view masked) {
+    if (!masked.empty() && run.callbacks.on_output) run.callbacks.on_output(id, masked);
+  }
+
+  void drain_pipe(std::uint32_t slot, Run& run, Pipe& pipe, Op op) {
+    if (pipe.eof || !pipe.fd) return;
+    StreamCapture& cap = (op == kOpOut) ? *run.out_capture : *run.err_capture;
+    StreamId id = (op == kOpOut) ? StreamId::stdout_stream : StreamId::stderr_stream;
+    pipe.ready = false;
+    for (std::size_t i = 0; i < kReadBudget; ++i) {
+      ssize_t n = ::read(pipe.fd.get(), scratch.data(), scratch.size());
+      if (n > 0) {
+        emit(run, id, cap.on_data(std::string_view(scratch.data(), static_cast<std::size_t>(n))));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      close_pipe(slot, run, pipe, op);  // EOF or a read error: either way, done
+      return;
+    }
+    // Budget spent with data left: come back next turn, after the others.
+    pipe.ready = true;
+    ready_pipes.push_back(slot);
+  }
+
+  void on_leader_exit(std::uint32_t slot, Run& run) {
+    if (run.exited) return;
+    // Stragglers in the group go with the leader; the leader's zombie keeps
+    // the pgid from being reused until we reap it just below.
+    kill_group(run.pidfd, SIGKILL);
+    auto status = wait_exit(run.pidfd, true);
+    run.exited = true;
+    by_pid.erase(run.pidfd.pid());
+    if (status && status->has_value()) run.end.status = **status;
+    if (!run.out.eof || !run.err.eof) arm_timer(slot, run, TimerPhase::drain, options.drain_seconds);
+  }
+
+  void reap_orphans_now() {
+    if (!options.become_subreaper) return;
+    for (;;) {
+      siginfo_t info;
+      std::memset(&info, 0, sizeof info);
+      if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+      auto it = by_pid.find(info.si_pid);
+      if (it != by_pid.end()) {
+        // One of ours: handle its exit now, so the queue behind it moves.
+        on_leader_exit(it->second, *slots[it->second]);
+      } else {
+        waitid(P_PID, static_cast<id_t>(info.si_pid), &info, WEXITED | WNOHANG);
+      }
+    }
+  }
+
+  void request_kill(std::uint32_t slot, Run& run, int sig) {
+    (void)slot;
+    if (!run.exited && run.pidfd.valid()) kill_group(run.pidfd, sig);
+  }
+
+  void on_timer(std::uint32_t slot, Run& run, int res) {
+    run.timer_armed = false;
+    TimerPhase fired = run.phase;
+    run.phase = TimerPhase::none;
+    if (res == -ECANCELED || res == 0) {
+      if (run.next_phase != TimerPhase::none) {
+        TimerPhase next = run.next_phase;
+        run.next_phase = TimerPhase::none;
+        __kernel_timespec ts = run.ts;
+        arm_timer(slot, run, next, static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9);
+      }
+      return;
+    }
+    switch (fired) {
+      case TimerPhase::deadline:
+        if (run.exited) break;
+        run.end.timed_out = true;
+        request_kill(slot, run, SIGTERM);
+        arm_timer(slot, run, TimerPhase::grace, run.prep.request.grace_seconds);
+        break;
+      case TimerPhase::grace:
+        request_kill(slot, run, SIGKILL);
+        break;
+      case TimerPhase::drain:
+        // Something outside the group (a setsid escapee) holds the pipes.
+        close_pipe(slot, run, run.out, kOpOut);
+        if (run.err_capture) close_pipe(slot, run, run.err, kOpErr);
+        break;
+      case TimerPhase::none:
+        break;
+    }
+  }
+
+  bool ops_pending(const Run& run) const {
+    return run.pid_armed || run.timer_armed || run.out.armed || run.err.armed;
+  }
+
+  void maybe_finish(std::uint32_t slot, Run& run) {
+    if (!run.delivered && run.exited && run.out.eof && run.err.eof) {
+      if (run.timer_armed) remove_op(slot, run, kOpTimer);
+      run.next_phase = TimerPhase::none;
+      deliver(run);
+    }
+    if (run.delivered && !ops_pending(run)) free_slot(slot, run);
+  }
+
+  void deliver(Run& run) {
+    run.delivered = true;
+    // The maskers' held-back tails are output too: stream them first.
+    emit(run, StreamId::stdout_stream, run.out_capture->finish());
+    if (run.err_capture) emit(run, StreamId::stderr_stream, run.err_capture->finish());
+    auto result = finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get());
+    --in_flight;
+    if (run.callbacks.on_result) run.callbacks.on_result(result);
+  }
+
+  void free_slot(std::uint32_t slot, Run& run) {
+    run.active = false;
+    run.pidfd.reset();
+    run.out.fd.reset();
+    run.err.fd.reset();
+    run.prep = PreparedRun{};
+    run.callbacks = RunCallbacks{};
+    run.out_capture.reset();
+    run.err_capture.reset();
+    free_slots.push_back(slot);
+  }
+
+  void handle_cqe(io_uring_cqe* cqe) {
+    std::uint64_t data = io_uring_cqe_get_data64(cqe);
+    if (data == 0) return;  // a removal or update request's own completion
+    std::uint32_t slot = static_cast<std::uint32_t>(data >> 32);
+    std::uint32_t gen = static_cast<std::uint32_t>((data >> 8) & 0xffffff);
+    Op op = static_cast<Op>(data & 0xff);
+    if (slot >= slots.size() || !slots[slot]) return;
+    Run& run = *slots[slot];
+    if (!run.active || (run.gen & 0xffffff) != gen) return;
+    bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+    switch (op) {
+      case kOpPid:
+        run.pid_armed = false;
+        if (cqe->res >= 0) on_leader_exit(slot, run);
+        reap_orphans_now();
+        break;
+      case kOpOut:
+      case kOpErr: {
+        Pipe& pipe = (op == kOpOut) ? run.out : run.err;
+        if (!more) pipe.armed = false;
+        if (pipe.eof) {
+          if (!pipe.armed) pipe.fd.reset();
+          break;
+        }
+        drain_pipe(slot, run, pipe, op);
+        if (!pipe.eof && !pipe.armed) arm_poll(slot, run, pipe, op);
+        if (pipe.eof && !pipe.armed) pipe.fd.reset();
+        break;
+      }
+      case kOpTimer:
+        on_timer(slot, run, cqe->res);
+        break;
+    }
+    maybe_finish(slot, run);
+  }
+
+  void process_requests() {
+    auto cancels = std::move(to_cancel);
+    to_cancel.clear();
+    for (std::uint32_t slot : cancels) {
+      Run& run = *slots[slot];
+      if (!run.active || run.delivered) continue;
+      run.end.cancelled = true;
+      request_kill(slot, run, SIGKILL);
+      // A cancelled run does not wait for an escapee to let go of its pipes.
+      if (run.exited) {
+        close_pipe(slot, run, run.out, kOpOut);
+        if (run.err_capture) close_pipe(slot, run, run.err, kOpErr);
+      }
+      maybe_finish(slot, run);
+    }
+    auto ready = std::move(ready_pipes);
+    ready_pipes.clear();
+    for (std::uint32_t slot : ready) {
+      Run& run = *slots[slot];
+      if (!run.active) continue;
+      if (run.out.ready) drain_pipe(slot, run, run.out, kOpOut);
+      if (run.err.ready) drain_pipe(slot, run, run.err, kOpErr);
+      maybe_finish(slot, run);
+    }
+    auto deliveries = std::move(to_deliver);
+    to_deliver.clear();
+    for (std::uint32_t slot : deliveries) maybe_finish(slot, *slots[slot]);
+  }
+};
+
+// ---------------------------------------------------------------------------
+
+Supervisor::Supervisor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Supervisor::~Supervisor() = default;
+
+Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->uids = UidPool(options.uid_range_first, options.uid_range_count);
+  impl->host = probe_host();
+  impl->scratch.resize(kScratchBytes);
+
+  // The fd table is what bounds runs in flight: raise the soft limit to the
+  // hard one (raising the hard limit needs CAP_SYS_RESOURCE; we don't try).
+  struct rlimit nofile;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  std::size_t soft = nofile.rlim_cur == RLIM_INFINITY ? 1 << 20 : static_cast<std::size_t>(nofile.rlim_cur);
+  impl->capacity = soft > kFdReserve ? (soft - kFdReserve) / kFdsPerRun : 0;
+
+  io_uring_params params;
+  std::memset(&params, 0, sizeof params);
+  params.flags = IORING_SETUP_COOP_TASKRUN;
+  int rc = io_uring_queue_init_params(options.ring_entries, &impl->ring, &params);
+  if (rc == -EINVAL) {
+    std::memset(&params, 0, sizeof params);
+    rc = io_uring_queue_init_params(options.ring_entries, &impl->ring, &params);
+  }
+  if (rc < 0) return Error::from_errno(-rc, "supervisor: io_uring_queue_init");
+  impl->ring_ready = true;
+
+  auto spawner = Spawner::create();
+  if (!spawner) return std::move(spawner).error().context("supervisor");
+  impl->spawner.emplace(std::move(*spawner));
+
+  if (options.become_subreaper) {
+    if (auto st = become_subreaper(); !st) return std::move(st).error().context("supervisor");
+  }
+  return std::unique_ptr<Supervisor>(new Supervisor(std::move(impl)));
+}
+
+std::string Supervisor::next_run_id() {
+  return "r-" + std::to_string(getpid()) + "-" + std::to_string(++impl_->run_counter);
+}
+
+std::size_t Supervisor::in_flight() const { return impl_->in_flight; }
+std::size_t Supervisor::capacity() const { return impl_->capacity; }
+
+Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) {
+  Impl& s = *impl_;
+  if (s.in_flight >= s.capacity)
+    return Error(EMFILE, "submit: " + std::to_string(s.in_flight) + " runs in flight already fill the fd limit (" +
+                             std::to_string(s.capacity) + " runs at " + std::to_string(kFdsPerRun) +
+                             " fds each); wait for some to finish");
+  RunContext ctx{&s.uids, s.options.workspace_base, &s.host};
+  std::string run_id = next_run_id();
+  auto prepared = prepare_run(std::move(request), ctx, run_id);
+  if (!prepared) return std::move(prepared).error();
+
+  std::uint32_t slot;
+  if (!s.free_slots.empty()) {
+    slot = s.free_slots.back();
+    s.free_slots.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(s.slots.size());
+    s.slots.push_back(std::make_unique<Run>());
+  }
+  Run& run = *s.slots[slot];
+  ++run.gen;
+  run = Run{.gen = run.gen};
+  run.active = true;
+  run.prep = std::move(*prepared);
+  run.callbacks = std::move(callbacks);
+  const Limits& limits = run.prep.limits;
+  run.out_capture = std::make_unique<StreamCapture>(limits.get(Limit::stdout_bytes).value_or(UINT64_MAX),
+                                                    SecretMasker(run.prep.secrets));
+  if (!run.prep.request.merge_output)
+    run.err_capture = std::make_unique<StreamCapture>(limits.get(Limit::stderr_bytes).value_or(UINT64_MAX),
+                                                      SecretMasker(run.prep.secrets));
+  ++s.in_flight;
+
+  auto child = s.spawner->spawn(run.prep.plan);
+  if (!child) {
+    // corral's own failure (pipe, clone3): nothing runs; undo.
+    --s.in_flight;
+    run.delivered = true;
+    s.free_slot(slot, run);
+    return std::move(child).error();
+  }
+  run.end.clone_seconds = child->clone_seconds;
+  run.end.report = child->report;
+  run.pidfd = std::move(child->pidfd);
+  if (child->report.stage != SpawnStage::none) {
+    // Exec never happened (the child is already reaped): a spawn_failed
+    // result, delivered from the loop like every other result.
+    run.exited = true;
+    run.out.eof = run.err.eof = true;
+    s.to_deliver.push_back(slot);
+    return RunHandle(this, Impl::token(slot, run.gen));
+  }
+  run.out.fd = std::move(child->stdout_read);
+  run.err.fd = std::move(child->stderr_read);
+  run.err.eof = !run.err_capture;
+  s.by_pid[run.pidfd.pid()] = slot;
+  s.arm_pid(slot, run);
+  s.arm_poll(slot, run, run.out, kOpOut);
+  if (run.err_capture) s.arm_poll(slot, run, run.err, kOpErr);
+  if (auto wall = limits.get(Limit::wall_seconds))
+    s.arm_timer(slot, run, TimerPhase::deadline, static_cast<double>(*wall));
+  io_uring_submit(&s.ring);
+  return RunHandle(this, Impl::token(slot, run.gen));
+}
+
+Expected<bool> Supervisor::run_once(double timeout_seconds) {
+  Impl& s = *impl_;
+  s.process_requests();
+  if (s.in_flight == 0) return false;
+  bool urgent = !s.ready_pipes.empty() || !s.to_cancel.empty() || !s.to_deliver.empty();
+  io_uring_cqe* cqe = nullptr;
+  __kernel_timespec ts = to_timespec(urgent ? 0 : timeout_seconds);
+  bool wait_forever = !urgent && timeout_seconds < 0;
+  int rc = io_uring_submit_and_wait_timeout(&s.ring, &cqe, 1, wait_forever ? nullptr : &ts, nullptr);
+  if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+    return Error::from_errno(-rc, "supervisor: io_uring wait");
+  unsigned head;
+  unsigned seen = 0;
+  io_uring_for_each_cqe(&s.ring, head, cqe) {
+    s.handle_cqe(cqe);
+    ++seen;
+  }
+  io_uring_cq_advance(&s.ring, seen);
+  s.process_requests();
+  io_uring_submit(&s.ring);
+  return s.in_flight > 0;
+}
+
+Status Supervisor::run_until_idle() {
+  for (;;) {
+    auto more = run_once(-1);
+    if (!more) return std::move(more).error();
+    if (!*more) return {};
+  }
+}
+
+void Supervisor::cancel(std::uint64_t token) {
+  if (impl_->lookup(token)) impl_->to_cancel.push_back(static_cast<std::uint32_t>(token >> 32));
+}
+
+bool Supervisor::finished(std::uint64_t token) const {
+  Run* run = impl_->lookup(token);
+  return run == nullptr || run->delivered;
+}
+
+void Supervisor::release(std::uint64_t token, bool cancel_if_running) {
+  if (cancel_if_running && !finished(token)) cancel(token);
+}
+
+Expected<Supervisor::Stream> Supervisor::stream(Request request) {
+  auto queue = std::make_shared<StreamQueue>();
+  RunCallbacks cb;
+  cb.on_output = [queue](StreamId id, std::string_view data) {
+    queue->events.push_back(RunEvent{RunEvent::output, id, std::string(data), nullptr});
+  };
+  cb.on_result = [queue](const Result& result) {
+    queue->events.push_back(RunEvent{RunEvent::result, StreamId::stdout_stream, {}, std::make_shared<Result>(result)});
+  };
+  auto handle = submit(std::move(request), std::move(cb));
+  if (!handle) return std::move(handle).error();
+  Stream st;
+  st.sup_ = this;
+  st.handle_ = std::move(*handle);
+  st.queue_ = std::move(queue);
+  return st;
+}
+
+Expected<std::optional<RunEvent>> Supervisor::Stream::next() {
+  while (queue_->events.empty()) {
+    if (queue_->done) return std::optional<RunEvent>{};
+    auto more = sup_->run_once(-1);
+    if (!more) return std::move(more).error();
+    if (!*more && queue_->events.empty()) return std::optional<RunEvent>{};
+  }
+  RunEvent ev = std::move(queue_->events.front());
+  queue_->events.pop_front();
+  if (ev.kind == RunEvent::result) queue_->done = true;
+  return std::optional<RunEvent>{std::move(ev)};
+}
+
+Expected<Result> Supervisor::run(Request request) {
+  auto st = stream(std::move(request));
+  if (!st) return std::move(st).error();
+  for (;;) {
+    auto ev = st->next();
+    if (!ev) return std::move(ev).error();
+    if (!ev->has_value()) return Error(EPROTO, "run: the supervisor ended without a result");
+    if ((*ev)->kind == RunEvent::result) return std::move(*(*ev)->final);
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+RunHandle::RunHandle(RunHandle&& other) noexcept
+    : sup_(std::exchange(other.sup_, nullptr)), token_(std::exchange(other.token_, 0)) {}
+
+RunHandle& RunHandle::operator=(RunHandle&& other) noexcept {
+  if (this != &other) {
+    if (sup_) sup_->release(token_, true);
+    sup_ = std::exchange(other.sup_, nullptr);
+    token_ = std::exchange(other.token_, 0);
+  }
+  return *this;
+}
+
+RunHandle::~RunHandle() {
+  if (sup_) sup_->release(token_, true);
+}
+
+void RunHandle::cancel() {
+  if (sup_) sup_->cancel(token_);
+}
+
+bool RunHandle::finished() const { return sup_ == nullptr || sup_->finished(token_); }
+
+void RunHandle::detach() { sup_ = nullptr; }
+
+}  // namespace corral
