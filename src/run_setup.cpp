@@ -336,6 +336,7 @@ Result finish_run(PreparedRun& run, const RunEnd& end, StreamCapture& out, Strea
   std::string limits = run.limits.describe();
   if (!limits.empty()) detail += "; limits: " + limits;
   for (const auto& w : run.warnings) detail += "; not enforced: " + w;
+  r.warnings = run.warnings;
   r.detail = std::move(detail);
   r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.started).count();
   return r;

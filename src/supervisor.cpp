@@ -4,6 +4,7 @@
 #include <liburing.h>
 #include <poll.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,6 +89,24 @@ struct Supervisor::Impl {
   std::size_t capacity = 0;
   std::uint64_t run_counter = 0;
   std::string scratch;
+  UniqueFd signal_fd;
+  bool signal_armed = false;
+  std::function<void(int)> signal_handler;
+  static constexpr std::uint64_t kSignalData = ~std::uint64_t{0};
+
+  void arm_signals() {
+    io_uring_sqe* e = sqe();
+    io_uring_prep_poll_add(e, signal_fd.get(), POLLIN);
+    io_uring_sqe_set_data64(e, kSignalData);
+    signal_armed = true;
+  }
+  void on_signal_ready() {
+    signal_armed = false;
+    signalfd_siginfo info;
+    while (::read(signal_fd.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info))
+      if (signal_handler) signal_handler(static_cast<int>(info.ssi_signo));
+    arm_signals();
+  }
 
   ~Impl() {
     // Kill what is still running; results are not delivered any more.
@@ -304,6 +323,10 @@ struct Supervisor::Impl {
   void handle_cqe(io_uring_cqe* cqe) {
     std::uint64_t data = io_uring_cqe_get_data64(cqe);
     if (data == 0) return;  // a removal or update request's own completion
+    if (data == kSignalData) {
+      on_signal_ready();
+      return;
+    }
     std::uint32_t slot = static_cast<std::uint32_t>(data >> 32);
     std::uint32_t gen = static_cast<std::uint32_t>((data >> 8) & 0xffffff);
     Op op = static_cast<Op>(data & 0xff);
@@ -416,6 +439,27 @@ std::string Supervisor::next_run_id() {
 }
 
 std::size_t Supervisor::in_flight() const { return impl_->in_flight; }
+
+Status Supervisor::watch_signals(std::initializer_list<int> signals, std::function<void(int)> handler) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : signals) sigaddset(&set, sig);
+  if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) return Error(EINVAL, "watch_signals: pthread_sigmask");
+  int fd = signalfd(impl_->signal_fd ? impl_->signal_fd.get() : -1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd < 0) return Error::from_errno(errno, "watch_signals: signalfd");
+  if (!impl_->signal_fd) impl_->signal_fd.reset(fd);
+  impl_->signal_handler = std::move(handler);
+  if (!impl_->signal_armed) impl_->arm_signals();
+  io_uring_submit(&impl_->ring);
+  return {};
+}
+
+void Supervisor::cancel_all() {
+  for (std::uint32_t slot = 0; slot < impl_->slots.size(); ++slot) {
+    Run* run = impl_->slots[slot].get();
+    if (run && run->active && !run->delivered) impl_->to_cancel.push_back(slot);
+  }
+}
 std::size_t Supervisor::capacity() const { return impl_->capacity; }
 
 Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) {

@@ -64,6 +64,7 @@ struct Result {
   std::map<std::string, std::string> enforcement;  // limit/guarantee -> how
   std::string tier;
   std::string detail;        // one line a reader of exit 1 can use
+  std::vector<std::string> warnings;  // defaults this host could not enforce
   SetupTimings timings;
 };
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -114,6 +115,13 @@ class Supervisor {
 
   // Blocking run: the streaming path with nobody watching chunks.
   Expected<Result> run(Request request);
+
+  // Deliver these signals through the ring instead of as interrupts: they
+  // are blocked in the calling thread and read from a signalfd, and `handler`
+  // runs on the loop thread (e.g. to cancel every run on SIGTERM).
+  Status watch_signals(std::initializer_list<int> signals, std::function<void(int)> handler);
+  // Cancel every run in flight.
+  void cancel_all();
 
   std::size_t in_flight() const;
   // How many runs the fd limit allows in flight at once.

@@ -2,12 +2,15 @@
 
 namespace corral::cli {
 
+int run_main(int argc, char** argv);
+int enforcement_main(int argc, char** argv);
+
 std::span<const Command> commands() {
-  // Verbs are added here as they land (run, enforcement, batch, check).
   static const Command kCommands[] = {
-      {"", nullptr},
+      {"run", run_main},
+      {"enforcement", enforcement_main},
   };
-  return std::span<const Command>(kCommands, 0);
+  return kCommands;
 }
 
 }  // namespace corral::cli

@@ -1,0 +1,28 @@
+// JSON forms of a Request (a batch job line) and a Result (`--json`, batch
+// output, audit). The field names are the CLI contract.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "corral/request.hpp"
+#include "corral/result.hpp"
+#include "corral/status.hpp"
+
+namespace corral {
+
+// One JSON object → Request. Unknown fields, wrong types and invalid
+// limits are refused with a message naming the field. Fields: id, argv,
+// env, pass_env, secret_env, limits, tier, inputs[{name, bytes|host_path}],
+// outputs, stdin, source + interpreter, cwd, merge_output, confine_writes,
+// write_paths, net, acknowledge, grace_seconds, artifact_root.
+Expected<Request> request_from_json(std::string_view text);
+
+// The Result as one line of JSON (no trailing newline). Captured output is
+// made valid UTF-8 (bad bytes become U+FFFD).
+std::string result_to_json(const Result& result);
+
+// An error result for a job corral could not run: {"id", "line", "error"}.
+std::string error_to_json(std::string_view id, long line, std::string_view message);
+
+}  // namespace corral

@@ -1,0 +1,59 @@
+// corral enforcement [--tier T] [--json]
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "corral/enforcement.hpp"
+#include "output.hpp"
+
+namespace corral::cli {
+
+int enforcement_main(int argc, char** argv) {
+  bool json = false;
+  std::vector<Tier> tiers;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (std::strcmp(argv[i], "--tier") == 0 && i + 1 < argc) {
+      auto t = parse_tier(argv[++i]);
+      if (!t) return say("--tier: %s", t.error().message().c_str()), 2;
+      tiers.push_back(*t);
+    } else if (std::strcmp(argv[i], "--help") == 0) {
+      write_all_fd(1,
+                   "usage: corral enforcement [--tier none|process|container] [--json]\n"
+                   "What enforces each limit and guarantee on this host, per tier, from live probes.\n");
+      return 0;
+    } else {
+      say("enforcement: unknown argument '%s'", argv[i]);
+      return 2;
+    }
+  }
+  if (tiers.empty()) tiers = {Tier::os_process};
+  HostFacts host = probe_host();
+  if (json) {
+    nlohmann::json j;
+    for (auto& [k, v] : host_fact_lines(host)) j["host"][k] = v;
+    for (Tier t : tiers)
+      for (auto& e : enforcement_map(host, t))
+        j["tiers"][std::string(to_string(t))][e.name] = {{"how", e.how}, {"note", e.note}};
+    write_all_fd(1, j.dump(2) + "\n");
+    return 0;
+  }
+  std::string out;
+  for (auto& [k, v] : host_fact_lines(host)) out += "host  " + k + std::string(k.size() < 22 ? 22 - k.size() : 1, ' ') + v + "\n";
+  for (Tier t : tiers) {
+    out += "\ntier " + std::string(to_string(t)) + "\n";
+    for (auto& e : enforcement_map(host, t)) {
+      char line[512];
+      std::snprintf(line, sizeof line, "  %-22s %-30s %s\n", e.name.c_str(), e.how.c_str(), e.note.c_str());
+      out += line;
+    }
+  }
+  write_all_fd(1, out);
+  return 0;
+}
+
+}  // namespace corral::cli

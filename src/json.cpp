@@ -1,0 +1,208 @@
+#include "corral/json.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "corral/capture.hpp"
+
+namespace corral {
+namespace {
+
+using nlohmann::json;
+
+Status want(const json& v, json::value_t type, const char* field, const char* what) {
+  bool ok = v.type() == type || (type == json::value_t::number_unsigned && v.is_number_integer() && v.get<long long>() >= 0);
+  if (!ok) return Error::invalid(std::string("field '") + field + "' must be " + what);
+  return {};
+}
+
+Expected<std::vector<std::string>> strings(const json& v, const char* field) {
+  if (!v.is_array()) return Error::invalid(std::string("field '") + field + "' must be an array of strings");
+  std::vector<std::string> out;
+  for (const auto& item : v) {
+    if (!item.is_string()) return Error::invalid(std::string("field '") + field + "' must be an array of strings");
+    out.push_back(item.get<std::string>());
+  }
+  return out;
+}
+
+Status parse_limits(const json& v, Limits& limits) {
+  if (!v.is_object()) return Error::invalid("field 'limits' must be an object of NAME: integer");
+  for (const auto& [name, value] : v.items()) {
+    std::string text;
+    if (value.is_number_unsigned()) text = std::to_string(value.get<std::uint64_t>());
+    else if (value.is_number_integer()) text = std::to_string(value.get<long long>());
+    else if (value.is_string()) text = value.get<std::string>();
+    else return Error::invalid("limit " + name + ": value must be an integer");
+    auto parsed = parse_limit_assignment(name + "=" + text);
+    if (!parsed) return std::move(parsed).error();
+    limits.set(parsed->first, parsed->second);
+  }
+  return {};
+}
+
+}  // namespace
+
+Expected<Request> request_from_json(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return Error::invalid("not valid JSON");
+  if (!j.is_object()) return Error::invalid("a job must be a JSON object");
+  Request r;
+  std::optional<std::string> source;
+  std::vector<std::string> interpreter;
+  for (const auto& [key, v] : j.items()) {
+    Status st;
+    if (key == "id") {
+      if (v.is_string()) r.id = v.get<std::string>();
+      else if (v.is_number_integer()) r.id = std::to_string(v.get<long long>());
+      else st = Error::invalid("field 'id' must be a string or an integer");
+    } else if (key == "argv") {
+      auto s = strings(v, "argv");
+      if (!s) return std::move(s).error();
+      r.argv = std::move(*s);
+    } else if (key == "env") {
+      if (!v.is_object()) return Error::invalid("field 'env' must be an object of strings");
+      for (const auto& [k, val] : v.items()) {
+        if (!val.is_string()) return Error::invalid("env " + k + ": value must be a string");
+        r.env[k] = val.get<std::string>();
+      }
+    } else if (key == "pass_env") {
+      auto s = strings(v, "pass_env");
+      if (!s) return std::move(s).error();
+      r.pass_env = std::move(*s);
+    } else if (key == "secret_env") {
+      auto s = strings(v, "secret_env");
+      if (!s) return std::move(s).error();
+      for (auto& name : *s) r.secrets.push_back(SecretRef{name, name, {}});
+    } else if (key == "limits") {
+      st = parse_limits(v, r.limits);
+    } else if (key == "tier") {
+      if (!v.is_string()) return Error::invalid("field 'tier' must be a string");
+      auto t = parse_tier(v.get<std::string>());
+      if (!t) return std::move(t).error();
+      r.tier = *t;
+    } else if (key == "inputs") {
+      if (!v.is_array()) return Error::invalid("field 'inputs' must be an array");
+      for (const auto& in : v) {
+        if (!in.is_object() || !in.contains("name") || !in["name"].is_string())
+          return Error::invalid("each input needs a string 'name'");
+        Input input;
+        input.name = in["name"].get<std::string>();
+        for (const auto& [ik, iv] : in.items()) {
+          if (ik == "name") continue;
+          if (ik == "bytes" && iv.is_string()) input.bytes = iv.get<std::string>();
+          else if (ik == "host_path" && iv.is_string()) input.host_path = iv.get<std::string>();
+          else return Error::invalid("input " + input.name + ": unknown or mistyped field '" + ik + "'");
+        }
+        if (input.bytes.has_value() == input.host_path.has_value())
+          return Error::invalid("input " + input.name + ": give exactly one of 'bytes' and 'host_path'");
+        r.inputs.push_back(std::move(input));
+      }
+    } else if (key == "outputs") {
+      auto s = strings(v, "outputs");
+      if (!s) return std::move(s).error();
+      r.outputs = std::move(*s);
+    } else if (key == "stdin") {
+      if (!v.is_string()) return Error::invalid("field 'stdin' must be a string");
+      r.stdin_text = v.get<std::string>();
+    } else if (key == "source") {
+      if (!v.is_string()) return Error::invalid("field 'source' must be a string");
+      source = v.get<std::string>();
+    } else if (key == "interpreter") {
+      auto s = strings(v, "interpreter");
+      if (!s) return std::move(s).error();
+      interpreter = std::move(*s);
+    } else if (key == "cwd") {
+      if (!v.is_string()) return Error::invalid("field 'cwd' must be a string");
+      r.cwd = v.get<std::string>();
+    } else if (key == "merge_output" || key == "confine_writes") {
+      if (!v.is_boolean()) return Error::invalid("field '" + key + "' must be true or false");
+      (key == "merge_output" ? r.merge_output : r.confine_writes) = v.get<bool>();
+    } else if (key == "write_paths") {
+      auto s = strings(v, "write_paths");
+      if (!s) return std::move(s).error();
+      r.write_paths = std::move(*s);
+    } else if (key == "net") {
+      if (v == "none") r.net = NetworkAccess::none;
+      else if (v == "host") r.net = NetworkAccess::host;
+      else return Error::invalid("field 'net' must be \"none\" or \"host\"");
+    } else if (key == "acknowledge") {
+      auto s = strings(v, "acknowledge");
+      if (!s) return std::move(s).error();
+      r.acknowledged.insert(s->begin(), s->end());
+    } else if (key == "grace_seconds") {
+      if (!v.is_number()) return Error::invalid("field 'grace_seconds' must be a number");
+      r.grace_seconds = v.get<double>();
+    } else if (key == "artifact_root") {
+      if (!v.is_string()) return Error::invalid("field 'artifact_root' must be a string");
+      r.artifact_root = v.get<std::string>();
+    } else {
+      return Error::invalid("unknown field '" + key + "'");
+    }
+    if (!st) return st.error();
+  }
+  if (source) {
+    if (interpreter.empty()) return Error::invalid("field 'source' needs 'interpreter'");
+    r.payload = ProgramPayload{*source, interpreter, "program"};
+  } else if (!interpreter.empty()) {
+    return Error::invalid("field 'interpreter' needs 'source'");
+  }
+  if (r.argv.empty() && !r.payload) return Error::invalid("field 'argv' is missing or empty");
+  return r;
+}
+
+std::string result_to_json(const Result& r) {
+  json j;
+  if (!r.id.empty()) j["id"] = r.id;
+  j["run_id"] = r.run_id;
+  j["outcome"] = std::string(to_string(r.outcome));
+  j["exit_code"] = r.outcome == Outcome::exited ? json(r.exit_code) : json(nullptr);
+  j["signal"] = r.signal > 0 ? json(r.signal) : json(nullptr);
+  if (r.outcome == Outcome::killed_resource) j["resource"] = r.resource;
+  if (r.outcome == Outcome::spawn_failed) {
+    j["spawn_stage"] = r.spawn_stage;
+    j["spawn_errno"] = r.spawn_errno;
+  }
+  auto stream = [&](const char* name, const CapturedStream& c) {
+    std::string n(name);
+    j[n] = to_utf8_lossy(c.text);
+    j[n + "_bytes"] = c.bytes;
+    j[n + "_truncated"] = c.truncated;
+    j[n + "_sha256"] = c.sha256;
+  };
+  stream("stdout", r.stdout_capture);
+  stream("stderr", r.stderr_capture);
+  j["wall_seconds"] = r.wall_seconds;
+  j["cpu_seconds"] = r.cpu_seconds;
+  j["max_rss_bytes"] = r.max_rss_bytes;
+  json arts = json::array();
+  for (const auto& a : r.artifacts) {
+    json o{{"name", a.name}, {"bytes", a.bytes}, {"sha256", a.sha256}};
+    if (!a.path.empty()) o["path"] = a.path;
+    arts.push_back(std::move(o));
+  }
+  j["artifacts"] = std::move(arts);
+  if (!r.artifact_notes.empty()) j["artifact_notes"] = r.artifact_notes;
+  json limits = json::object();
+  for (const auto& info : all_limits())
+    if (auto v = r.limits.get(info.limit)) limits[std::string(info.name)] = *v;
+  j["limits"] = std::move(limits);
+  j["enforcement"] = r.enforcement;
+  j["tier"] = r.tier;
+  j["detail"] = r.detail;
+  j["timings"] = {{"plan", r.timings.plan},
+                  {"clone", r.timings.clone},
+                  {"child_setup", r.timings.child_setup},
+                  {"exec", r.timings.exec}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string error_to_json(std::string_view id, long line, std::string_view message) {
+  json j;
+  if (!id.empty()) j["id"] = std::string(id);
+  j["line"] = line;
+  j["outcome"] = "error";
+  j["error"] = to_utf8_lossy(message);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace corral
