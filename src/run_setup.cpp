@@ -81,7 +81,7 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
   SeccompSpec seccomp;
   seccomp.profile("default");
   if (req.net == NetworkAccess::none) seccomp.profile("no-network");
-  auto program = prepare_seccomp(seccomp);
+  auto program = prepare(seccomp);
   if (!program) return std::move(program).error();
   plan.seccomp.emplace(std::move(*program));
 
@@ -97,7 +97,7 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
       for (const auto& p : req.write_paths) spec.allow_writes(p);
     }
     if (tcp) spec.restrict_tcp(true);
-    auto ruleset = prepare_landlock(spec);
+    auto ruleset = prepare(spec);
     if (!ruleset) return std::move(ruleset).error();
     plan.landlock.emplace(std::move(*ruleset));
   }

@@ -1,0 +1,159 @@
+/* hostile: the misbehaving programs corral's tests run, one mode per argv[1].
+ *
+ *   fork-sleep PIDFILE     fork a background child that writes its pid to PIDFILE, both sleep
+ *   secret-halves VAR      print $VAR in two halves with a pause, to stdout and stderr
+ *   plant-links HOSTFILE   out/ok.txt, out/passwd -> /etc/passwd, out/hard (hard link to HOSTFILE)
+ *   flood BYTES            write BYTES of 'x' to stdout
+ *   spin                   burn CPU forever
+ *   write-file NAME BYTES  write BYTES to NAME (for file_bytes)
+ *   open-many              open /dev/null until it fails; print how many
+ *   leave-000              leave d/e/f files with d at mode 000
+ *   ignore-term            ignore SIGTERM and sleep
+ *   close-stdout           close stdout early and keep running a little
+ *   self-stop              stop itself with SIGSTOP
+ *   setsid-escape          double fork + setsid; the escapee sleeps holding stdout
+ *   exit CODE              exit with CODE
+ *   fork-bomb MAX          fork up to MAX children, print how many succeeded, all exit
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void nap_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+static _Noreturn void fork_sleep(const char *pidfile) {
+  pid_t p = fork();
+  if (p == 0) {
+    FILE *f = fopen(pidfile, "w");
+    if (f) { fprintf(f, "%d\n", getpid()); fclose(f); }
+    for (;;) pause();
+  }
+  for (;;) pause();
+}
+
+static int secret_halves(const char *var) {
+  const char *v = getenv(var);
+  if (!v) return 3;
+  size_t n = strlen(v), half = n / 2;
+  printf("before:%.*s", (int)half, v);
+  fflush(stdout);
+  fprintf(stderr, "err:%.*s", (int)half, v);
+  nap_ms(150);
+  printf("%s:after\n", v + half);
+  fprintf(stderr, "%s:end\n", v + half);
+  return 0;
+}
+
+static int plant_links(const char *hostfile) {
+  if (mkdir("out", 0755) != 0 && errno != EEXIST) return 3;
+  FILE *f = fopen("out/ok.txt", "w");
+  if (!f) return 4;
+  fputs("fine\n", f);
+  fclose(f);
+  if (symlink("/etc/passwd", "out/passwd") != 0) return 5;
+  if (link(hostfile, "out/hard") != 0) printf("link failed: %s\n", strerror(errno));
+  return 0;
+}
+
+static int flood(long long bytes) {
+  static char buf[65536];
+  memset(buf, 'x', sizeof buf);
+  while (bytes > 0) {
+    size_t n = bytes < (long long)sizeof buf ? (size_t)bytes : sizeof buf;
+    ssize_t w = write(1, buf, n);
+    if (w <= 0) return 1;
+    bytes -= w;
+  }
+  return 0;
+}
+
+static int write_file(const char *name, long long bytes) {
+  int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return 3;
+  static char buf[4096];
+  while (bytes > 0) {
+    size_t n = bytes < (long long)sizeof buf ? (size_t)bytes : sizeof buf;
+    ssize_t w = write(fd, buf, n);
+    if (w <= 0) { printf("write failed: %s\n", strerror(errno)); return 4; }
+    bytes -= w;
+  }
+  return 0;
+}
+
+static int open_many(void) {
+  int n = 0;
+  while (open("/dev/null", O_RDONLY) >= 0) n++;
+  printf("opened %d (%s)\n", n, strerror(errno));
+  return 0;
+}
+
+static int leave_000(void) {
+  if (mkdir("d", 0755) || mkdir("d/e", 0755)) return 3;
+  FILE *f = fopen("d/e/f", "w");
+  if (f) { fputs("x", f); fclose(f); }
+  f = fopen("d/g", "w");
+  if (f) { fputs("y", f); fclose(f); }
+  chmod("d/e", 0);
+  chmod("d", 0);
+  return 0;
+}
+
+static int setsid_escape(void) {
+  pid_t p = fork();
+  if (p == 0) {
+    setsid();
+    if (fork() == 0) {
+      printf("escapee %d\n", getpid());
+      fflush(stdout);
+      for (;;) pause();
+    }
+    _exit(0);
+  }
+  waitpid(p, NULL, 0);
+  nap_ms(100);
+  return 0;
+}
+
+static int fork_bomb(int max) {
+  int ok = 0;
+  for (int i = 0; i < max; i++) {
+    pid_t p = fork();
+    if (p == 0) { nap_ms(500); _exit(0); }
+    if (p < 0) break;
+    ok++;
+  }
+  printf("forked %d\n", ok);
+  fflush(stdout);
+  while (wait(NULL) > 0) {}
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return 2;
+  const char *m = argv[1];
+  if (!strcmp(m, "fork-sleep") && argc > 2) fork_sleep(argv[2]);
+  if (!strcmp(m, "secret-halves") && argc > 2) return secret_halves(argv[2]);
+  if (!strcmp(m, "plant-links") && argc > 2) return plant_links(argv[2]);
+  if (!strcmp(m, "flood") && argc > 2) return flood(atoll(argv[2]));
+  if (!strcmp(m, "spin")) for (volatile unsigned long i = 0;; i++) {}
+  if (!strcmp(m, "write-file") && argc > 3) return write_file(argv[2], atoll(argv[3]));
+  if (!strcmp(m, "open-many")) return open_many();
+  if (!strcmp(m, "leave-000")) return leave_000();
+  if (!strcmp(m, "ignore-term")) { signal(SIGTERM, SIG_IGN); for (;;) pause(); }
+  if (!strcmp(m, "close-stdout")) { close(1); nap_ms(300); return 0; }
+  if (!strcmp(m, "self-stop")) { raise(SIGSTOP); return 0; }
+  if (!strcmp(m, "setsid-escape")) return setsid_escape();
+  if (!strcmp(m, "exit") && argc > 2) return atoi(argv[2]);
+  if (!strcmp(m, "fork-bomb") && argc > 2) return fork_bomb(atoi(argv[2]));
+  return 2;
+}

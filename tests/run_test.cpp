@@ -1,0 +1,431 @@
+// Integration tests of a run: real children through the supervisor, with
+// hostile helpers from tests/helpers/hostile.c.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <set>
+
+#include "corral/capture.hpp"
+#include "corral/supervisor.hpp"
+#include "support.hpp"
+
+using namespace corral;
+using corral_test::helper;
+using corral_test::TempDir;
+
+namespace {
+
+// One supervisor per test with its workspaces under a private base, so a
+// test can check that nothing is left behind.
+struct Harness {
+  TempDir base;
+  std::unique_ptr<Supervisor> sup;
+  Harness() {
+    chmod(base.path().c_str(), 0755);  // dropped uids must reach their workspace
+    SupervisorOptions o;
+    o.workspace_base = base.path();
+    auto s = Supervisor::create(o);
+    cr_assert(s.ok(), "supervisor: %s", s.ok() ? "" : s.error().message().c_str());
+    sup = std::move(*s);
+  }
+  Result run(Request r) {
+    auto res = sup->run(std::move(r));
+    cr_assert(res.ok(), "run refused: %s", res.ok() ? "" : res.error().message().c_str());
+    return std::move(*res);
+  }
+  std::size_t leftovers() {
+    std::size_t n = 0;
+    DIR* d = opendir(base.path().c_str());
+    while (dirent* e = d ? readdir(d) : nullptr)
+      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) ++n;
+    if (d) closedir(d);
+    return n;
+  }
+};
+
+Request req(Tier tier, std::vector<std::string> argv) {
+  Request r;
+  r.tier = tier;
+  r.argv = std::move(argv);
+  return r;
+}
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+std::size_t open_fd_count() {
+  std::size_t n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+std::size_t zombie_children() {
+  std::string kids = corral_test::read_file("/proc/self/task/" + std::to_string(getpid()) + "/children");
+  return kids.empty() ? 0 : 1;
+}
+
+bool pid_gone(pid_t pid) {
+  for (int i = 0; i < 100; ++i) {
+    std::string stat = corral_test::read_file("/proc/" + std::to_string(pid) + "/stat");
+    auto close = stat.rfind(')');
+    if (stat.empty() || (close != std::string::npos && stat[close + 2] == 'Z')) return true;
+    usleep(20000);
+  }
+  return false;
+}
+
+}  // namespace
+
+Test(run, environment_is_only_what_was_named) {
+  setenv("CORRAL_TEST_LEAK", "leaked", 1);
+  Harness h;
+  Request r = req(Tier::none, {"env"});
+  r.env["GREETING"] = "hello";
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::exited);
+  const std::string& out = res.stdout_capture.text;
+  cr_assert(contains(out, "GREETING=hello\n"), "%s", out.c_str());
+  cr_assert(contains(out, "PATH="), "%s", out.c_str());
+  cr_assert(contains(out, "HOME=" + h.base.path()), "%s", out.c_str());
+  cr_assert(contains(out, "TMPDIR=" + h.base.path()), "%s", out.c_str());
+  cr_assert(!contains(out, "CORRAL_TEST_LEAK"), "corral's environment leaked: %s", out.c_str());
+}
+
+Test(run, secret_split_across_chunks_is_masked_everywhere) {
+  const std::string secret = "hunter2-very-secret-token";
+  setenv("CORRAL_TEST_TOKEN", secret.c_str(), 1);
+  Harness h;
+  Request r = req(Tier::none, {helper("hostile"), "secret-halves", "CORRAL_TEST_TOKEN"});
+  r.secrets.push_back(SecretRef{"CORRAL_TEST_TOKEN", "", {}});
+  auto st = h.sup->stream(std::move(r));
+  cr_assert(st.ok());
+  std::string streamed;
+  std::shared_ptr<Result> res;
+  int chunks = 0;
+  while (true) {
+    auto ev = st->next();
+    cr_assert(ev.ok());
+    if (!ev->has_value()) break;
+    if ((*ev)->kind == RunEvent::output) {
+      streamed += (*ev)->data;
+      ++chunks;
+    } else {
+      res = (*ev)->final;
+    }
+  }
+  cr_assert(res);
+  cr_assert_geq(chunks, 2, "the helper writes in two pieces; got %d chunk(s)", chunks);
+  cr_assert(!contains(streamed, secret.substr(0, 6)) || !contains(streamed, secret), "streamed: %s", streamed.c_str());
+  cr_assert(!contains(streamed, secret), "secret streamed: %s", streamed.c_str());
+  cr_assert_str_eq(res->stdout_capture.text.c_str(), "before:***:after\n");
+  cr_assert_str_eq(res->stderr_capture.text.c_str(), "err:***:end\n");
+  cr_assert_str_eq(res->stdout_capture.sha256.c_str(), Sha256::hex_of("before:***:after\n").c_str());
+}
+
+Test(run, deadline_kills_the_whole_group) {
+  Harness h;
+  TempDir scratch;
+  std::string pidfile = scratch / "bg.pid";
+  Request r = req(Tier::none, {helper("hostile"), "fork-sleep", pidfile});
+  r.limits.set(Limit::wall_seconds, 1);
+  r.grace_seconds = 0.2;
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::killed_timeout, "outcome %s", std::string(to_string(res.outcome)).c_str());
+  cr_assert_eq(cli_exit_code(res), 124);
+  pid_t bg = std::atoi(corral_test::read_file(pidfile).c_str());
+  cr_assert_gt(bg, 0);
+  cr_assert(pid_gone(bg), "background child %d survived the deadline", bg);
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
+Test(run, ignoring_sigterm_gets_sigkill_after_grace) {
+  Harness h;
+  Request r = req(Tier::none, {helper("hostile"), "ignore-term"});
+  r.limits.set(Limit::wall_seconds, 1);
+  r.grace_seconds = 0.3;
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::killed_timeout);
+  cr_assert_eq(res.signal, SIGKILL);
+  cr_assert_lt(res.wall_seconds, 3.0);
+}
+
+Test(run, collection_skips_symlinks_and_hard_links) {
+  Harness h;
+  TempDir host;
+  corral_test::write_file(host / "host-file", "host secret contents\n");
+  Request r = req(Tier::none, {helper("hostile"), "plant-links", host / "host-file"});
+  r.outputs = {"out/*"};
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  cr_assert_eq(res.artifacts.size(), 1u, "artifacts: %zu", res.artifacts.size());
+  cr_assert_str_eq(res.artifacts[0].name.c_str(), "out/ok.txt");
+  std::string notes;
+  for (auto& n : res.artifact_notes) notes += n + "\n";
+  cr_assert(contains(notes, "out/passwd"), "%s", notes.c_str());
+  cr_assert(contains(notes, "out/hard"), "%s", notes.c_str());
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
+Test(run, output_flood_is_capped_counted_and_hashed) {
+  Harness h;
+  Request r = req(Tier::none, {helper("hostile"), "flood", "1000000"});
+  r.limits.set(Limit::stdout_bytes, 1000);
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::exited);
+  cr_assert_eq(res.stdout_capture.text.size(), 1000u);
+  cr_assert(res.stdout_capture.truncated);
+  cr_assert_eq(res.stdout_capture.bytes, 1000000u);
+  cr_assert_str_eq(res.stdout_capture.sha256.c_str(), Sha256::hex_of(std::string(1000000, 'x')).c_str());
+}
+
+Test(run, cpu_limit_is_a_resource_kill) {
+  Harness h;
+  Request r = req(Tier::none, {helper("hostile"), "spin"});
+  r.limits.set(Limit::cpu_seconds, 1);
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::killed_resource, "%s", res.detail.c_str());
+  cr_assert_str_eq(res.resource.c_str(), "cpu_seconds");
+  cr_assert_eq(cli_exit_code(res), 152);
+  cr_assert(contains(res.detail, "cpu_seconds=1"), "detail must name the limits: %s", res.detail.c_str());
+}
+
+Test(run, file_size_limit_is_a_resource_kill) {
+  Harness h;
+  Request r = req(Tier::none, {helper("hostile"), "write-file", "big", "50000"});
+  r.limits.set(Limit::file_bytes, 1000);
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::killed_resource, "%s", res.detail.c_str());
+  cr_assert_str_eq(res.resource.c_str(), "file_bytes");
+  cr_assert_eq(cli_exit_code(res), 153);
+}
+
+Test(run, open_files_limit_binds) {
+  Harness h;
+  Request r = req(Tier::none, {helper("hostile"), "open-many"});
+  r.limits.set(Limit::open_files, 20);
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::exited);
+  cr_assert(contains(res.stdout_capture.text, "opened 17 "), "%s", res.stdout_capture.text.c_str());
+}
+
+Test(run, workspace_removed_even_with_000_dirs) {
+  Harness h;
+  Result res = h.run(req(Tier::os_process, {helper("hostile"), "leave-000"}));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  cr_assert_eq(h.leftovers(), 0u, "workspace left behind");
+}
+
+Test(run, spawn_failure_names_the_stage) {
+  Harness h;
+  Result res = h.run(req(Tier::none, {"/nonexistent/program"}));
+  cr_assert_eq(res.outcome, Outcome::spawn_failed);
+  cr_assert_str_eq(res.spawn_stage.c_str(), "execve");
+  cr_assert_eq(res.spawn_errno, ENOENT);
+  cr_assert_eq(cli_exit_code(res), 125);
+  cr_assert(contains(res.detail, "execve: ENOENT"), "%s", res.detail.c_str());
+  Result missing = h.run(req(Tier::none, {"corral-no-such-program"}));
+  cr_assert_eq(missing.outcome, Outcome::spawn_failed);
+  Request bad_cwd = req(Tier::none, {"true"});
+  bad_cwd.cwd = "/nonexistent-dir";
+  Result chdir_failed = h.run(std::move(bad_cwd));
+  cr_assert_str_eq(chdir_failed.spawn_stage.c_str(), "chdir");
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
+Test(run, a_program_exiting_127_is_not_a_spawn_failure) {
+  Harness h;
+  Result res = h.run(req(Tier::none, {helper("hostile"), "exit", "127"}));
+  cr_assert_eq(res.outcome, Outcome::exited);
+  cr_assert_eq(res.exit_code, 127);
+}
+
+Test(run, stdin_is_dev_null_or_the_given_text) {
+  Harness h;
+  Result empty = h.run(req(Tier::none, {"cat"}));
+  cr_assert_eq(empty.stdout_capture.bytes, 0u);
+  Request r = req(Tier::none, {"cat"});
+  r.stdin_text = "hello stdin\n";
+  Result res = h.run(std::move(r));
+  cr_assert_str_eq(res.stdout_capture.text.c_str(), "hello stdin\n");
+}
+
+Test(run, merge_output_folds_stderr_at_the_fd_level) {
+  Harness h;
+  Request r = req(Tier::none, {"sh", "-c", "echo out; echo err >&2"});
+  r.merge_output = true;
+  Result res = h.run(std::move(r));
+  cr_assert_str_eq(res.stdout_capture.text.c_str(), "out\nerr\n");
+  cr_assert_eq(res.stderr_capture.bytes, 0u);
+}
+
+Test(run, payload_source_runs_under_its_interpreter) {
+  Harness h;
+  Request r;
+  r.tier = Tier::none;
+  r.payload = ProgramPayload{"import sys\nprint(6 * 7, sys.argv[1:])\n", {"python3"}, "main.py"};
+  r.argv = {"arg"};
+  Result res = h.run(std::move(r));
+  cr_assert_str_eq(res.stdout_capture.text.c_str(), "42 ['arg']\n", "%s", res.stderr_capture.text.c_str());
+}
+
+Test(run, process_tier_drops_uid_capabilities_and_installs_seccomp) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  Harness h;
+  Result res = h.run(req(Tier::os_process, {"cat", "/proc/self/status"}));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  const std::string& s = res.stdout_capture.text;
+  auto field = [&](const std::string& key) {
+    auto pos = s.find("\n" + key + ":");
+    cr_assert(pos != std::string::npos, "no %s", key.c_str());
+    auto start = s.find_first_not_of(" \t", pos + key.size() + 2);
+    return s.substr(start, s.find('\n', start) - start);
+  };
+  unsigned uid = std::stoul(field("Uid"));
+  cr_assert_geq(uid, 200000u, "uid %u", uid);
+  cr_assert_str_eq(field("CapEff").c_str(), "0000000000000000");
+  cr_assert_str_eq(field("CapBnd").c_str(), "0000000000000000");
+  cr_assert_str_eq(field("NoNewPrivs").c_str(), "1");
+  cr_assert_str_eq(field("Seccomp").c_str(), "2");
+}
+
+Test(run, confine_writes_allows_only_the_workspace) {
+  Harness h;
+  TempDir outside;
+  chmod(outside.path().c_str(), 0777);
+  std::string target = outside / "escaped";
+  Request r = req(Tier::os_process, {"sh", "-c", "echo in > inside && echo ok; echo out > " + target});
+  r.confine_writes = true;
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  cr_assert(contains(res.stdout_capture.text, "ok"), "write inside failed: %s", res.stderr_capture.text.c_str());
+  cr_assert_neq(res.exit_code, 0);
+  cr_assert(access(target.c_str(), F_OK) != 0, "a confined run wrote outside its workspace");
+}
+
+Test(run, net_none_refuses_tcp_to_a_loopback_listener) {
+  Harness h;
+  int srv = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  cr_assert_eq(bind(srv, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  getsockname(srv, reinterpret_cast<sockaddr*>(&a), &len);
+  listen(srv, 4);
+  std::string script = "import socket; socket.create_connection(('127.0.0.1', " + std::to_string(ntohs(a.sin_port)) +
+                       ")); print('connected')";
+  Request open_net = req(Tier::os_process, {"python3", "-c", script});
+  Result ok = h.run(std::move(open_net));
+  cr_assert(contains(ok.stdout_capture.text, "connected"), "control run could not connect: %s",
+            ok.stderr_capture.text.c_str());
+  Request closed = req(Tier::os_process, {"python3", "-c", script});
+  closed.net = NetworkAccess::none;
+  Result res = h.run(std::move(closed));
+  close(srv);
+  cr_assert_neq(res.exit_code, 0);
+  cr_assert(!contains(res.stdout_capture.text, "connected"));
+  cr_assert(contains(res.stderr_capture.text, "PermissionError") || contains(res.stderr_capture.text, "Errno 13"),
+            "%s", res.stderr_capture.text.c_str());
+}
+
+Test(run, unenforceable_asks_are_refused_unless_acknowledged) {
+  Harness h;
+  Request r = req(Tier::none, {"true"});
+  r.confine_writes = true;
+  auto refused = h.sup->run(r);
+  cr_assert(!refused.ok());
+  cr_assert(contains(refused.error().message(), "write_confinement"), "%s", refused.error().message().c_str());
+  r.acknowledged.insert("write_confinement");
+  auto ran = h.sup->run(std::move(r));
+  cr_assert(ran.ok());
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
+Test(run, bad_requests_are_errors_that_name_the_problem) {
+  Harness h;
+  auto empty = h.sup->run(Request{});
+  cr_assert(!empty.ok());
+  cr_assert(contains(empty.error().message(), "argv"));
+  Request secret = req(Tier::none, {"true"});
+  secret.secrets.push_back(SecretRef{"CORRAL_TEST_UNSET_SECRET", "", {}});
+  unsetenv("CORRAL_TEST_UNSET_SECRET");
+  auto st = h.sup->run(std::move(secret));
+  cr_assert(!st.ok());
+  cr_assert(contains(st.error().message(), "CORRAL_TEST_UNSET_SECRET"), "%s", st.error().message().c_str());
+  Request input = req(Tier::none, {"true"});
+  input.inputs.push_back(Input{"../escape", std::string("x"), std::nullopt, 0644});
+  auto in = h.sup->run(std::move(input));
+  cr_assert(!in.ok());
+  cr_assert(contains(in.error().message(), "../escape"), "%s", in.error().message().c_str());
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
+Test(run, inputs_are_staged_and_outputs_copied_to_the_artifact_root) {
+  Harness h;
+  TempDir host, root;
+  corral_test::write_file(host / "data.txt", "3 4\n");
+  Request r = req(Tier::none, {"sh", "-c", "read a b < data.txt; echo $((a*b)) > answer.txt; cat note"});
+  r.inputs.push_back(Input{"data.txt", std::nullopt, host / "data.txt", 0644});
+  r.inputs.push_back(Input{"note", std::string("from bytes\n"), std::nullopt, 0644});
+  r.outputs = {"answer.txt"};
+  r.artifact_root = root.path();
+  Result res = h.run(std::move(r));
+  cr_assert_str_eq(res.stdout_capture.text.c_str(), "from bytes\n");
+  cr_assert_eq(res.artifacts.size(), 1u);
+  cr_assert_str_eq(corral_test::read_file(res.artifacts[0].path).c_str(), "12\n");
+}
+
+Test(run, cancel_takes_effect_within_a_loop_turn) {
+  Harness h;
+  Result got;
+  bool done = false;
+  RunCallbacks cb;
+  cb.on_result = [&](const Result& r) { got = r; done = true; };
+  auto handle = h.sup->submit(req(Tier::none, {"sleep", "30"}), cb);
+  cr_assert(handle.ok());
+  auto more = h.sup->run_once(0.05);
+  cr_assert(more.ok());
+  handle->cancel();
+  auto t0 = std::chrono::steady_clock::now();
+  cr_assert(h.sup->run_until_idle().ok());
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cr_assert(done);
+  cr_assert_eq(got.outcome, Outcome::cancelled);
+  cr_assert_lt(took, 1.0, "cancel took %.2fs", took);
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
+Test(run, a_thousand_runs_leak_nothing) {
+  Harness h;
+  std::size_t fds_before = open_fd_count();
+  for (int i = 0; i < 1000; ++i) {
+    Result res = h.run(req(Tier::none, {"/bin/true"}));
+    if (res.outcome != Outcome::exited) cr_fatal("run %d: %s", i, res.detail.c_str());
+  }
+  cr_assert_eq(open_fd_count(), fds_before, "fds leaked: %zu -> %zu", fds_before, open_fd_count());
+  cr_assert_eq(h.leftovers(), 0u);
+  cr_assert_eq(zombie_children(), 0u, "children left: %s",
+               corral_test::read_file("/proc/self/task/" + std::to_string(getpid()) + "/children").c_str());
+}
+
+Test(run, many_runs_in_flight_at_once) {
+  Harness h;
+  int done = 0;
+  std::vector<RunHandle> handles;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 50; ++i) {
+    RunCallbacks cb;
+    cb.on_result = [&](const Result& r) { done += r.outcome == Outcome::exited; };
+    auto hnd = h.sup->submit(req(Tier::none, {"sleep", "0.5"}), cb);
+    cr_assert(hnd.ok());
+    handles.push_back(std::move(*hnd));
+  }
+  cr_assert(h.sup->run_until_idle().ok());
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cr_assert_eq(done, 50);
+  cr_assert_lt(took, 5.0, "50 half-second sleeps took %.2fs: not concurrent", took);
+}
