@@ -1,0 +1,107 @@
+// seccomp: named syscall-filter profiles, compiled to BPF in the parent by
+// libseccomp and installed in the child by one seccomp(2) call.
+//
+// Describe (SeccompSpec: profile names) -> prepare in the parent
+// (SeccompProgram: the BPF in owned memory) -> apply in the child
+// (apply_seccomp_in_child). Profiles are deny-lists on top of "allow":
+// a denied call fails with an errno the program can handle (EPERM, EACCES,
+// or ENOSYS for clone3 so that libc falls back to clone(2), whose flags the
+// filter can inspect). The filter is for the native architecture only; a
+// syscall made through another ABI (i386 int 0x80, x32 on x86_64) kills
+// the process.
+#pragma once
+
+#include <linux/filter.h>
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "corral/status.hpp"
+
+namespace corral {
+
+// Known profiles:
+//   default     the deny-list: kernel modules, kexec, bpf, perf, userfaultfd,
+//               keyrings, ptrace and process_vm_*, the mount family,
+//               namespace creation (unshare, setns, clone with CLONE_NEW*),
+//               io_uring, personality changes, clock setting, swap, reboot,
+//               TIOCSTI/TIOCLINUX ioctls, and similar host-wide calls.
+//   no-network  socket(2) for any family but AF_UNIX fails with EACCES;
+//               io_uring is denied too (its IORING_OP_SOCKET makes sockets
+//               without the socket syscall).
+std::vector<std::string> seccomp_profiles();
+
+// One row of a profile, for reports: "ptrace" denied with EPERM, or
+// "clone" denied with EPERM when "flags include CLONE_NEW*".
+struct SeccompDenial {
+  std::string syscall;
+  int errno_value = 0;
+  std::string condition;  // empty: always
+};
+
+// What `profile` denies, in table order; unknown names are an Error that
+// lists the known ones.
+Expected<std::vector<SeccompDenial>> seccomp_profile_denials(std::string_view profile);
+// The same as one line per errno: "default denies with EPERM: kexec_load, ...,
+// clone (flags include CLONE_NEW*); with ENOSYS: clone3".
+Expected<std::string> describe_seccomp_profile(std::string_view profile);
+
+// The profiles to merge into one filter, in order; a repeated name counts
+// once. No profile at all is refused by prepare().
+class SeccompSpec {
+ public:
+  SeccompSpec& profile(std::string name);
+  const std::vector<std::string>& profiles() const { return profiles_; }
+
+ private:
+  std::vector<std::string> profiles_;
+};
+
+// A compiled filter. Owns its BPF; fprog() points into that storage and
+// stays valid across moves. Move-only.
+class SeccompProgram {
+ public:
+  SeccompProgram() = default;
+  SeccompProgram(SeccompProgram&& other) noexcept;
+  SeccompProgram& operator=(SeccompProgram&& other) noexcept;
+  SeccompProgram(const SeccompProgram&) = delete;
+  SeccompProgram& operator=(const SeccompProgram&) = delete;
+
+  const sock_fprog* fprog() const noexcept { return &fprog_; }
+  std::size_t instruction_count() const noexcept { return filter_.size(); }
+  const std::vector<std::string>& profiles() const { return profiles_; }
+  // Syscalls the profiles name that this architecture does not have (so
+  // there is nothing to deny): recorded, not silently dropped.
+  const std::vector<std::string>& skipped_syscalls() const { return skipped_; }
+  std::size_t denied_syscall_count() const { return denied_; }
+  // "seccomp: default, no-network (68 syscalls denied, 2 absent on x86_64: ...; 190 BPF instructions)"
+  std::string describe() const;
+
+ private:
+  friend Expected<SeccompProgram> prepare(const SeccompSpec&);
+  void repoint() noexcept;
+
+  std::vector<sock_filter> filter_;
+  sock_fprog fprog_{0, nullptr};
+  std::vector<std::string> profiles_;
+  std::vector<std::string> skipped_;
+  std::size_t denied_ = 0;
+};
+
+// Parent side: merge the profiles into one libseccomp filter for the native
+// architecture (other architectures: kill the process) and export its BPF
+// into memory. Errors name the profile or the libseccomp step:
+// "seccomp: unknown profile 'nonet' (known: default, no-network)".
+Expected<SeccompProgram> prepare(const SeccompSpec& spec);
+
+// Child side, between clone and exec (a CLONE_VM child too): raw
+// prctl(PR_SET_NO_NEW_PRIVS, 1) — seccomp(2) requires it without
+// CAP_SYS_ADMIN, and it keeps setuid binaries from shedding the filter —
+// then seccomp(SECCOMP_SET_MODE_FILTER, 0, prog). Async-signal-safe: raw
+// syscalls only, no allocation. Returns 0 or a positive errno. The filter
+// is inherited across fork and exec and cannot be removed.
+int apply_seccomp_in_child(const SeccompProgram& program) noexcept;
+
+}  // namespace corral

@@ -1,0 +1,369 @@
+#include "corral/seccomp.hpp"
+
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "corral/fd.hpp"
+#include "corral/syscalls.hpp"
+
+namespace corral {
+namespace {
+
+#if defined(__x86_64__)
+constexpr std::string_view kArchName = "x86_64";
+#elif defined(__aarch64__)
+constexpr std::string_view kArchName = "aarch64";
+#endif
+
+// When a row denies its syscall.
+enum class When {
+  always,
+  clone_new_namespace,  // clone(2) flags (arg 0 on x86_64 and aarch64) with a CLONE_NEW* bit
+  personality_change,   // persona other than the harmless ones below
+  socket_not_unix,      // socket(2) domain other than AF_UNIX
+  tty_injection,        // ioctl(2) TIOCSTI / TIOCLINUX: typing into the controlling terminal
+};
+
+struct Row {
+  const char* syscall;
+  int err;
+  When when;
+};
+
+struct Profile {
+  std::string_view name;
+  std::vector<Row> rows;
+};
+
+// Values personality(2) may still take: PER_LINUX (0), PER_LINUX32 (8,
+// which only changes what uname reports) and 0xffffffff, the query.
+constexpr std::uint32_t kSafePersonas[] = {0x0, 0x8, 0xffffffff};
+
+// CLONE_NEWTIME (0x80) is left out: in clone(2)'s flags that bit belongs to
+// the exit signal (CSIGNAL), and a time namespace comes only from unshare
+// or clone3, both denied whole.
+constexpr std::uint64_t kCloneNewFlags[] = {CLONE_NEWNS,  CLONE_NEWCGROUP, CLONE_NEWUTS,
+                                            CLONE_NEWIPC, CLONE_NEWUSER,   CLONE_NEWPID,
+                                            CLONE_NEWNET};
+
+std::vector<Row> rows_always(int err, std::initializer_list<const char*> names) {
+  std::vector<Row> rows;
+  for (const char* n : names) rows.push_back({n, err, When::always});
+  return rows;
+}
+
+void append(std::vector<Row>& to, const std::vector<Row>& rows) {
+  to.insert(to.end(), rows.begin(), rows.end());
+}
+
+const std::vector<Profile>& profiles_table() {
+  static const std::vector<Profile> table = [] {
+    std::vector<Row> def = rows_always(
+        EPERM,
+        {// kernel code and kernel-wide state
+         "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+         "create_module", "get_kernel_syms", "query_module", "bpf", "perf_event_open",
+         "userfaultfd", "lookup_dcookie", "fanotify_init",
+         // keyrings (not namespaced)
+         "keyctl", "add_key", "request_key",
+         // reaching into other processes
+         "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd",
+         "kcmp",
+         // the mount family
+         "mount", "umount2", "move_mount", "open_tree", "fsopen", "fsmount", "fsconfig",
+         "fspick", "mount_setattr", "pivot_root", "chroot",
+         // namespaces
+         "unshare", "setns",
+         // io_uring: its own syscall surface, unseen by this filter
+         "io_uring_setup", "io_uring_enter", "io_uring_register",
+         // host-wide administration
+         "reboot", "swapon", "swapoff", "acct", "quotactl", "quotactl_fd", "iopl", "ioperm",
+         "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "syslog", "vhangup",
+         "sethostname", "setdomainname", "nfsservctl", "uselib", "ustat", "sysfs", "_sysctl",
+         // file handles bypass path-based checks (the "shocker" escape)
+         "open_by_handle_at", "name_to_handle_at"});
+    def.push_back({"clone", EPERM, When::clone_new_namespace});
+    // ENOSYS, not EPERM: libc (glibc >= 2.34 for threads and posix_spawn)
+    // falls back to clone(2) on ENOSYS, where the flag check above applies.
+    // clone3 passes its flags in memory, which seccomp cannot read.
+    def.push_back({"clone3", ENOSYS, When::always});
+    def.push_back({"personality", EPERM, When::personality_change});
+    def.push_back({"ioctl", EPERM, When::tty_injection});
+
+    std::vector<Row> nonet{{"socket", EACCES, When::socket_not_unix}};
+    append(nonet, rows_always(EPERM, {"io_uring_setup", "io_uring_enter", "io_uring_register"}));
+    return std::vector<Profile>{{"default", std::move(def)}, {"no-network", std::move(nonet)}};
+  }();
+  return table;
+}
+
+std::string known_profiles() {
+  std::string out;
+  for (const auto& p : profiles_table()) out += (out.empty() ? "" : ", ") + std::string(p.name);
+  return out;
+}
+
+Expected<const Profile*> find_profile(std::string_view name) {
+  for (const auto& p : profiles_table())
+    if (p.name == name) return &p;
+  return Error::invalid("seccomp: unknown profile '" + std::string(name) +
+                        "' (known: " + known_profiles() + ")");
+}
+
+std::string_view condition_text(When when) {
+  switch (when) {
+    case When::always: return "";
+    case When::clone_new_namespace: return "flags include CLONE_NEW*";
+    case When::personality_change: return "persona other than 0, 0x8 (PER_LINUX32), 0xffffffff (query)";
+    case When::socket_not_unix: return "domain other than AF_UNIX";
+    case When::tty_injection: return "request TIOCSTI or TIOCLINUX";
+  }
+  return "";
+}
+
+scmp_arg_cmp cmp(unsigned arg, scmp_compare op, std::uint64_t a, std::uint64_t b = 0) {
+  return scmp_arg_cmp{arg, op, a, b};
+}
+
+// A 32-bit argument (the kernel reads only the low half) equal to `value`.
+// MASKED_EQ with a low-half mask: libseccomp's plain EQ would also require
+// the high half to be zero, which a caller can set to slip past.
+scmp_arg_cmp low32_eq(unsigned arg, std::uint32_t value, std::uint32_t mask = 0xffffffff) {
+  return cmp(arg, SCMP_CMP_MASKED_EQ, mask, value);
+}
+
+// Rules whose union is "arg's low 32 bits are none of `allowed`" (sorted).
+// libseccomp 2.5 allows one comparison per argument in a rule, so the
+// complement is cut into aligned power-of-two blocks, each one masked
+// comparison (the way a CIDR list covers an address range).
+std::vector<std::vector<scmp_arg_cmp>> low32_not_in(unsigned arg,
+                                                    std::initializer_list<std::uint32_t> allowed) {
+  std::vector<std::vector<scmp_arg_cmp>> rules;
+  auto cover = [&](std::uint64_t lo, std::uint64_t hi) {  // inclusive, within 32 bits
+    while (lo <= hi) {
+      std::uint64_t size = lo == 0 ? (std::uint64_t{1} << 32) : (lo & (~lo + 1));
+      while (lo + size - 1 > hi) size >>= 1;
+      rules.push_back({low32_eq(arg, static_cast<std::uint32_t>(lo),
+                                static_cast<std::uint32_t>(~(size - 1)))});
+      lo += size;
+    }
+  };
+  std::uint64_t next = 0;
+  for (std::uint32_t a : allowed) {
+    if (a > next) cover(next, std::uint64_t{a} - 1);
+    next = std::uint64_t{a} + 1;
+  }
+  if (next <= 0xffffffff) cover(next, 0xffffffff);
+  return rules;
+}
+
+// The rules of one row; the filter denies when any rule matches, and a
+// rule matches when all its comparisons do.
+std::vector<std::vector<scmp_arg_cmp>> rules_for(When when) {
+  switch (when) {
+    case When::always: return {{}};
+    case When::clone_new_namespace: {
+      std::vector<std::vector<scmp_arg_cmp>> rules;
+      for (auto flag : kCloneNewFlags) rules.push_back({cmp(0, SCMP_CMP_MASKED_EQ, flag, flag)});
+      return rules;
+    }
+    case When::personality_change:
+      return low32_not_in(0, {kSafePersonas[0], kSafePersonas[1], kSafePersonas[2]});
+    case When::socket_not_unix:
+      // All 64 bits compared: a domain with high bits set is denied too.
+      return {{cmp(0, SCMP_CMP_NE, AF_UNIX)}};
+    case When::tty_injection: return {{low32_eq(1, TIOCSTI)}, {low32_eq(1, TIOCLINUX)}};
+  }
+  return {};
+}
+
+using FilterCtx = std::unique_ptr<void, decltype(&seccomp_release)>;
+
+Error libseccomp_error(int ret, std::string_view step) {
+  return Error::from_errno(-ret, "seccomp: " + std::string(step));
+}
+
+// Reads the whole of a memfd back from offset 0.
+Expected<std::vector<sock_filter>> read_bpf(int fd) {
+  off_t size = ::lseek(fd, 0, SEEK_END);
+  if (size < 0) return Error::from_errno(errno, "seccomp: size exported BPF");
+  if (size == 0 || size % sizeof(sock_filter) != 0 ||
+      static_cast<std::size_t>(size) / sizeof(sock_filter) > BPF_MAXINSNS)
+    return Error(EINVAL, "seccomp: exported BPF has a bad size (" + std::to_string(size) + " bytes)");
+  std::vector<sock_filter> filter(static_cast<std::size_t>(size) / sizeof(sock_filter));
+  auto* p = reinterpret_cast<char*>(filter.data());
+  off_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pread(fd, p + done, static_cast<std::size_t>(size - done), done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Error::from_errno(errno, "seccomp: read exported BPF");
+    if (n == 0) return Error(EIO, "seccomp: exported BPF shrank while reading");
+    done += n;
+  }
+  return filter;
+}
+
+}  // namespace
+
+std::vector<std::string> seccomp_profiles() {
+  std::vector<std::string> names;
+  for (const auto& p : profiles_table()) names.emplace_back(p.name);
+  return names;
+}
+
+Expected<std::vector<SeccompDenial>> seccomp_profile_denials(std::string_view profile) {
+  auto found = find_profile(profile);
+  if (!found) return std::move(found).error();
+  std::vector<SeccompDenial> out;
+  for (const auto& row : (*found)->rows)
+    out.push_back({row.syscall, row.err, std::string(condition_text(row.when))});
+  return out;
+}
+
+Expected<std::string> describe_seccomp_profile(std::string_view profile) {
+  auto denials = seccomp_profile_denials(profile);
+  if (!denials) return std::move(denials).error();
+  std::vector<int> errs;
+  for (const auto& d : *denials)
+    if (std::find(errs.begin(), errs.end(), d.errno_value) == errs.end()) errs.push_back(d.errno_value);
+  std::string out(profile);
+  out += " denies";
+  for (std::size_t i = 0; i < errs.size(); ++i) {
+    out += i ? "; with " : " with ";
+    out += strerrorname_np(errs[i]);
+    out += ":";
+    const char* sep = " ";
+    for (const auto& d : *denials) {
+      if (d.errno_value != errs[i]) continue;
+      out += sep + d.syscall;
+      if (!d.condition.empty()) out += " (" + d.condition + ")";
+      sep = ", ";
+    }
+  }
+  return out;
+}
+
+SeccompSpec& SeccompSpec::profile(std::string name) {
+  profiles_.push_back(std::move(name));
+  return *this;
+}
+
+SeccompProgram::SeccompProgram(SeccompProgram&& other) noexcept
+    : filter_(std::move(other.filter_)),
+      profiles_(std::move(other.profiles_)),
+      skipped_(std::move(other.skipped_)),
+      denied_(other.denied_) {
+  repoint();
+  other.repoint();
+}
+
+SeccompProgram& SeccompProgram::operator=(SeccompProgram&& other) noexcept {
+  if (this != &other) {
+    filter_ = std::move(other.filter_);
+    profiles_ = std::move(other.profiles_);
+    skipped_ = std::move(other.skipped_);
+    denied_ = other.denied_;
+    repoint();
+    other.filter_.clear();
+    other.repoint();
+  }
+  return *this;
+}
+
+void SeccompProgram::repoint() noexcept {
+  fprog_.len = static_cast<unsigned short>(filter_.size());
+  fprog_.filter = filter_.empty() ? nullptr : filter_.data();
+}
+
+std::string SeccompProgram::describe() const {
+  std::string out = "seccomp:";
+  for (std::size_t i = 0; i < profiles_.size(); ++i) out += (i ? ", " : " ") + profiles_[i];
+  out += " (" + std::to_string(denied_) + " syscalls denied";
+  if (!skipped_.empty()) {
+    out += "; not on " + std::string(kArchName) + ":";
+    for (std::size_t i = 0; i < skipped_.size(); ++i) out += (i ? ", " : " ") + skipped_[i];
+  }
+  out += "; " + std::to_string(filter_.size()) + " BPF instructions)";
+  return out;
+}
+
+Expected<SeccompProgram> prepare(const SeccompSpec& spec) {
+  if (spec.profiles().empty()) return Error::invalid("seccomp: no profile given");
+
+  // Merge the profiles' rows; a row shared by two profiles is added once.
+  SeccompProgram prog;
+  std::vector<const Row*> rows;
+  std::set<std::tuple<std::string_view, int, When>> seen;
+  for (const auto& name : spec.profiles()) {
+    auto found = find_profile(name);
+    if (!found) return std::move(found).error();
+    if (std::find(prog.profiles_.begin(), prog.profiles_.end(), name) != prog.profiles_.end())
+      continue;
+    prog.profiles_.push_back(name);
+    for (const auto& row : (*found)->rows)
+      if (seen.insert({row.syscall, row.err, row.when}).second) rows.push_back(&row);
+  }
+
+  // seccomp_init adds the native architecture only; a syscall arriving
+  // through any other ABI meets the bad-arch action.
+  FilterCtx ctx(seccomp_init(SCMP_ACT_ALLOW), &seccomp_release);
+  if (!ctx) return Error(ENOMEM, "seccomp: seccomp_init failed");
+  if (int r = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS))
+    return libseccomp_error(r, "set bad-arch action");
+  // A binary search over syscall numbers instead of a linear chain.
+  if (int r = seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_OPTIMIZE, 2))
+    return libseccomp_error(r, "set optimize level");
+
+  std::set<std::string_view> denied;
+  for (const Row* row : rows) {
+    // Negative: a name libseccomp knows only on other architectures (or
+    // not at all). There is nothing to deny here; say so in skipped_.
+    int nr = seccomp_syscall_resolve_name(row->syscall);
+    if (nr < 0) {
+      if (std::find(prog.skipped_.begin(), prog.skipped_.end(), row->syscall) == prog.skipped_.end())
+        prog.skipped_.emplace_back(row->syscall);
+      continue;
+    }
+    for (const auto& cmps : rules_for(row->when)) {
+      int r = seccomp_rule_add_array(ctx.get(), SCMP_ACT_ERRNO(static_cast<std::uint16_t>(row->err)),
+                                     nr, static_cast<unsigned>(cmps.size()), cmps.data());
+      if (r < 0) return libseccomp_error(r, "add rule for " + std::string(row->syscall));
+    }
+    denied.insert(row->syscall);
+  }
+  prog.denied_ = denied.size();
+
+  // libseccomp 2.5 exports only to an fd: a memfd, read back whole.
+  UniqueFd mem(::memfd_create("corral-seccomp-bpf", MFD_CLOEXEC));
+  if (!mem) return Error::from_errno(errno, "seccomp: memfd_create");
+  if (int r = seccomp_export_bpf(ctx.get(), mem.get())) return libseccomp_error(r, "export BPF");
+  auto filter = read_bpf(mem.get());
+  if (!filter) return std::move(filter).error();
+  prog.filter_ = std::move(filter).value();
+  prog.repoint();
+  return prog;
+}
+
+int apply_seccomp_in_child(const SeccompProgram& program) noexcept {
+  // Runs in the child between clone and exec: raw syscalls only, nothing
+  // that touches errno or allocates. Order matters: no_new_privs first, or
+  // seccomp(2) refuses an unprivileged caller with EACCES.
+  const sock_fprog* fprog = program.fprog();
+  if (fprog->len == 0 || fprog->filter == nullptr) return EINVAL;
+  if (int err = sys::error_of(sys::call(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))) return err;
+  return sys::error_of(
+      sys::call(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, reinterpret_cast<long>(fprog)));
+}
+
+}  // namespace corral

@@ -1,0 +1,320 @@
+#include "corral/seccomp.hpp"
+
+#include <linux/io_uring.h>
+#include <linux/keyctl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/personality.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+#include <cstring>
+#include <set>
+
+// support.hpp (sys/wait.h) first: syscalls.hpp #defines P_PIDFD, which
+// glibc 2.36 declares as an idtype_t enumerator.
+#include "support.hpp"
+#include "corral/syscalls.hpp"
+
+using namespace corral;
+using corral_test::run_in_child;
+
+namespace {
+
+constexpr int kApplyFailed = 250;
+constexpr int kNoChild = 251;
+
+SeccompProgram must_prepare(std::initializer_list<const char*> profiles) {
+  SeccompSpec spec;
+  for (const char* p : profiles) spec.profile(p);
+  auto prog = prepare(spec);
+  cr_assert(prog.ok(), "prepare: %s", prog.error().message().c_str());
+  return std::move(prog).value();
+}
+
+// In a forked child: install the filter (when given), run op, exit with 0
+// when op returned >= 0 or with the errno it failed with.
+int errno_under(const SeccompProgram* prog, const std::function<long()>& op) {
+  auto end = run_in_child([&] {
+    if (prog && apply_seccomp_in_child(*prog) != 0) return kApplyFailed;
+    return op() < 0 ? errno : 0;
+  });
+  return end.exited ? end.code : kNoChild;
+}
+
+struct Probe {
+  const char* what;
+  std::function<long()> op;
+  int want;  // errno under the filter; 0 = succeeds
+};
+
+// Each probe in its own child, so one denial cannot hide the next.
+void expect_probes(const SeccompProgram& prog, const std::vector<Probe>& probes) {
+  for (const auto& p : probes) {
+    int got = errno_under(&prog, p.op);
+    cr_expect_eq(got, p.want, "%s: got %d (%s), want %d (%s)", p.what, got, strerror(got), p.want,
+                 strerror(p.want));
+  }
+}
+
+// clone(2) without a new stack behaves like fork: the child side exits at once.
+long raw_clone(unsigned long flags) {
+  long r = syscall(SYS_clone, flags, 0, 0, 0, 0);
+  if (r == 0) _exit(0);
+  if (r > 0) waitpid(static_cast<pid_t>(r), nullptr, 0);
+  return r;
+}
+
+long raw_clone3() {
+  clone_args args{};
+  args.exit_signal = SIGCHLD;
+  long r = syscall(SYS_clone3, &args, sizeof args);
+  if (r == 0) _exit(0);
+  if (r > 0) waitpid(static_cast<pid_t>(r), nullptr, 0);
+  return r;
+}
+
+long io_uring_setup_probe() {
+  io_uring_params params{};
+  long fd = syscall(SYS_io_uring_setup, 4, &params);
+  if (fd >= 0) close(static_cast<int>(fd));
+  return fd;
+}
+
+long socket_probe(int domain, int type) {
+  int s = socket(domain, type | SOCK_CLOEXEC, 0);
+  if (s >= 0) close(s);
+  return s;
+}
+
+void expect_mentions(const std::string& text, std::initializer_list<const char*> words) {
+  for (const char* w : words)
+    cr_assert(text.find(w) != std::string::npos, "'%s' not in: %s", w, text.c_str());
+}
+
+// The high half of a 32-bit argument, which the kernel ignores and a naive
+// filter compares.
+constexpr unsigned long kHigh = 1UL << 32;
+
+}  // namespace
+
+Test(seccomp, every_profile_compiles_to_bpf) {
+  auto names = seccomp_profiles();
+  cr_assert_geq(names.size(), 2u);
+  for (const auto& name : names) {
+    auto prog = must_prepare({name.c_str()});
+    cr_assert_gt(prog.instruction_count(), 1u, "%s: empty BPF", name.c_str());
+    cr_assert_eq(prog.fprog()->len, prog.instruction_count());
+    cr_assert_not_null(prog.fprog()->filter);
+    cr_assert_gt(prog.denied_syscall_count(), 0u);
+  }
+}
+
+Test(seccomp, default_denies_host_wide_calls) {
+  auto prog = must_prepare({"default"});
+  expect_probes(prog, {
+      {"unshare(CLONE_NEWUSER)", [] { return long(unshare(CLONE_NEWUSER)); }, EPERM},
+      {"mount", [] { return long(mount("none", "/nonexistent-corral", "tmpfs", 0, nullptr)); }, EPERM},
+      {"ptrace(PTRACE_TRACEME)", [] { return ptrace(PTRACE_TRACEME, 0, nullptr, nullptr); }, EPERM},
+      {"io_uring_setup", io_uring_setup_probe, EPERM},
+      {"keyctl", [] { return syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0); }, EPERM},
+      {"bpf", [] { return syscall(SYS_bpf, -1, nullptr, 0); }, EPERM},
+      {"personality(PER_BSD)", [] { return syscall(SYS_personality, PER_BSD); }, EPERM},
+      {"personality(7)", [] { return syscall(SYS_personality, 7); }, EPERM},
+      {"personality(9)", [] { return syscall(SYS_personality, 9); }, EPERM},
+      {"personality(0xfffffffe)", [] { return syscall(SYS_personality, 0xfffffffeUL); }, EPERM},
+      {"personality(PER_BSD | high bits)", [] { return syscall(SYS_personality, kHigh | PER_BSD); }, EPERM},
+      {"setns", [] { return long(setns(-1, 0)); }, EPERM},
+      {"perf_event_open", [] { return syscall(SYS_perf_event_open, nullptr, 0, -1, -1, 0); }, EPERM},
+      {"ioctl(TIOCSTI)", [] { char c = 'x'; return syscall(SYS_ioctl, -1, TIOCSTI, &c); }, EPERM},
+      {"ioctl(TIOCSTI | high bits)", [] { char c = 'x'; return syscall(SYS_ioctl, -1, kHigh | TIOCSTI, &c); }, EPERM},
+      {"clock_settime", [] { timespec t{}; return long(clock_settime(CLOCK_REALTIME, &t)); }, EPERM},
+  });
+}
+
+Test(seccomp, denied_probes_behave_differently_without_the_filter) {
+  // The control for the test above: unfiltered, these calls do not answer EPERM.
+  auto ptrace_me = [] { return ptrace(PTRACE_TRACEME, 0, nullptr, nullptr); };
+  cr_assert_eq(errno_under(nullptr, ptrace_me), 0);
+  cr_assert_eq(errno_under(nullptr, [] { return syscall(SYS_ioctl, -1, TIOCSTI, nullptr); }), EBADF);
+  cr_assert_eq(errno_under(nullptr, [] { return syscall(SYS_personality, 0xffffffffUL); }), 0);
+}
+
+Test(seccomp, default_keeps_plain_programs_working) {
+  auto prog = must_prepare({"default"});
+  expect_probes(prog, {
+      {"getpid", [] { return long(getpid()); }, 0},
+      {"write", [] { return long(write(STDERR_FILENO, "", 0)); }, 0},
+      {"personality(0xffffffff)", [] { return syscall(SYS_personality, 0xffffffffUL); }, 0},
+      {"personality(PER_LINUX)", [] { return syscall(SYS_personality, PER_LINUX); }, 0},
+      {"personality(PER_LINUX32)", [] { return syscall(SYS_personality, PER_LINUX32); }, 0},
+      {"ioctl(FIONREAD)", [] { int n; return syscall(SYS_ioctl, STDIN_FILENO, FIONREAD, &n) < 0 && errno != ENOTTY && errno != EINVAL ? -1L : 0L; }, 0},
+      {"fork", [] { return raw_clone(SIGCHLD); }, 0},
+      {"pthread_create (clone3 -> clone fallback)", [] {
+         pthread_t t;
+         int err = pthread_create(&t, nullptr, [](void*) -> void* { return nullptr; }, nullptr);
+         if (err) return (errno = err), -1L;
+         return long(pthread_join(t, nullptr));
+       }, 0},
+  });
+  auto end = run_in_child([&] {
+    if (apply_seccomp_in_child(prog) != 0) return kApplyFailed;
+    execl("/bin/sh", "sh", "-c", "/bin/true && exit 3", (char*)nullptr);
+    return 127;
+  });
+  cr_assert(end.exited && end.code == 3, "/bin/sh under default: exit %d signal %d", end.code,
+            end.signal);
+}
+
+Test(seccomp, status_shows_filter_mode_after_apply) {
+  auto prog = must_prepare({"default"});
+  auto mode_in_child = [&](bool apply) {
+    return run_in_child([&] {
+      if (apply && apply_seccomp_in_child(prog) != 0) return kApplyFailed;
+      auto mode = corral_test::proc_status_field("self", "Seccomp");
+      auto nnp = corral_test::proc_status_field("self", "NoNewPrivs");
+      return mode == "2" && nnp == "1" ? 2 : mode == "0" ? 0 : 99;
+    });
+  };
+  cr_assert_eq(mode_in_child(false).code, 0, "the test process already runs under seccomp");
+  cr_assert_eq(mode_in_child(true).code, 2, "Seccomp: 2 / NoNewPrivs: 1 not seen after apply");
+}
+
+Test(seccomp, no_network_allows_only_unix_sockets) {
+  auto prog = must_prepare({"no-network"});
+  expect_probes(prog, {
+      {"socket(AF_INET, SOCK_STREAM)", [] { return socket_probe(AF_INET, SOCK_STREAM); }, EACCES},
+      {"socket(AF_INET6, SOCK_DGRAM)", [] { return socket_probe(AF_INET6, SOCK_DGRAM); }, EACCES},
+      {"socket(AF_NETLINK)", [] { return socket_probe(AF_NETLINK, SOCK_RAW); }, EACCES},
+      {"socket(AF_UNIX | high bits)", [] { return syscall(SYS_socket, kHigh | AF_UNIX, SOCK_STREAM, 0); }, EACCES},
+      {"io_uring_setup (IORING_OP_SOCKET)", io_uring_setup_probe, EPERM},
+      {"socket(AF_UNIX)", [] { return socket_probe(AF_UNIX, SOCK_STREAM); }, 0},
+      {"socketpair(AF_UNIX)", [] {
+         int sv[2];
+         long r = socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+         if (r == 0) close(sv[0]), close(sv[1]);
+         return r;
+       }, 0},
+  });
+  // Without the filter the same call works: the denial is the filter's.
+  cr_assert_eq(errno_under(nullptr, [] { return socket_probe(AF_INET, SOCK_STREAM); }), 0);
+}
+
+Test(seccomp, namespace_clones_are_refused) {
+  auto prog = must_prepare({"default"});
+  expect_probes(prog, {
+      {"clone(CLONE_NEWNS)", [] { return raw_clone(CLONE_NEWNS | SIGCHLD); }, EPERM},
+      {"clone(CLONE_NEWUSER)", [] { return raw_clone(CLONE_NEWUSER | SIGCHLD); }, EPERM},
+      {"clone(CLONE_NEWNET | CLONE_NEWPID)", [] { return raw_clone(CLONE_NEWNET | CLONE_NEWPID | SIGCHLD); }, EPERM},
+      {"clone3", raw_clone3, ENOSYS},
+      {"clone(SIGCHLD)", [] { return raw_clone(SIGCHLD); }, 0},
+  });
+  cr_assert_eq(errno_under(nullptr, raw_clone3), 0, "clone3 fails even without the filter");
+}
+
+Test(seccomp, profiles_compose_into_one_filter) {
+  auto prog = must_prepare({"default", "no-network", "default"});
+  cr_assert_eq(prog.profiles().size(), 2u, "a repeated profile was counted twice");
+  expect_probes(prog, {
+      {"ptrace", [] { return ptrace(PTRACE_TRACEME, 0, nullptr, nullptr); }, EPERM},
+      {"socket(AF_INET)", [] { return socket_probe(AF_INET, SOCK_STREAM); }, EACCES},
+      {"socket(AF_UNIX)", [] { return socket_probe(AF_UNIX, SOCK_DGRAM); }, 0},
+  });
+  expect_mentions(prog.describe(), {"default, no-network", "BPF instructions"});
+}
+
+Test(seccomp, unknown_profile_is_named_with_the_known_ones) {
+  auto prog = prepare(SeccompSpec().profile("default").profile("nonet"));
+  cr_assert(!prog.ok());
+  expect_mentions(prog.error().message(), {"unknown profile 'nonet'", "default", "no-network"});
+  auto none = prepare(SeccompSpec());
+  cr_assert(!none.ok());
+  expect_mentions(none.error().message(), {"no profile"});
+  auto described = describe_seccomp_profile("strict");
+  cr_assert(!described.ok());
+  expect_mentions(described.error().message(), {"'strict'", "no-network"});
+}
+
+Test(seccomp, describe_lists_what_a_profile_denies) {
+  auto def = describe_seccomp_profile("default");
+  cr_assert(def.ok());
+  expect_mentions(*def, {"EPERM:", "kexec_load", "ptrace", "bpf", "io_uring_setup",
+                         "clone (flags include CLONE_NEW*)", "ENOSYS: clone3"});
+  auto nonet = describe_seccomp_profile("no-network");
+  cr_assert(nonet.ok());
+  expect_mentions(*nonet, {"EACCES: socket (domain other than AF_UNIX)"});
+}
+
+Test(seccomp, skipped_syscalls_are_exactly_the_ones_this_arch_lacks) {
+  auto prog = must_prepare({"default"});
+  auto denials = seccomp_profile_denials("default");
+  cr_assert(denials.ok());
+  std::set<std::string> names;
+  for (const auto& d : *denials) names.insert(d.syscall);
+  std::set<std::string> skipped(prog.skipped_syscalls().begin(), prog.skipped_syscalls().end());
+  for (const auto& name : names) {
+    bool absent = seccomp_syscall_resolve_name(name.c_str()) < 0;
+    cr_assert_eq(absent, skipped.count(name) == 1, "%s: absent=%d but skipped=%zu", name.c_str(),
+                 absent, skipped.count(name));
+  }
+  cr_assert_eq(prog.denied_syscall_count() + skipped.size(), names.size());
+}
+
+Test(seccomp, other_syscall_abis_kill_the_process) {
+#if defined(__x86_64__)
+  auto prog = must_prepare({"default"});
+  // int 0x80: the i386 ABI (getpid is 20 there); seccomp sees AUDIT_ARCH_I386.
+  auto i386_getpid = [] {
+    long ret;
+    __asm__ volatile("int $0x80" : "=a"(ret) : "a"(20L) : "memory");
+    return ret;
+  };
+  auto plain = run_in_child([&] { return i386_getpid() > 0 ? 0 : 1; });
+  if (!plain.exited) cr_skip_test("no IA-32 emulation here (int 0x80 gives signal %d)", plain.signal);
+  // Made from a second thread: KILL_PROCESS takes the whole child down, a
+  // mere KILL_THREAD would let the main thread exit 0.
+  auto filtered = run_in_child([&] {
+    if (apply_seccomp_in_child(prog) != 0) return kApplyFailed;
+    pthread_t t;
+    if (pthread_create(&t, nullptr, [](void*) -> void* {
+          long ret;
+          __asm__ volatile("int $0x80" : "=a"(ret) : "a"(20L) : "memory");
+          return reinterpret_cast<void*>(ret);
+        }, nullptr) != 0)
+      return 2;
+    pthread_join(t, nullptr);
+    return 0;
+  });
+  cr_assert(!filtered.exited && filtered.signal == SIGSYS,
+            "i386 syscall from a thread under the filter: exit %d signal %d", filtered.code,
+            filtered.signal);
+  // x32 numbers arrive as AUDIT_ARCH_X86_64 with bit 30 set.
+  auto x32 = run_in_child([&] {
+    if (apply_seccomp_in_child(prog) != 0) return kApplyFailed;
+    return syscall(0x40000000L | SYS_getpid) >= 0 ? 0 : 1;
+  });
+  cr_assert(!x32.exited && x32.signal == SIGSYS, "x32 syscall under the filter: exit %d signal %d",
+            x32.code, x32.signal);
+#else
+  cr_skip_test("only x86_64 has a second syscall ABI to probe");
+#endif
+}
+
+Test(seccomp, program_survives_a_move_and_empty_one_is_refused) {
+  auto first = must_prepare({"no-network"});
+  std::size_t n = first.instruction_count();
+  SeccompProgram moved(std::move(first));
+  SeccompProgram assigned;
+  assigned = std::move(moved);
+  cr_assert_eq(assigned.fprog()->len, n);
+  cr_assert_eq(moved.fprog()->len, 0u);
+  cr_assert_eq(errno_under(&assigned, [] { return socket_probe(AF_INET, SOCK_STREAM); }), EACCES);
+  SeccompProgram empty;
+  cr_assert_eq(apply_seccomp_in_child(empty), EINVAL);
+}
