@@ -9,12 +9,6 @@ namespace {
 
 using nlohmann::json;
 
-Status want(const json& v, json::value_t type, const char* field, const char* what) {
-  bool ok = v.type() == type || (type == json::value_t::number_unsigned && v.is_number_integer() && v.get<long long>() >= 0);
-  if (!ok) return Error::invalid(std::string("field '") + field + "' must be " + what);
-  return {};
-}
-
 Expected<std::vector<std::string>> strings(const json& v, const char* field) {
   if (!v.is_array()) return Error::invalid(std::string("field '") + field + "' must be an array of strings");
   std::vector<std::string> out;

@@ -177,17 +177,12 @@ Expected<Spawner> Spawner::create() {
   if (!s.devnull_) return Error::from_errno(errno, "spawner: open /dev/null");
   // Reserve three slots, as low in the table as they can be had: the child
   // copies every fd up to the highest slot.
-  for (int& slot : s.slots_) {
-    slot = fcntl(s.devnull_.get(), F_DUPFD_CLOEXEC, 0);
-    if (slot < 0) return Error::from_errno(errno, "spawner: reserve fd slot");
-    if (slot > s.max_slot_) s.max_slot_ = slot;
+  for (UniqueFd& slot : s.slots_) {
+    slot.reset(fcntl(s.devnull_.get(), F_DUPFD_CLOEXEC, 0));
+    if (!slot) return Error::from_errno(errno, "spawner: reserve fd slot");
+    if (slot.get() > s.max_slot_) s.max_slot_ = slot.get();
   }
   return s;
-}
-
-Spawner::~Spawner() {
-  for (int slot : slots_)
-    if (slot >= 0) close(slot);
 }
 
 Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
@@ -200,9 +195,10 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
   const int sources[3] = {plan.stdin_fd ? plan.stdin_fd.get() : devnull_.get(), out_write.get(),
                           plan.merge_output ? out_write.get() : err_write.get()};
   for (int i = 0; i < 3; ++i)
-    if (dup3(sources[i], slots_[i], O_CLOEXEC) < 0) return Error::from_errno(errno, "spawn: fill fd slot");
+    if (dup3(sources[i], slots_[i].get(), O_CLOEXEC) < 0) return Error::from_errno(errno, "spawn: fill fd slot");
 
-  ChildArgs args{&plan, slots_, max_slot_, ignored_signal_mask(), &child.report};
+  const int slot_fds[3] = {slots_[0].get(), slots_[1].get(), slots_[2].get()};
+  ChildArgs args{&plan, slot_fds, max_slot_, ignored_signal_mask(), &child.report};
   // Block every signal around clone: no handler of ours may run on the
   // child's stack while it shares our memory. The child unblocks its own.
   sigset_t all, old;
@@ -219,7 +215,7 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
 
   // Give the slots back to /dev/null: holding a pipe's write end open here
   // would keep the program's stdout from ever reaching EOF.
-  for (int slot : slots_) dup3(devnull_.get(), slot, O_CLOEXEC);
+  for (const UniqueFd& slot : slots_) dup3(devnull_.get(), slot.get(), O_CLOEXEC);
   plan.stdin_fd.reset();
   if (!pidfd) return std::move(pidfd).error().context("spawn");
   child.pidfd = std::move(*pidfd);

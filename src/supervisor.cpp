@@ -482,8 +482,9 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
     s.slots.push_back(std::make_unique<Run>());
   }
   Run& run = *s.slots[slot];
-  ++run.gen;
-  run = Run{.gen = run.gen};
+  std::uint32_t gen = run.gen + 1;  // stale completions of the slot's last run no longer match
+  run = Run{};
+  run.gen = gen;
   run.active = true;
   run.prep = std::move(*prepared);
   run.callbacks = std::move(callbacks);

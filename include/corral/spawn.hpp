@@ -84,7 +84,6 @@ class Spawner {
   static Expected<Spawner> create();
   Spawner(Spawner&&) noexcept = default;
   Spawner& operator=(Spawner&&) noexcept = default;
-  ~Spawner();
 
   struct Child {
     Pidfd pidfd;
@@ -103,7 +102,7 @@ class Spawner {
   Spawner() = default;
   ChildStack stack_;
   UniqueFd devnull_;
-  int slots_[3] = {-1, -1, -1};   // stdin, stdout, stderr
+  UniqueFd slots_[3];   // stdin, stdout, stderr sources, /dev/null between spawns
   int max_slot_ = -1;
 };
 
