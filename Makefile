@@ -29,12 +29,13 @@ CLI_SRCS    := $(sort $(wildcard src/cli/*.cpp))
 TEST_SRCS   := $(sort $(wildcard tests/*_test.cpp))
 HELPER_SRCS := $(sort $(wildcard tests/helpers/*.c))
 BENCH_SRCS  := $(sort $(wildcard tests/bench/*.c))
+BENCHXX_SRCS := $(sort $(wildcard tests/bench/*.cpp))
 
 LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o)
 CLI_OBJS := $(CLI_SRCS:%.cpp=$(BUILD)/obj/%.o)
 TEST_BINS   := $(TEST_SRCS:tests/%.cpp=$(BUILD)/tests/%)
 HELPER_BINS := $(HELPER_SRCS:tests/helpers/%.c=$(BUILD)/helpers/%)
-BENCH_BINS  := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
+BENCH_BINS  := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%) $(BENCHXX_SRCS:tests/bench/%.cpp=$(BUILD)/bench/%)
 
 STATIC_LIB := $(BUILD)/lib/libcorral.a
 SHARED_LIB := $(BUILD)/lib/libcorral.so
@@ -81,6 +82,10 @@ $(BUILD)/helpers/%: tests/helpers/%.c
 $(BUILD)/bench/%: tests/bench/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -D_GNU_SOURCE -O2 -o $@ $<
+
+$(BUILD)/bench/%: tests/bench/%.cpp $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MF $@.d -o $@ $< $(STATIC_LIB) $(LDFLAGS) $(PKG_LIBS)
 
 test: deps
 	@$(MAKE) --no-print-directory all
