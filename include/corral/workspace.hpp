@@ -1,0 +1,153 @@
+// The run's private directory: created fresh (0700) with home/ and tmp/
+// for HOME and TMPDIR, inputs staged in before the child starts, declared
+// outputs collected after it ended (or was killed), then removed on every
+// path, whatever the child left behind.
+//
+// Parent-side only; blocking file I/O (the supervisor runs it before spawn
+// and after the child is reaped, not from the io_uring loop's hot path).
+//
+// Trust: after the child has run, everything under the workspace is
+// hostile. All access is relative to the directory fd this object holds
+// (never by path): collection and staging use openat2 with
+// RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS (| RESOLVE_NO_MAGICLINKS), so a
+// planted symlink or ".." cannot lead out; removal walks with
+// O_NOFOLLOW|O_DIRECTORY and never follows a symlink (it unlinks it).
+// Needs openat2 (Linux 5.6).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "corral/fd.hpp"
+#include "corral/limits.hpp"
+#include "corral/status.hpp"
+
+namespace corral {
+
+struct WorkspaceOwner {
+  uid_t uid;
+  gid_t gid;
+};
+
+struct WorkspaceOptions {
+  // Parent directory of the workspace; "" means $TMPDIR, else /tmp.
+  std::string base_dir;
+  // When set (corral runs as root and the child drops to this uid), the
+  // workspace root, home/, tmp/ and every staged input are chown'ed to it
+  // before the child starts. Note: the owner may then rename the
+  // workspace directory inside a sticky base; corral never relies on the
+  // path after create() (all access is through the held fds).
+  std::optional<WorkspaceOwner> owner;
+};
+
+// Caps for collect(); unset means unbounded. Names in messages are the
+// limit names of limits.hpp.
+struct CollectLimits {
+  std::optional<std::uint64_t> per_file_bytes;  // artifact_bytes
+  std::optional<std::uint64_t> total_bytes;     // artifact_total_bytes
+  std::optional<std::uint64_t> max_count;       // artifact_count
+  // Directory entries the walk looks at before giving up (a child can
+  // create millions of files to stall collection). The rest is reported.
+  std::uint64_t max_walk_entries = 100000;
+
+  static CollectLimits from(const Limits& limits);
+};
+
+struct Artifact {
+  std::string name;    // path relative to the workspace root
+  std::uint64_t bytes;
+  std::string sha256;  // lowercase hex
+  std::string content; // the bytes, read through the fd collect() opened
+};
+
+struct Skipped {
+  std::string name;    // relative path, or the glob for a glob-level refusal
+  std::string reason;  // "symlink", "hard link (st_nlink=2)", "over artifact_bytes (…)", …
+};
+
+struct Collection {
+  std::vector<Artifact> artifacts;  // in glob order, then path order; each path once
+  std::vector<Skipped> skipped;
+  std::uint64_t total_bytes() const;
+};
+
+class Workspace {
+ public:
+  // A fresh corral-<16 hex> directory (mode 0700) with home/ and tmp/
+  // (0700) under the base. Errors name the base directory.
+  static Expected<Workspace> create(const WorkspaceOptions& options = {});
+
+  Workspace(Workspace&& other) noexcept;
+  Workspace& operator=(Workspace&& other) noexcept;
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  // Removes the tree; errors are swallowed here (call remove() to see them).
+  ~Workspace();
+
+  const std::string& path() const noexcept { return path_; }  // as created
+  std::string home() const { return path_ + "/home"; }
+  std::string tmp() const { return path_ + "/tmp"; }
+  // O_PATH|O_DIRECTORY|O_CLOEXEC fd of the root; owned by the workspace.
+  int dirfd() const noexcept { return dir_.get(); }
+  bool removed() const noexcept { return !dir_.valid(); }
+
+  // Inputs, before the child starts. `name` is a relative path: no leading
+  // '/', no "." or ".." segment, no empty segment, no NUL; parents are
+  // created (0755). The file must not exist yet. mode: permission bits
+  // only (<= 0777). Errors name the input.
+  Status stage_bytes(std::string_view name, std::string_view bytes, mode_t mode = 0644);
+  // Copies (never links) a regular host file; keeps its permission bits
+  // (& 0777). A FIFO or device on the host side is refused, not opened blocking.
+  Status stage_file(const std::string& host_path, std::string_view name);
+
+  // Outputs, after the child ended. Globs are matched against relative
+  // paths of non-directory entries, segment by segment:
+  //   `*`, `?`, `[...]` are fnmatch(3) within one segment (never cross '/'),
+  //   and also match a leading '.' (dotfiles are outputs too);
+  //   a segment that is exactly `**` matches zero or more directories;
+  //   a trailing `**` matches everything below (at least one segment).
+  // home/ and tmp/ are skipped unless a glob's first segment is literally
+  // `home` or `tmp`. A glob that matches more than max_count files
+  // collects nothing and is reported. Each match is opened with openat2
+  // (O_NOFOLLOW|O_NONBLOCK, beneath, no symlinks, no magic links, no mount
+  // crossing), checked with fstat on that fd and read through it. Skipped:
+  // symlinks, non-regular files (never opened when the walk already saw
+  // the type), st_nlink > 1 (even the child's own hard links), files over
+  // a cap. Contents are held in memory: set the caps. Bad globs (empty,
+  // leading '/', "." or "..") are an Error naming the glob; everything
+  // about one file is a Skipped.
+  Expected<Collection> collect(const std::vector<std::string>& globs, const CollectLimits& caps) const;
+
+  // Writes the collected artifacts to <artifact_root>/<run_id>/<name>
+  // (artifact_root is trusted and may be a symlink; below it nothing is
+  // followed: a symlink planted at <run_id>, at a parent or at a file name
+  // is refused, and existing files are not overwritten).
+  static Status copy_to(const Collection& collection, const std::string& artifact_root,
+                        std::string_view run_id);
+
+  // Deletes the whole tree: 000-mode directories are chmod'ed 0700 before
+  // descending, symlinks are unlinked (never followed), other filesystems
+  // mounted inside are not entered. Works as root on files of another uid
+  // and as an ordinary user on its own files. Idempotent.
+  Status remove();
+
+ private:
+  Workspace() = default;
+
+  std::string path_;
+  std::string name_;  // entry name in the base directory
+  UniqueFd base_;     // O_PATH fd of the base directory
+  UniqueFd dir_;      // O_PATH fd of the workspace root
+  std::optional<WorkspaceOwner> owner_;
+};
+
+// "a/b/c" is a valid staged-input or artifact name (rules above); the
+// error names `what` ("input", "artifact") and the name.
+Status validate_relative_name(std::string_view what, std::string_view name);
+
+}  // namespace corral

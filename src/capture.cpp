@@ -1,0 +1,296 @@
+#include "corral/capture.hpp"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace corral {
+
+// ---- Sha256 ---------------------------------------------------------------
+
+struct Sha256::Ctx {
+  EVP_MD_CTX* md = nullptr;  // null only if libcrypto could not allocate
+  Ctx() : md(EVP_MD_CTX_new()) {
+    if (md && EVP_DigestInit_ex(md, EVP_sha256(), nullptr) != 1) {
+      EVP_MD_CTX_free(md);
+      md = nullptr;
+    }
+  }
+  ~Ctx() { EVP_MD_CTX_free(md); }
+  Ctx(const Ctx&) = delete;
+  Ctx& operator=(const Ctx&) = delete;
+};
+
+Sha256::Sha256() : ctx_(std::make_unique<Ctx>()) {}
+Sha256::Sha256(Sha256&&) noexcept = default;
+Sha256& Sha256::operator=(Sha256&&) noexcept = default;
+Sha256::~Sha256() = default;
+
+void Sha256::update(std::span<const std::byte> data) {
+  if (!ctx_ || !ctx_->md || data.empty()) return;
+  EVP_DigestUpdate(ctx_->md, data.data(), data.size());
+}
+
+std::string Sha256::hex_digest() const {
+  if (!ctx_ || !ctx_->md) return "";
+  // Finalise a copy so the stream can go on (sha256_hex() mid-run).
+  EVP_MD_CTX* copy = EVP_MD_CTX_new();
+  if (!copy) return "";
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  bool ok = EVP_MD_CTX_copy_ex(copy, ctx_->md) == 1 && EVP_DigestFinal_ex(copy, digest, &len) == 1;
+  EVP_MD_CTX_free(copy);
+  if (!ok) return "";
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(len * 2, '0');
+  for (unsigned int i = 0; i < len; ++i) {
+    out[2 * i] = kHex[digest[i] >> 4];
+    out[2 * i + 1] = kHex[digest[i] & 0xf];
+  }
+  return out;
+}
+
+std::string Sha256::hex_of(std::string_view data) {
+  Sha256 h;
+  h.update(data);
+  return h.hex_digest();
+}
+
+// ---- SecretSet / SecretMasker ---------------------------------------------
+
+SecretSet::SecretSet(std::vector<std::string> secrets) {
+  secrets.erase(std::remove_if(secrets.begin(), secrets.end(), [](const std::string& s) { return s.empty(); }),
+                secrets.end());
+  // Longest first: at one position the first secret found is the longest.
+  std::sort(secrets.begin(), secrets.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() > b.size() : a < b;
+  });
+  secrets.erase(std::unique(secrets.begin(), secrets.end()), secrets.end());
+  secrets_ = std::move(secrets);
+  for (const auto& s : secrets_) first_bytes_[static_cast<unsigned char>(s.front())] = true;
+}
+
+namespace {
+
+const std::shared_ptr<const SecretSet>& no_secrets() {
+  static const auto empty = std::make_shared<const SecretSet>(std::vector<std::string>{});
+  return empty;
+}
+
+constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+constexpr std::string_view kMask = "***";
+
+// First start p >= from with p < start_limit of `needle` wholly inside data.
+// memmem is glibc's linear-time two-way/SSE search: no per-byte loop here.
+std::size_t find_start(std::string_view data, std::string_view needle, std::size_t from,
+                       std::size_t start_limit) {
+  if (from >= start_limit) return kNone;
+  // An occurrence starting before start_limit ends at most here.
+  std::size_t end = std::min(data.size(), start_limit - 1 + needle.size());
+  if (end < from + needle.size()) return kNone;
+  const void* hit = ::memmem(data.data() + from, end - from, needle.data(), needle.size());
+  if (!hit) return kNone;
+  return static_cast<std::size_t>(static_cast<const char*>(hit) - data.data());
+}
+
+}  // namespace
+
+SecretMasker::SecretMasker() : secrets_(no_secrets()) {}
+SecretMasker::SecretMasker(std::vector<std::string> secrets)
+    : secrets_(std::make_shared<const SecretSet>(std::move(secrets))) {}
+SecretMasker::SecretMasker(std::shared_ptr<const SecretSet> secrets)
+    : secrets_(secrets ? std::move(secrets) : no_secrets()) {}
+
+std::string SecretMasker::feed(std::string_view chunk) {
+  std::string out;
+  feed_into(chunk, out);
+  return out;
+}
+
+void SecretMasker::feed_into(std::string_view chunk, std::string& out) {
+  if (!has_secrets()) {
+    out.append(chunk);
+    return;
+  }
+  if (pending_.empty()) {
+    process(chunk, false, out);
+    return;
+  }
+  scratch_.assign(pending_);
+  scratch_.append(chunk);
+  process(scratch_, false, out);
+}
+
+std::string SecretMasker::finish() {
+  std::string out;
+  finish_into(out);
+  return out;
+}
+
+void SecretMasker::finish_into(std::string& out) {
+  if (!has_secrets() || pending_.empty()) {
+    pending_.clear();
+    pending_covered_ = 0;
+    return;
+  }
+  scratch_.swap(pending_);
+  process(scratch_, true, out);
+}
+
+// The decision point of a chunk: the first position p in the last
+// longest-1 bytes where data[p..] is a proper prefix of some secret, so an
+// occurrence could start there and be completed (or lengthened: a longer
+// secret beats a shorter one at the same start) by the next chunk. Every
+// start before it can be decided now. Holding back only such a tail, not
+// always longest-1 bytes, keeps streamed lines from lagging.
+std::size_t SecretMasker::hold_start(std::string_view data) const {
+  const auto& secrets = secrets_->values();
+  const std::size_t n = data.size();
+  const std::size_t hold = secrets_->longest() - 1;
+  for (std::size_t p = n > hold ? n - hold : 0; p < n; ++p) {
+    if (!secrets_->starts_secret(static_cast<unsigned char>(data[p]))) continue;
+    const std::size_t tail = n - p;
+    for (const auto& s : secrets) {
+      if (s.size() <= tail) break;  // longest first: the rest are shorter still
+      if (std::memcmp(s.data(), data.data() + p, tail) == 0) return p;
+    }
+  }
+  return n;
+}
+
+// Decides every secret occurrence that starts before the hold point (all
+// of them when final), emits text and "***" up to there, and keeps the
+// rest as pending_. Bytes of pending_ already swallowed by a mask are
+// remembered in pending_covered_, so an occurrence that overlaps them
+// merges into that mask instead of printing a second "***" or leaking.
+void SecretMasker::process(std::string_view data, bool final, std::string& out) {
+  const auto& secrets = secrets_->values();
+  const std::size_t safe = final ? data.size() : hold_start(data);
+  std::size_t cursor = std::min(pending_covered_, data.size());  // data[0, cursor) is already out
+
+  if (secrets.size() == 1) {
+    const std::string_view s = secrets.front();
+    for (std::size_t p = find_start(data, s, 0, safe); p != kNone; p = find_start(data, s, p + 1, safe)) {
+      if (p >= cursor) {
+        out.append(data.substr(cursor, p - cursor));
+        out.append(kMask);
+      }
+      cursor = std::max(cursor, p + s.size());
+    }
+  } else {
+    // next[i]: the next start of secret i at or after the scan position.
+    std::vector<std::size_t>& next = next_;
+    next.resize(secrets.size());
+    for (std::size_t i = 0; i < secrets.size(); ++i) next[i] = find_start(data, secrets[i], 0, safe);
+    for (;;) {
+      std::size_t p = kNone, len = 0;
+      for (std::size_t i = 0; i < secrets.size(); ++i) {
+        if (next[i] < p) {  // strictly less: ties keep the earlier (longer) secret
+          p = next[i];
+          len = secrets[i].size();
+        }
+      }
+      if (p == kNone) break;
+      if (p >= cursor) {
+        out.append(data.substr(cursor, p - cursor));
+        out.append(kMask);
+      }
+      cursor = std::max(cursor, p + len);
+      for (std::size_t i = 0; i < secrets.size(); ++i)
+        if (next[i] != kNone && next[i] <= p) next[i] = find_start(data, secrets[i], p + 1, safe);
+    }
+  }
+
+  if (cursor < safe) {
+    out.append(data.substr(cursor, safe - cursor));
+    cursor = safe;
+  }
+  pending_covered_ = cursor - safe;
+  // data may be scratch_ (never pending_ itself), so this assign is safe.
+  pending_.assign(data.substr(safe));
+}
+
+// ---- StreamCapture --------------------------------------------------------
+
+StreamCapture::StreamCapture(std::uint64_t cap, SecretMasker masker) : cap_(cap), masker_(std::move(masker)) {}
+
+std::string_view StreamCapture::on_data(std::string_view raw) {
+  total_ += raw.size();
+  if (!masker_.has_secrets()) return take(raw);  // fast path: no copy
+  chunk_.clear();
+  masker_.feed_into(raw, chunk_);
+  return take(chunk_);
+}
+
+std::string_view StreamCapture::finish() {
+  chunk_.clear();
+  masker_.finish_into(chunk_);
+  return take(chunk_);
+}
+
+std::string_view StreamCapture::take(std::string_view masked) {
+  if (masked.empty()) return masked;
+  masked_total_ += masked.size();
+  hash_.update(masked);
+  std::uint64_t room = cap_ - std::min<std::uint64_t>(cap_, kept_.size());
+  if (masked.size() > room) {
+    kept_.append(masked.substr(0, static_cast<std::size_t>(room)));
+    truncated_ = true;
+  } else {
+    kept_.append(masked);
+  }
+  return masked;
+}
+
+// ---- UTF-8 ----------------------------------------------------------------
+
+std::string to_utf8_lossy(std::string_view s) {
+  static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+  std::string out;
+  out.reserve(s.size());
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  std::size_t i = 0;
+  while (i < n) {
+    std::size_t j = i;
+    while (j < n && b[j] < 0x80) ++j;
+    out.append(s.substr(i, j - i));
+    i = j;
+    if (i == n) break;
+
+    const unsigned char c = b[i];
+    std::size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;  // overlong
+      if (c == 0xED) hi = 0x9F;  // UTF-16 surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;  // overlong
+      if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
+    } else {
+      out.append(kReplacement);  // 80..C1, F5..FF never start a character
+      ++i;
+      continue;
+    }
+    std::size_t k = 1;
+    for (; k < len && i + k < n; ++k) {
+      const unsigned char x = b[i + k];
+      if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF)) break;
+    }
+    if (k == len) {
+      out.append(s.substr(i, len));
+    } else {
+      out.append(kReplacement);  // the maximal subpart: lead + valid continuations
+    }
+    i += k;
+  }
+  return out;
+}
+
+}  // namespace corral

@@ -1,0 +1,479 @@
+// Runs in the parent (supervisor) process only. Every fd opened here is
+// owned by the function that opened it (UniqueFd) or by the Workspace
+// (base_, dir_); none is passed to a child.
+//
+// This file: the fd helpers, life cycle, staging and removal.
+// workspace_collect.cpp: globs, collection and copy_to.
+#include "corral/workspace.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <utility>
+
+#include "workspace_fs.hpp"
+
+namespace corral::wsfs {
+
+// openat2(2), Linux 5.6; glibc 2.36 has no wrapper. Parent-side, so the
+// errno-setting syscall(3) is fine here.
+int openat2_fd(int dirfd, const std::string& path, std::uint64_t flags, std::uint64_t mode,
+               std::uint64_t resolve) {
+  struct open_how how {};
+  how.flags = flags;
+  how.mode = mode;
+  how.resolve = resolve;
+  long fd;
+  do {
+    fd = ::syscall(SYS_openat2, dirfd, path.c_str(), &how, sizeof how);
+  } while (fd < 0 && (errno == EINTR || errno == EAGAIN));  // EAGAIN: RESOLVE_CACHED only, or a rename race
+  return static_cast<int>(fd);
+}
+
+std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+Error errno_error(std::string_view what) { return Error::from_errno(errno, what); }
+
+std::vector<std::string> split_segments(std::string_view path) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (;;) {
+    std::size_t slash = path.find('/', start);
+    out.emplace_back(path.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start));
+    if (slash == std::string_view::npos) return out;
+    start = slash + 1;
+  }
+}
+
+Status write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_error("write");
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return {};
+}
+
+bool same_inode(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
+
+// Walks (and creates, 0755) the parent directories of `segs[0..n-1]` below
+// root, never following a symlink, chown'ing what it creates to owner.
+// Returns an O_PATH fd of the innermost parent. `label` is "input 'a/b'".
+Expected<UniqueFd> open_parents(int root, const std::vector<std::string>& segs, const std::string& label,
+                                const std::optional<WorkspaceOwner>& owner) {
+  UniqueFd cur(::fcntl(root, F_DUPFD_CLOEXEC, 0));
+  if (!cur) return errno_error(label + ": dup");
+  std::string so_far;
+  for (std::size_t i = 0; i + 1 < segs.size(); ++i) {
+    so_far += (i ? "/" : "") + segs[i];
+    bool created = ::mkdirat(cur.get(), segs[i].c_str(), 0755) == 0;
+    if (!created && errno != EEXIST) return errno_error(label + ": create directory " + quoted(so_far));
+    UniqueFd next(openat2_fd(cur.get(), segs[i], O_PATH | O_DIRECTORY | O_CLOEXEC, 0, kResolve));
+    if (!next && errno == ELOOP)
+      return Error(ELOOP, label + ": " + quoted(so_far) + " is a symlink; refusing to follow it");
+    if (!next) return errno_error(label + ": open directory " + quoted(so_far));
+    if (created && owner && ::fchownat(next.get(), "", owner->uid, owner->gid, AT_EMPTY_PATH) != 0)
+      return errno_error(label + ": chown directory " + quoted(so_far));
+    cur = std::move(next);
+  }
+  return cur;
+}
+
+// Creates `leaf` below parent exclusively (never through a symlink, never
+// truncating an existing file, so a planted hard link is not written through).
+Expected<UniqueFd> create_exclusive(int parent, const std::string& leaf, mode_t mode, const std::string& label) {
+  UniqueFd fd(openat2_fd(parent, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode, kResolve));
+  if (fd) return fd;
+  int err = errno;
+  struct stat st {};
+  if (err == EEXIST && ::fstatat(parent, leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+    return Error(EEXIST, label + ": destination is a symlink; refusing to follow it");
+  if (err == EEXIST) return Error(EEXIST, label + ": destination already exists");
+  return Error::from_errno(err, label + ": create");
+}
+
+Status for_each_entry(int fd, const std::function<bool(const char*, unsigned char)>& fn) {
+  // readdir needs its own open file description: a dup, rewound.
+  int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return errno_error("dup");
+  DIR* d = ::fdopendir(dup);
+  if (!d) {
+    int err = errno;
+    ::close(dup);
+    return Error::from_errno(err, "fdopendir");
+  }
+  ::rewinddir(d);
+  errno = 0;
+  while (struct dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0 && !fn(e->d_name, e->d_type)) break;
+    errno = 0;
+  }
+  int err = errno;
+  ::closedir(d);
+  if (err) return Error::from_errno(err, "readdir");
+  return {};
+}
+
+Expected<std::vector<Entry>> list_dir(int fd, std::size_t max) {
+  std::vector<Entry> out;
+  auto st = for_each_entry(fd, [&](const char* name, unsigned char type) {
+    out.push_back({name, type});
+    return out.size() < max;
+  });
+  if (!st) return std::move(st).error();
+  std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.name < b.name; });
+  return out;
+}
+
+// d_type, or lstat's answer when the filesystem does not fill it in.
+unsigned char entry_type(int dirfd, const Entry& e) {
+  if (e.type != DT_UNKNOWN) return e.type;
+  struct stat st {};
+  if (::fstatat(dirfd, e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return DT_UNKNOWN;
+  return IFTODT(st.st_mode);
+}
+
+const char* dt_name(unsigned char type) {
+  switch (type) {
+    case DT_FIFO: return "fifo";
+    case DT_SOCK: return "socket";
+    case DT_CHR: return "character device";
+    case DT_BLK: return "block device";
+    case DT_DIR: return "directory";
+    case DT_LNK: return "symlink";
+    default: return "unknown type";
+  }
+}
+
+}  // namespace corral::wsfs
+
+namespace corral {
+namespace {
+
+using namespace wsfs;
+
+// ---- removal --------------------------------------------------------------
+
+// Keeps the first error and counts the rest, so one stubborn file does not
+// stop the removal of everything else.
+struct Errors {
+  std::optional<Error> first;
+  std::size_t more = 0;
+  void add(Error e) {
+    if (first) ++more;
+    else first = std::move(e);
+  }
+};
+
+// An O_RDONLY fd of directory `name` below parent that we may list and
+// unlink in: a 000 or 0500 directory left by the child is chmod'ed 0700
+// first (through an O_PATH fd of the very inode, via /proc/self/fd, so a
+// symlink is never followed: O_NOFOLLOW|O_DIRECTORY refuses one).
+Expected<UniqueFd> open_for_removal(int parent, const std::string& name) {
+  UniqueFd fd(::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd && errno == EACCES) {
+    // "." (the root) cannot even be looked up in a 000 directory: use the
+    // O_PATH fd we already hold.
+    UniqueFd path(name == "." ? ::fcntl(parent, F_DUPFD_CLOEXEC, 0)
+                              : ::openat(parent, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!path) return errno_error("open");
+    std::string proc = "/proc/self/fd/" + std::to_string(path.get());
+    if (::chmod(proc.c_str(), 0700) != 0) return errno_error("chmod 0700");
+    fd.reset(::openat(path.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  }
+  if (!fd) return errno_error("open");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) == 0 && (st.st_mode & 0700) != 0700) (void)::fchmod(fd.get(), 0700);
+  return fd;
+}
+
+// Unlinks every non-directory entry of fd as readdir returns it (no
+// listing of a million names in memory); returns the subdirectories. POSIX
+// leaves open whether readdir sees every entry while the directory
+// changes, so passes repeat until one removes nothing; the subdirectory
+// list of that quiet pass is complete.
+std::vector<std::string> unlink_files(int fd, const std::string& where, Errors& errors) {
+  std::vector<std::string> subdirs;
+  for (bool removed_some = true; removed_some;) {
+    removed_some = false;
+    subdirs.clear();
+    auto st = for_each_entry(fd, [&](const char* name, unsigned char type) {
+      if (type == DT_UNKNOWN) type = entry_type(fd, Entry{name, type});
+      if (type == DT_DIR) {
+        subdirs.emplace_back(name);
+      } else if (::unlinkat(fd, name, 0) == 0) {
+        removed_some = true;
+      } else if (errno == EISDIR) {
+        subdirs.emplace_back(name);
+      } else {
+        errors.add(errno_error("unlink " + quoted(where + name)));
+      }
+      return true;
+    });
+    if (!st) {
+      errors.add(st.error().context(quoted(where)));
+      break;
+    }
+  }
+  return subdirs;
+}
+
+// Removes everything below the root (not the root itself). Iterative, one
+// directory fd open at a time, climbing back with ".." checked against the
+// remembered (dev, ino), so a tree of any depth costs neither stack nor fds.
+void remove_contents(int root_path_fd, Errors& errors) {
+  auto root = open_for_removal(root_path_fd, ".");
+  if (!root) {
+    errors.add(root.error().context("open workspace root"));
+    return;
+  }
+  UniqueFd cur = std::move(*root);
+  struct stat st {};
+  if (::fstat(cur.get(), &st) != 0) {
+    errors.add(errno_error("stat workspace root"));
+    return;
+  }
+  const dev_t root_dev = st.st_dev;
+  struct Level {
+    std::string name, path;  // entry name in the parent; "a/b/" relative path with trailing '/'
+    struct stat st;
+    std::vector<std::string> subdirs;
+    std::size_t next = 0;
+  };
+  std::vector<Level> stack;
+  stack.push_back({".", "", st, unlink_files(cur.get(), "", errors)});
+  while (true) {
+    Level& top = stack.back();
+    if (top.next < top.subdirs.size()) {
+      const std::string name = top.subdirs[top.next++];
+      const std::string path = top.path + name + "/";
+      auto child = open_for_removal(cur.get(), name);
+      if (!child) {
+        // Raced into a non-directory (symlink, file): unlink it, never follow.
+        if (::unlinkat(cur.get(), name.c_str(), 0) != 0)
+          errors.add(child.error().context("directory " + quoted(path)));
+        continue;
+      }
+      struct stat cst {};
+      if (::fstat(child->get(), &cst) != 0 || cst.st_dev != root_dev) {
+        errors.add(Error(EXDEV, "directory " + quoted(path) + " is another filesystem; not entered"));
+        continue;
+      }
+      std::vector<std::string> subdirs = unlink_files(child->get(), path, errors);
+      stack.push_back({name, path, cst, std::move(subdirs)});
+      cur = std::move(*child);
+      continue;
+    }
+    if (stack.size() == 1) return;
+    const std::string done = stack.back().name, done_path = stack.back().path;
+    stack.pop_back();
+    UniqueFd parent(::openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat pst {};
+    if (!parent || ::fstat(parent.get(), &pst) != 0 || !same_inode(pst, stack.back().st)) {
+      errors.add(Error(EIO, "lost the parent of " + quoted(done_path) + " (moved during removal?)"));
+      return;
+    }
+    cur = std::move(parent);
+    if (::unlinkat(cur.get(), done.c_str(), AT_REMOVEDIR) != 0)
+      errors.add(errno_error("remove directory " + quoted(done_path)));
+  }
+}
+
+}  // namespace
+
+// ---- Workspace: life cycle ------------------------------------------------
+
+Status validate_relative_name(std::string_view what, std::string_view name) {
+  std::string who = std::string(what) + " " + quoted(name);
+  if (name.empty()) return Error::invalid(std::string(what) + ": empty name");
+  if (name.find('\0') != std::string_view::npos) return Error::invalid(who + ": contains a NUL byte");
+  if (name.front() == '/') return Error::invalid(who + ": must be a relative path (leading '/')");
+  for (const auto& seg : split_segments(name)) {
+    if (seg.empty()) return Error::invalid(who + ": empty path segment");
+    if (seg == "..") return Error::invalid(who + ": '..' segment not allowed");
+    if (seg == ".") return Error::invalid(who + ": '.' segment not allowed");
+  }
+  return {};
+}
+
+Expected<Workspace> Workspace::create(const WorkspaceOptions& options) {
+  std::string base = options.base_dir;
+  if (base.empty()) {
+    const char* t = std::getenv("TMPDIR");
+    base = t && *t ? t : "/tmp";
+  }
+  std::string who = "workspace: base directory " + quoted(base);
+  Workspace ws;
+  ws.owner_ = options.owner;
+  ws.base_.reset(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!ws.base_) return errno_error(who);
+  for (int attempt = 0;; ++attempt) {
+    unsigned char rnd[8];
+    if (::getrandom(rnd, sizeof rnd, 0) != sizeof rnd) return errno_error(who + ": getrandom");
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string name = "corral-";
+    for (unsigned char b : rnd) name += {kHex[b >> 4], kHex[b & 0xf]};
+    if (::mkdirat(ws.base_.get(), name.c_str(), 0700) == 0) {
+      ws.name_ = name;
+      break;
+    }
+    if (errno != EEXIST || attempt == 16) return errno_error(who + ": create " + quoted(name));
+  }
+  ws.path_ = base + (base.back() == '/' ? "" : "/") + ws.name_;
+  // From here on `ws` owns the directory: an early return removes it.
+  ws.dir_.reset(::openat(ws.base_.get(), ws.name_.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!ws.dir_) {
+    Error e = errno_error("workspace: open " + quoted(ws.path_));
+    (void)::unlinkat(ws.base_.get(), ws.name_.c_str(), AT_REMOVEDIR);
+    return e;
+  }
+  UniqueFd rd(::openat(ws.base_.get(), ws.name_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!rd) return errno_error("workspace: open " + quoted(ws.path_));
+  // Exactly 0700 whatever the umask; nobody else can write in it, so the
+  // subdirectory names below cannot have been planted.
+  if (::fchmod(rd.get(), 0700) != 0) return errno_error("workspace: chmod " + quoted(ws.path_));
+  for (const char* sub : {"home", "tmp"}) {
+    if (::mkdirat(rd.get(), sub, 0700) != 0 || ::fchmodat(rd.get(), sub, 0700, 0) != 0)
+      return errno_error("workspace: create " + quoted(ws.path_ + "/" + sub));
+    if (ws.owner_ && ::fchownat(rd.get(), sub, ws.owner_->uid, ws.owner_->gid, AT_SYMLINK_NOFOLLOW) != 0)
+      return errno_error("workspace: chown " + quoted(ws.path_ + "/" + sub));
+  }
+  if (ws.owner_ && ::fchown(rd.get(), ws.owner_->uid, ws.owner_->gid) != 0)
+    return errno_error("workspace: chown " + quoted(ws.path_));
+  return ws;
+}
+
+Workspace::Workspace(Workspace&& other) noexcept
+    : path_(std::move(other.path_)),
+      name_(std::move(other.name_)),
+      base_(std::move(other.base_)),
+      dir_(std::move(other.dir_)),
+      owner_(other.owner_) {}
+
+Workspace& Workspace::operator=(Workspace&& other) noexcept {
+  if (this != &other) {
+    if (!removed()) (void)remove();
+    path_ = std::move(other.path_);
+    name_ = std::move(other.name_);
+    base_ = std::move(other.base_);
+    dir_ = std::move(other.dir_);
+    owner_ = other.owner_;
+  }
+  return *this;
+}
+
+Workspace::~Workspace() {
+  if (!removed()) (void)remove();
+}
+
+Status Workspace::remove() {
+  if (removed()) return {};
+  Errors errors;
+  remove_contents(dir_.get(), errors);
+  if (errors.first) {
+    // Keep the fds: a later remove() (or the destructor) may try again.
+    std::string more = errors.more ? " (and " + std::to_string(errors.more) + " more errors)" : "";
+    return Error(errors.first->code(), "workspace: remove " + quoted(path_) + ": " + errors.first->message() + more);
+  }
+  // The owner uid may have renamed the root inside a sticky base: remove
+  // the entry only if it is still our directory.
+  struct stat mine {}, entry {};
+  bool ours = ::fstat(dir_.get(), &mine) == 0 &&
+              ::fstatat(base_.get(), name_.c_str(), &entry, AT_SYMLINK_NOFOLLOW) == 0 && same_inode(mine, entry);
+  Status result;
+  if (!ours)
+    result = Error(ENOENT, "workspace: remove " + quoted(path_) +
+                               ": the directory was moved or replaced; its contents were removed, it was left");
+  else if (::unlinkat(base_.get(), name_.c_str(), AT_REMOVEDIR) != 0)
+    result = errno_error("workspace: remove " + quoted(path_));
+  if (!result && result.error().code() != ENOENT) return result;
+  dir_.reset();
+  base_.reset();
+  return result;
+}
+
+// ---- staging --------------------------------------------------------------
+
+namespace {
+
+using namespace wsfs;
+
+// Creates input `name` (validated) below root and lets `fill` write it.
+Status stage_into(int root, const std::optional<WorkspaceOwner>& owner, std::string_view name, mode_t mode,
+                  const std::string& label, const std::function<Status(int)>& fill) {
+  if (auto ok = validate_relative_name("workspace: input", name); !ok) return ok;
+  if (mode & ~mode_t{0777}) return Error::invalid(label + ": mode must be permission bits only (<= 0777)");
+  if (root < 0) return Error(EBADF, label + ": workspace already removed");
+  auto segs = split_segments(name);
+  auto parent = open_parents(root, segs, label, owner);
+  if (!parent) return std::move(parent).error();
+  auto fd = create_exclusive(parent->get(), segs.back(), mode, label);
+  if (!fd) return std::move(fd).error();
+  Status st;
+  if (::fchmod(fd->get(), mode) != 0) st = errno_error(label + ": chmod");  // the umask must not matter
+  else if (owner && ::fchown(fd->get(), owner->uid, owner->gid) != 0) st = errno_error(label + ": chown");
+  else st = fill(fd->get());
+  if (!st) (void)::unlinkat(parent->get(), segs.back().c_str(), 0);  // no half-staged input
+  return st;
+}
+
+// copy_file_range (in-kernel, reflink where the filesystem can), falling
+// back to read/write when the kernel refuses it for this pair of files.
+Status copy_fd(int src, int dst) {
+  bool fallback = false;
+  std::string buf;
+  for (;;) {
+    ssize_t n;
+    if (!fallback) {
+      n = ::copy_file_range(src, nullptr, dst, nullptr, 1 << 30, 0);
+      if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
+        fallback = true;
+        continue;
+      }
+    } else {
+      if (buf.empty()) buf.resize(1 << 16);
+      n = ::read(src, buf.data(), buf.size());
+      if (n > 0) {
+        if (auto w = write_all(dst, std::string_view(buf.data(), static_cast<std::size_t>(n))); !w) return w;
+      }
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_error("copy");
+    if (n == 0) return {};
+  }
+}
+
+}  // namespace
+
+Status Workspace::stage_bytes(std::string_view name, std::string_view bytes, mode_t mode) {
+  std::string label = "workspace: input " + quoted(name);
+  return stage_into(dir_.get(), owner_, name, mode, label, [&](int fd) -> Status {
+    if (auto w = write_all(fd, bytes); !w) return w.error().context(label);
+    return {};
+  });
+}
+
+Status Workspace::stage_file(const std::string& host_path, std::string_view name) {
+  std::string label = "workspace: input " + quoted(name) + " from " + quoted(host_path);
+  // O_NONBLOCK: opening a FIFO must not hang the supervisor.
+  UniqueFd src(::open(host_path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (!src) return errno_error(label);
+  struct stat st {};
+  if (::fstat(src.get(), &st) != 0) return errno_error(label + ": stat");
+  if (!S_ISREG(st.st_mode)) return Error::invalid(label + ": not a regular file (" + dt_name(IFTODT(st.st_mode)) + ")");
+  return stage_into(dir_.get(), owner_, name, st.st_mode & 0777, label, [&](int fd) -> Status {
+    if (auto c = copy_fd(src.get(), fd); !c) return c.error().context(label);
+    return {};
+  });
+}
+
+}  // namespace corral

@@ -1,0 +1,287 @@
+#include "corral/capture.hpp"
+
+#include <openssl/evp.h>
+
+#include <random>
+
+#include "support.hpp"
+
+using namespace corral;
+
+namespace {
+
+// Feed `text` in the given chunk sizes (the last chunk takes the rest),
+// collect every returned byte and the finish() tail.
+std::string mask_in_chunks(SecretMasker& m, std::string_view text, const std::vector<std::size_t>& sizes) {
+  std::string out;
+  std::size_t pos = 0;
+  for (std::size_t size : sizes) {
+    if (pos >= text.size()) break;
+    out += m.feed(text.substr(pos, size));
+    pos += std::min(size, text.size() - pos);
+  }
+  if (pos < text.size()) out += m.feed(text.substr(pos));
+  return out + m.finish();
+}
+
+std::string mask_whole(const std::vector<std::string>& secrets, std::string_view text) {
+  SecretMasker m(secrets);
+  return mask_in_chunks(m, text, {});
+}
+
+// Reference semantics, no streaming, no cleverness: at each position the
+// longest secret that matches there; occurrences overlapping the previous
+// mask extend it, others start a new "***".
+std::string reference_mask(const std::vector<std::string>& secrets, std::string_view text) {
+  std::string out;
+  std::size_t cursor = 0;
+  for (std::size_t p = 0; p < text.size(); ++p) {
+    std::size_t len = 0;
+    for (const auto& s : secrets)
+      if (!s.empty() && text.substr(p, s.size()) == s) len = std::max(len, s.size());
+    if (len == 0) continue;
+    if (p >= cursor) {
+      out.append(text.substr(cursor, p - cursor));
+      out += "***";
+    }
+    cursor = std::max(cursor, p + len);
+  }
+  if (cursor < text.size()) out.append(text.substr(cursor));
+  return out;
+}
+
+std::string evp_oneshot_hex(std::string_view data) {
+  unsigned char d[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  cr_assert_eq(EVP_Digest(data.data(), data.size(), d, &len, EVP_sha256(), nullptr), 1);
+  std::string hex;
+  char buf[3];
+  for (unsigned int i = 0; i < len; ++i) {
+    snprintf(buf, sizeof buf, "%02x", d[i]);
+    hex += buf;
+  }
+  return hex;
+}
+
+void expect_str(const std::string& got, const std::string& want, const char* what) {
+  cr_assert(got == want, "%s: got '%s', want '%s'", what, got.c_str(), want.c_str());
+}
+
+}  // namespace
+
+// ---- Sha256 ---------------------------------------------------------------
+
+Test(capture, sha256_known_digests) {
+  expect_str(Sha256::hex_of(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", "empty");
+  expect_str(Sha256::hex_of("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "abc");
+  // FIPS 180-2 vector: one million 'a', fed in uneven pieces.
+  Sha256 h;
+  std::string piece(999, 'a');
+  std::size_t fed = 0;
+  while (fed + piece.size() <= 1000000) {
+    h.update(piece);
+    fed += piece.size();
+  }
+  h.update(std::string(1000000 - fed, 'a'));
+  expect_str(h.hex_digest(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0", "1e6 a");
+}
+
+Test(capture, sha256_incremental_matches_oneshot_and_digest_is_not_final) {
+  std::string mib(1 << 20, 'a');
+  Sha256 h;
+  h.update(std::string_view(mib).substr(0, 12345));
+  std::string mid = h.hex_digest();  // must not end the stream
+  expect_str(mid, evp_oneshot_hex(std::string_view(mib).substr(0, 12345)), "prefix");
+  h.update(std::string_view(mib).substr(12345));
+  expect_str(h.hex_digest(), evp_oneshot_hex(mib), "1 MiB");
+  expect_str(h.hex_digest(), evp_oneshot_hex(mib), "twice");
+}
+
+// ---- SecretMasker ---------------------------------------------------------
+
+Test(capture, secret_split_at_every_point_is_masked) {
+  const std::string secret = "s3cr3t-Value";
+  const std::string text = "before " + secret + " after";
+  for (std::size_t k = 0; k <= text.size(); ++k) {
+    SecretMasker m({secret});
+    std::string out = m.feed(std::string_view(text).substr(0, k));
+    out += m.feed(std::string_view(text).substr(k));
+    out += m.finish();
+    cr_assert(out == "before *** after", "split at %zu: '%s'", k, out.c_str());
+  }
+}
+
+Test(capture, secret_one_byte_per_chunk_is_masked) {
+  SecretMasker m({"hunter2", "pw"});
+  std::string text = "a hunter2 b pw c hunter2hunter2";
+  std::string out = mask_in_chunks(m, text, std::vector<std::size_t>(text.size(), 1));
+  expect_str(out, "a *** b *** c ******", "byte chunks");
+}
+
+Test(capture, longest_match_wins_and_overlaps_merge) {
+  expect_str(mask_whole({"abc", "abcdef"}, "xabcdefx"), "x***x", "prefix secret");
+  expect_str(mask_whole({"abcdef", "abc"}, "xabcx"), "x***x", "shorter alone");
+  expect_str(mask_whole({"cde", "abcdef"}, "_abcdef_cde_"), "_***_***_", "substring secret");
+  expect_str(mask_whole({"abc", "bcd"}, "xabcdy"), "x***y", "overlap merges, no 'd' leaks");
+  expect_str(mask_whole({"abc"}, "abcabc"), "******", "adjacent stay separate");
+  expect_str(mask_whole({"aa"}, "aaaa"), "***", "self-overlap merges");
+  expect_str(mask_whole({"", "tok"}, "tok"), "***", "empty secret ignored");
+  expect_str(mask_whole({"tok"}, ""), "", "empty text");
+}
+
+Test(capture, random_chunkings_agree_with_reference) {
+  std::mt19937 rng(12345);
+  const std::vector<std::vector<std::string>> sets = {
+      {"ab"}, {"aba", "ba"}, {"abcab", "cab", "b"}, {"aaaa", "aab", "ba"}, {"abcabcabc"}};
+  for (const auto& secrets : sets) {
+    for (int round = 0; round < 200; ++round) {
+      std::string text(rng() % 80, 'a');
+      for (char& c : text) c = static_cast<char>('a' + rng() % 3);
+      std::vector<std::size_t> sizes;
+      for (std::size_t i = 0; i < text.size(); ++i) sizes.push_back(1 + rng() % 7);
+      SecretMasker m(secrets);
+      std::string got = mask_in_chunks(m, text, sizes);
+      std::string want = reference_mask(secrets, text);
+      cr_assert(got == want, "secrets[0]=%s text=%s got=%s want=%s", secrets[0].c_str(), text.c_str(),
+                got.c_str(), want.c_str());
+    }
+  }
+}
+
+Test(capture, hold_back_is_bounded_by_longest_minus_one) {
+  // Digits 0-7 only: prefixes of "0123456789" keep occurring, the secret never does.
+  SecretMasker m({"0123456789", "xyz"});
+  std::size_t in = 0, out = 0, most_held = 0;
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    std::string chunk(rng() % 13, '0');
+    for (std::size_t j = 0; j < chunk.size(); ++j) chunk[j] = static_cast<char>('0' + (j + rng() % 2) % 8);
+    in += chunk.size();
+    out += m.feed(chunk).size();
+    cr_assert_leq(m.held_back(), 9u);
+    cr_assert_eq(in, out + m.held_back(), "bytes lost or invented");
+    most_held = std::max(most_held, m.held_back());
+  }
+  cr_assert_geq(most_held, 2u, "the test never exercised hold-back");
+  out += m.finish().size();
+  cr_assert_eq(out, in);
+  cr_assert_eq(m.held_back(), 0u);
+}
+
+Test(capture, lines_that_cannot_start_a_secret_stream_without_delay) {
+  SecretMasker m({"a-long-secret-value"});
+  expect_str(m.feed("progress 50%\n"), "progress 50%\n", "whole line");
+  cr_assert_eq(m.held_back(), 0u);
+  expect_str(m.feed("next: a-lo"), "next: ", "possible secret start held");
+  cr_assert_eq(m.held_back(), 4u);
+  expect_str(m.feed("gin\n"), "a-login\n", "released once it cannot be the secret");
+}
+
+Test(capture, no_secrets_is_a_pass_through) {
+  SecretMasker m({"", ""});
+  cr_assert(!m.has_secrets());
+  std::string chunk("bin\0ary", 7);
+  cr_assert(m.feed(chunk) == chunk);
+  cr_assert_eq(m.held_back(), 0u);
+  cr_assert(m.finish().empty());
+}
+
+Test(capture, finish_flushes_the_held_back_tail) {
+  SecretMasker m({"abcdef"});
+  expect_str(m.feed("xyz abc"), "xyz ", "held back");  // "abc" might start the secret
+  cr_assert_eq(m.held_back(), 3u);
+  expect_str(m.finish(), "abc", "tail");
+  SecretMasker m2({"abcdef"});
+  std::string out = m2.feed("..abcd");
+  out += m2.feed("ef");
+  expect_str(out + m2.finish(), "..***", "secret at the very end");
+}
+
+Test(capture, fresh_maskers_share_secrets_not_state) {
+  SecretMasker a({"secret"});
+  SecretMasker b = a.fresh();
+  std::string out_a = a.feed("sec");
+  std::string out_b = b.feed("ret ok");
+  out_a += a.finish();
+  out_b += b.finish();
+  expect_str(out_a, "sec", "a");
+  expect_str(out_b, "ret ok", "b");
+}
+
+// ---- StreamCapture --------------------------------------------------------
+
+Test(capture, stream_cap_truncated_total_and_hash) {
+  StreamCapture c(10);
+  expect_str(std::string(c.on_data("hello ")), "hello ", "chunk 1");
+  c.on_data("world, and more");
+  c.finish();
+  expect_str(c.kept(), "hello worl", "kept");
+  cr_assert(c.truncated());
+  cr_assert_eq(c.total_bytes(), 21u);
+  expect_str(c.sha256_hex(), Sha256::hex_of("hello world, and more"), "hash of all bytes");
+
+  StreamCapture exact(5);
+  exact.on_data("12345");
+  exact.finish();
+  cr_assert(!exact.truncated(), "exactly cap is not truncated");
+  StreamCapture none(0);
+  none.on_data("x");
+  cr_assert(none.kept().empty());
+  cr_assert(none.truncated());
+  cr_assert_eq(none.total_bytes(), 1u);
+}
+
+Test(capture, stream_masks_hashes_masked_and_counts_raw) {
+  StreamCapture c(1000, SecretMasker({"TOPSECRET"}));
+  std::string streamed;
+  streamed += c.on_data("key=TOP");
+  streamed += c.on_data("SECRET;");
+  streamed += c.on_data("again TOPSECRET");
+  streamed += c.finish();
+  expect_str(streamed, "key=***;again ***", "streamed");
+  expect_str(c.kept(), "key=***;again ***", "kept");
+  cr_assert_eq(c.total_bytes(), std::string("key=TOPSECRET;again TOPSECRET").size());
+  expect_str(c.sha256_hex(), Sha256::hex_of("key=***;again ***"), "hash of masked stream");
+  cr_assert(c.sha256_hex() != Sha256::hex_of("key=TOPSECRET;again TOPSECRET"));
+  cr_assert(!c.truncated());
+}
+
+Test(capture, stream_cap_applies_to_masked_bytes_and_hash_covers_dropped_ones) {
+  StreamCapture c(4, SecretMasker({"pw"}));
+  c.on_data("ab pw cd");
+  c.finish();
+  expect_str(c.kept(), "ab *", "kept");
+  cr_assert(c.truncated());
+  expect_str(c.sha256_hex(), Sha256::hex_of("ab *** cd"), "hash");
+}
+
+// ---- UTF-8 ----------------------------------------------------------------
+
+Test(capture, utf8_lossy_keeps_valid_text) {
+  std::string valid = std::string("plain \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 nul:") + '\0' + "!";
+  cr_assert(to_utf8_lossy(valid) == valid);
+  cr_assert(to_utf8_lossy("").empty());
+}
+
+Test(capture, utf8_lossy_replaces_maximal_subparts) {
+  const std::string r = "\xEF\xBF\xBD";
+  struct Case {
+    std::string in, want;
+  } cases[] = {
+      {"\xFF", r},
+      {"a\xC3", "a" + r},                       // truncated at the end
+      {"\xC0\xAF", r + r},                      // overlong: C0 never valid
+      {"\xE0\x80\xAF", r + r + r},              // overlong 3-byte
+      {"\xED\xA0\x80", r + r + r},              // surrogate
+      {"\xF4\x90\x80\x80", r + r + r + r},      // above U+10FFFF
+      {"\xE2\x82x", r + "x"},                   // one FFFD for the 2-byte subpart
+      {"\xF1\x80\x80" "A", r + "A"},
+      {"\x80\x80", r + r},                      // lone continuations
+      {"ok\xC3\xA9\xFEok", "ok\xC3\xA9" + r + "ok"},
+  };
+  for (const auto& c : cases) {
+    std::string got = to_utf8_lossy(c.in);
+    cr_assert(got == c.want, "input of %zu bytes: got %zu bytes, want %zu", c.in.size(), got.size(),
+              c.want.size());
+  }
+}

@@ -1,0 +1,480 @@
+#include "corral/workspace.hpp"
+
+#include <grp.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <initializer_list>
+
+#include "corral/capture.hpp"
+#include "support.hpp"
+
+using namespace corral;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uid_t kOtherUid = 200000;  // an id no account uses; the supervisor's range lives up there
+
+Workspace make_ws(const corral_test::TempDir& base, std::optional<WorkspaceOwner> owner = std::nullopt) {
+  cr_assert(!base.path().empty(), "no temporary directory");
+  auto ws = Workspace::create({base.path(), owner});
+  cr_assert(ws.ok(), "%s", ws.error().message().c_str());
+  return std::move(ws).value();
+}
+
+// Writes a file below root, creating parents.
+void put(const std::string& root, const std::string& rel, const std::string& data = "data") {
+  fs::create_directories(fs::path(root + "/" + rel).parent_path());
+  corral_test::write_file(root + "/" + rel, data);
+}
+
+bool exists_nofollow(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  cr_assert_eq(::lstat(path.c_str(), &st), 0, "stat %s", path.c_str());
+  return st.st_mode & 07777;
+}
+
+template <class T>
+void expect_error(const T& result, std::initializer_list<const char*> fragments) {
+  cr_assert(!result.ok(), "expected an error mentioning '%s'", *fragments.begin());
+  const std::string& msg = result.error().message();
+  for (const char* f : fragments) cr_assert(msg.find(f) != std::string::npos, "'%s' not in: %s", f, msg.c_str());
+}
+
+Collection collect_ok(const Workspace& ws, const std::vector<std::string>& globs, const CollectLimits& caps = {}) {
+  auto c = ws.collect(globs, caps);
+  cr_assert(c.ok(), "%s", c.error().message().c_str());
+  return std::move(c).value();
+}
+
+std::string artifact_names(const Collection& c) {
+  std::string out;
+  for (const auto& a : c.artifacts) out += (out.empty() ? "" : " ") + a.name;
+  return out;
+}
+
+void expect_names(const Collection& c, const std::string& want) {
+  std::string got = artifact_names(c);
+  cr_assert(got == want, "collected '%s', want '%s'", got.c_str(), want.c_str());
+}
+
+// The reason recorded for `name`, or "" when it was not skipped.
+std::string skip_reason(const Collection& c, const std::string& name) {
+  for (const auto& s : c.skipped)
+    if (s.name == name) return s.reason;
+  return "";
+}
+
+void expect_skipped(const Collection& c, const std::string& name, const char* reason_fragment) {
+  std::string reason = skip_reason(c, name);
+  cr_assert(reason.find(reason_fragment) != std::string::npos, "skip of '%s': '%s', want '%s'", name.c_str(),
+            reason.c_str(), reason_fragment);
+}
+
+// Runs fn in a forked child as an unprivileged uid (when we are root) so
+// the non-root code paths run on this root-only machine too.
+corral_test::ChildEnd as_unprivileged(const std::function<int()>& fn) {
+  return corral_test::run_in_child([&] {
+    if (geteuid() == 0) {
+      if (setgroups(0, nullptr) != 0 || setresgid(kOtherUid + 1, kOtherUid + 1, kOtherUid + 1) != 0 ||
+          setresuid(kOtherUid + 1, kOtherUid + 1, kOtherUid + 1) != 0)
+        return 90;
+    }
+    return fn();
+  });
+}
+
+void expect_child_ok(const corral_test::ChildEnd& end) {
+  cr_assert(end.exited && end.code == 0, "child: exited=%d code=%d signal=%d", end.exited, end.code, end.signal);
+}
+
+}  // namespace
+
+// ---- create / remove ------------------------------------------------------
+
+Test(workspace, create_is_0700_with_home_and_tmp_and_is_removed) {
+  corral_test::TempDir base;
+  std::string path;
+  {
+    Workspace ws = make_ws(base);
+    path = ws.path();
+    cr_assert(fs::path(path).filename().string().rfind("corral-", 0) == 0, "%s", path.c_str());
+    cr_assert_eq(fs::path(path).parent_path().string(), base.path());
+    cr_assert_eq(mode_of(path), 0700u);
+    cr_assert_eq(mode_of(ws.home()), 0700u);
+    cr_assert_eq(mode_of(ws.tmp()), 0700u);
+    cr_assert(fs::is_directory(ws.home()) && fs::is_directory(ws.tmp()));
+    struct stat a {}, b {};
+    cr_assert_eq(fstat(ws.dirfd(), &a), 0);
+    cr_assert_eq(stat(path.c_str(), &b), 0);
+    cr_assert(a.st_ino == b.st_ino, "dirfd is not the workspace");
+    cr_assert(fcntl(ws.dirfd(), F_GETFD) & FD_CLOEXEC);
+  }
+  cr_assert(!exists_nofollow(path), "destructor left %s", path.c_str());
+}
+
+Test(workspace, default_base_is_tmpdir_and_bad_base_is_named) {
+  corral_test::TempDir base;
+  setenv("TMPDIR", base.path().c_str(), 1);
+  auto ws = Workspace::create();
+  cr_assert(ws.ok(), "%s", ws.error().message().c_str());
+  cr_assert_eq(fs::path(ws->path()).parent_path().string(), base.path());
+  expect_error(Workspace::create({"/nonexistent-corral-base", std::nullopt}), {"/nonexistent-corral-base"});
+}
+
+Test(workspace, moving_keeps_the_tree_and_remove_is_idempotent) {
+  corral_test::TempDir base;
+  Workspace a = make_ws(base);
+  std::string path = a.path();
+  {
+    Workspace b = std::move(a);
+    cr_assert(fs::is_directory(path), "the moved-from object removed the tree");
+    cr_assert(b.remove().ok());
+    cr_assert(b.remove().ok(), "second remove");
+    cr_assert(b.removed());
+    expect_error(b.stage_bytes("x", "y"), {"already removed"});
+  }
+  cr_assert(!exists_nofollow(path));
+}
+
+// ---- staging --------------------------------------------------------------
+
+Test(workspace, stage_bytes_and_file_copy_with_modes) {
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  ::umask(077);  // the requested mode must win over the umask
+  cr_assert(ws.stage_bytes("in/sub/data.txt", "payload", 0644).ok());
+  cr_assert_eq(corral_test::read_file(ws.path() + "/in/sub/data.txt"), "payload");
+  cr_assert_eq(mode_of(ws.path() + "/in/sub/data.txt"), 0644u);
+
+  std::string host = base / "host-script.sh";
+  corral_test::write_file(host, "#!/bin/sh\necho hi\n");
+  cr_assert_eq(chmod(host.c_str(), 0755), 0);
+  auto st = ws.stage_file(host, "bin/run.sh");
+  cr_assert(st.ok(), "%s", st.error().message().c_str());
+  std::string staged = ws.path() + "/bin/run.sh";
+  cr_assert_eq(corral_test::read_file(staged), "#!/bin/sh\necho hi\n");
+  cr_assert_eq(mode_of(staged), 0755u);
+  struct stat a {}, b {};
+  cr_assert_eq(stat(host.c_str(), &a), 0);
+  cr_assert_eq(stat(staged.c_str(), &b), 0);
+  cr_assert(a.st_ino != b.st_ino && b.st_nlink == 1, "staged by link, not copy");
+
+  expect_error(ws.stage_bytes("in/sub/data.txt", "again"), {"in/sub/data.txt", "already exists"});
+}
+
+Test(workspace, bad_input_names_are_refused_by_name) {
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  for (const char* bad : {"/etc/passwd", "a/../b", "..", "a//b", "a/", "./a", "a/./b"}) {
+    expect_error(ws.stage_bytes(bad, "x"), {"input", bad});
+  }
+  expect_error(ws.stage_bytes("", "x"), {"input", "empty"});
+  expect_error(ws.stage_bytes(std::string_view("a\0b", 3), "x"), {"NUL"});
+  expect_error(ws.stage_bytes("suid", "x", 04755), {"'suid'", "mode"});
+  expect_error(ws.stage_file("/nonexistent-corral-input", "in.txt"), {"'in.txt'", "/nonexistent-corral-input"});
+  cr_assert(!exists_nofollow(ws.path() + "/b") && !exists_nofollow(base.path() + "/b"));
+}
+
+Test(workspace, stage_file_refuses_a_fifo_without_blocking, .timeout = 10) {
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  std::string fifo = base / "fifo";
+  cr_assert_eq(mkfifo(fifo.c_str(), 0600), 0);
+  expect_error(ws.stage_file(fifo, "in"), {"'in'", "not a regular file (fifo)"});
+  expect_error(ws.stage_file(base.path(), "dir"), {"'dir'", "not a regular file (directory)"});
+}
+
+Test(workspace, staging_does_not_follow_a_planted_symlink) {
+  corral_test::TempDir base, outside;
+  Workspace ws = make_ws(base);
+  cr_assert_eq(symlink(outside.path().c_str(), (ws.path() + "/link").c_str()), 0);
+  expect_error(ws.stage_bytes("link/x", "x"), {"'link/x'", "symlink"});
+  cr_assert_eq(symlink((outside / "target").c_str(), (ws.path() + "/leaf").c_str()), 0);
+  expect_error(ws.stage_bytes("leaf", "x"), {"'leaf'", "symlink"});
+  cr_assert(fs::is_empty(outside.path()), "something was written outside");
+}
+
+// ---- collection -----------------------------------------------------------
+
+Test(workspace, symlink_to_etc_passwd_is_skipped_and_never_read) {
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  put(ws.path(), "out/ok.txt", "fine");
+  cr_assert_eq(symlink("/etc/passwd", (ws.path() + "/out/leak.txt").c_str()), 0);
+  cr_assert_eq(symlink("/etc", (ws.path() + "/out/etc").c_str()), 0);
+  Collection c = collect_ok(ws, {"out/*", "out/**"});
+  expect_names(c, "out/ok.txt");
+  expect_skipped(c, "out/leak.txt", "symlink");
+  expect_skipped(c, "out/etc", "symlink");
+  std::string passwd = corral_test::read_file("/etc/passwd");
+  for (const auto& a : c.artifacts) cr_assert(a.content.find("root:") == std::string::npos);
+  cr_assert(!passwd.empty());
+}
+
+Test(workspace, hard_link_to_a_host_file_is_skipped) {
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  std::string host = base / "host-secret";
+  corral_test::write_file(host, "host secret");
+  fs::create_directories(ws.path() + "/out");
+  if (link(host.c_str(), (ws.path() + "/out/hl").c_str()) != 0) cr_skip_test("link(2) failed: %s", strerror(errno));
+  Collection c = collect_ok(ws, {"out/*"});
+  cr_assert(c.artifacts.empty(), "collected %s", artifact_names(c).c_str());
+  expect_skipped(c, "out/hl", "hard link (st_nlink=2)");
+}
+
+Test(workspace, fifo_is_skipped_and_collect_does_not_block, .timeout = 10) {
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  put(ws.path(), "out/a.txt", "a");
+  cr_assert_eq(mkfifo((ws.path() + "/out/pipe").c_str(), 0666), 0);
+  Collection c = collect_ok(ws, {"out/*"});
+  expect_names(c, "out/a.txt");
+  expect_skipped(c, "out/pipe", "not a regular file (fifo)");
+}
+
+Test(workspace, caps_per_file_total_and_count) {
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  put(ws.path(), "big.bin", std::string(2000, 'b'));
+  put(ws.path(), "t/1", std::string(600, '1'));
+  put(ws.path(), "t/2", std::string(600, '2'));
+  put(ws.path(), "t/3", std::string(300, '3'));
+  for (int i = 0; i < 4; ++i) put(ws.path(), "logs/" + std::to_string(i) + ".log");
+  put(ws.path(), "keep.txt", "kept");
+
+  CollectLimits caps;
+  caps.per_file_bytes = 1000;
+  caps.total_bytes = 1000;
+  caps.max_count = 3;
+  Collection c = collect_ok(ws, {"big.bin", "logs/*.log", "t/*"}, caps);
+  expect_skipped(c, "big.bin", "over artifact_bytes (2000 > 1000)");
+  expect_skipped(c, "logs/*.log", "glob 'logs/*.log' matched 4 files, over artifact_count 3");
+  for (int i = 0; i < 4; ++i) cr_assert(skip_reason(c, "logs/" + std::to_string(i) + ".log").empty());
+  // t/1 fits; t/2 would pass the total; t/3 fits the total after that.
+  expect_names(c, "t/1 t/3");
+  expect_skipped(c, "t/2", "over artifact_total_bytes (1200 > 1000)");
+  cr_assert_eq(c.total_bytes(), 900u);
+
+  caps.total_bytes.reset();
+  caps.max_count = 3;
+  Collection d = collect_ok(ws, {"t/*", "keep.txt"}, caps);
+  expect_names(d, "t/1 t/2 t/3");
+  expect_skipped(d, "keep.txt", "over artifact_count");
+}
+
+Test(workspace, cap_limits_come_from_the_limit_vocabulary) {
+  Limits l;
+  l.set(Limit::artifact_bytes, 10).set(Limit::artifact_count, 3);
+  CollectLimits c = CollectLimits::from(l);
+  cr_assert_eq(*c.per_file_bytes, 10u);
+  cr_assert_eq(*c.max_count, 3u);
+  cr_assert(!c.total_bytes);
+}
+
+Test(workspace, glob_matching_rules) {
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  for (const char* f : {"a.txt", "b.log", ".hidden.txt", "sub/c.txt", "sub/deep/d.txt", "home/h.txt", "tmp/t.txt"})
+    put(ws.path(), f, f);
+  expect_names(collect_ok(ws, {"*.txt"}), ".hidden.txt a.txt");  // '*' does not cross '/'
+  expect_names(collect_ok(ws, {"**/*.txt"}), ".hidden.txt a.txt sub/c.txt sub/deep/d.txt");
+  expect_names(collect_ok(ws, {"sub/**"}), "sub/c.txt sub/deep/d.txt");
+  expect_names(collect_ok(ws, {"s?b/[cd].txt"}), "sub/c.txt");
+  expect_names(collect_ok(ws, {"sub/**/d.txt"}), "sub/deep/d.txt");
+  expect_names(collect_ok(ws, {"home/*.txt", "tmp/**"}), "home/h.txt tmp/t.txt");
+  expect_names(collect_ok(ws, {"*.txt", "a.*"}), ".hidden.txt a.txt");  // each path once
+  expect_names(collect_ok(ws, {"nothing/*"}), "");
+
+  Collection c = collect_ok(ws, {"a.txt"});
+  cr_assert_eq(c.artifacts[0].bytes, 5u);
+  cr_assert_eq(c.artifacts[0].content, "a.txt");
+  cr_assert_eq(c.artifacts[0].sha256, Sha256::hex_of("a.txt"));
+
+  expect_error(ws.collect({""}, {}), {"empty glob"});
+  expect_error(ws.collect({"/etc/*"}, {}), {"'/etc/*'", "relative"});
+  expect_error(ws.collect({"out/../../etc/passwd"}, {}), {"'out/../../etc/passwd'", "'..'"});
+}
+
+Test(workspace, walk_stops_at_the_entry_budget) {
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  for (int i = 0; i < 20; ++i) put(ws.path(), "f" + std::to_string(i));
+  CollectLimits caps;
+  caps.max_walk_entries = 5;
+  Collection c = collect_ok(ws, {"*"}, caps);
+  cr_assert_leq(c.artifacts.size(), 5u);
+  bool reported = false;
+  for (const auto& s : c.skipped) reported = reported || s.reason.find("walk stopped after 5") != std::string::npos;
+  cr_assert(reported, "budget exhaustion not reported");
+}
+
+// ---- copy_to --------------------------------------------------------------
+
+Test(workspace, copy_to_writes_artifacts_and_refuses_planted_symlinks) {
+  corral_test::TempDir base, root, elsewhere;
+  Workspace ws = make_ws(base);
+  put(ws.path(), "out/r.txt", "result");
+  put(ws.path(), "out/deep/s.txt", "second");
+  Collection c = collect_ok(ws, {"out/**"});
+  auto st = Workspace::copy_to(c, root.path(), "run-1");
+  cr_assert(st.ok(), "%s", st.error().message().c_str());
+  cr_assert_eq(corral_test::read_file(root / "run-1/out/r.txt"), "result");
+  cr_assert_eq(corral_test::read_file(root / "run-1/out/deep/s.txt"), "second");
+
+  cr_assert_eq(symlink(elsewhere.path().c_str(), (root / "run-2").c_str()), 0);
+  expect_error(Workspace::copy_to(c, root.path(), "run-2"), {"'run-2'", "symlink"});
+  fs::create_directories(root / "run-3");
+  cr_assert_eq(symlink(elsewhere.path().c_str(), (root / "run-3/out").c_str()), 0);
+  expect_error(Workspace::copy_to(c, root.path(), "run-3"), {"'out'", "symlink"});
+  fs::create_directories(root / "run-4/out");
+  cr_assert_eq(symlink((elsewhere / "victim").c_str(), (root / "run-4/out/r.txt").c_str()), 0);
+  expect_error(Workspace::copy_to(c, root.path(), "run-4"), {"'out/r.txt'", "symlink"});
+  cr_assert(fs::is_empty(elsewhere.path()), "something was written through a symlink");
+
+  expect_error(Workspace::copy_to(c, root.path(), "../x"), {"'../x'"});
+  expect_error(Workspace::copy_to(c, root.path(), ".."), {"'..'"});
+}
+
+// ---- removal --------------------------------------------------------------
+
+Test(workspace, removes_000_directories_as_root_and_as_an_ordinary_user) {
+  corral_test::TempDir base;
+  cr_assert_eq(chmod(base.path().c_str(), 01777), 0);
+  // As ourselves (root here), then as an unprivileged uid in a child.
+  for (bool unprivileged : {false, true}) {
+    auto body = [&]() -> int {
+      auto ws = Workspace::create({base.path(), std::nullopt});
+      if (!ws) return 10;
+      std::string p = ws->path();
+      put(p, "locked/inner/f1", "x");
+      put(p, "locked/f2", "y");
+      put(p, "ro/f3", "z");
+      if (chmod((p + "/locked/inner").c_str(), 0) || chmod((p + "/locked").c_str(), 0) ||
+          chmod((p + "/ro").c_str(), 0500) || chmod(p.c_str(), 0))
+        return 11;
+      auto st = ws->remove();
+      if (!st) {
+        fprintf(stderr, "%s\n", st.error().message().c_str());
+        return 12;
+      }
+      return exists_nofollow(p) ? 13 : 0;
+    };
+    if (unprivileged) expect_child_ok(as_unprivileged(body));
+    else cr_assert_eq(body(), 0);
+  }
+}
+
+Test(workspace, removes_files_of_another_uid_in_a_0500_directory) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  std::string p = ws.path();
+  put(p, "d/f", "x");
+  put(p, "d/e/g", "y");
+  for (const char* rel : {"d/f", "d/e/g", "d/e", "d"})
+    cr_assert_eq(lchown((p + "/" + rel).c_str(), kOtherUid, kOtherUid), 0);
+  cr_assert_eq(chmod((p + "/d/e").c_str(), 0500), 0);
+  cr_assert_eq(chmod((p + "/d").c_str(), 0500), 0);
+  auto st = ws.remove();
+  cr_assert(st.ok(), "%s", st.error().message().c_str());
+  cr_assert(!exists_nofollow(p));
+}
+
+Test(workspace, removal_unlinks_symlinks_and_never_follows_them) {
+  corral_test::TempDir base, outside;
+  corral_test::write_file(outside / "keep.txt", "keep");
+  fs::create_directories(outside / "dir");
+  corral_test::write_file(outside / "dir/also.txt", "keep");
+  Workspace ws = make_ws(base);
+  std::string p = ws.path();
+  fs::create_directories(p + "/sub");
+  cr_assert_eq(symlink(outside.path().c_str(), (p + "/link").c_str()), 0);
+  cr_assert_eq(symlink((outside / "dir").c_str(), (p + "/sub/link2").c_str()), 0);
+  cr_assert_eq(symlink((outside / "keep.txt").c_str(), (p + "/sub/filelink").c_str()), 0);
+  cr_assert_eq(chmod((outside / "dir").c_str(), 0555), 0);  // would be chmod'ed 0700 if followed
+  auto st = ws.remove();
+  cr_assert(st.ok(), "%s", st.error().message().c_str());
+  cr_assert(!exists_nofollow(p));
+  cr_assert_eq(corral_test::read_file(outside / "keep.txt"), "keep");
+  cr_assert_eq(corral_test::read_file(outside / "dir/also.txt"), "keep");
+  cr_assert_eq(mode_of(outside / "dir"), 0555u);
+  chmod((outside / "dir").c_str(), 0755);
+}
+
+Test(workspace, removes_a_deep_tree_without_recursion) {
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  // 600 levels: more than the paths allowed by PATH_MAX from the root.
+  int fd = open(ws.path().c_str(), O_RDONLY | O_DIRECTORY);
+  for (int i = 0; i < 600; ++i) {
+    cr_assert_eq(mkdirat(fd, "dddddddd", 0700), 0);
+    int next = openat(fd, "dddddddd", O_RDONLY | O_DIRECTORY);
+    close(fd);
+    fd = next;
+    cr_assert_geq(fd, 0);
+  }
+  cr_assert_eq(mkdirat(fd, "locked", 0), 0);
+  close(fd);
+  std::string p = ws.path();
+  auto st = ws.remove();
+  cr_assert(st.ok(), "%s", st.error().message().c_str());
+  cr_assert(!exists_nofollow(p));
+}
+
+Test(workspace, a_moved_workspace_is_emptied_through_its_fd_and_the_impostor_left_alone) {
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  std::string p = ws.path(), moved = base / "moved";
+  put(p, "out/f", "x");
+  cr_assert_eq(rename(p.c_str(), moved.c_str()), 0);
+  fs::create_directories(p + "/impostor");  // what an owner uid could plant at the old name
+  expect_error(ws.remove(), {"moved or replaced"});
+  cr_assert(ws.removed());
+  cr_assert(fs::is_empty(moved), "contents not removed through the fd");
+  cr_assert(fs::is_directory(p + "/impostor"), "removed something that is not ours");
+}
+
+Test(workspace, removes_many_files_in_one_directory) {
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  int dir = open((ws.path() + "/tmp").c_str(), O_RDONLY | O_DIRECTORY);
+  for (int i = 0; i < 5000; ++i) close(openat(dir, ("f" + std::to_string(i)).c_str(), O_CREAT | O_WRONLY, 0600));
+  close(dir);
+  std::string p = ws.path();
+  auto st = ws.remove();
+  cr_assert(st.ok(), "%s", st.error().message().c_str());
+  cr_assert(!exists_nofollow(p));
+}
+
+Test(workspace, owner_uid_owns_the_tree_and_staged_inputs) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  corral_test::TempDir base;
+  cr_assert_eq(chmod(base.path().c_str(), 0711), 0);  // the owner must reach its workspace
+  Workspace ws = make_ws(base, WorkspaceOwner{kOtherUid, kOtherUid});
+  cr_assert(ws.stage_bytes("in/deep/x.txt", "x").ok());
+  for (const std::string& p : {ws.path(), ws.home(), ws.tmp(), ws.path() + "/in", ws.path() + "/in/deep",
+                               ws.path() + "/in/deep/x.txt"}) {
+    struct stat st {};
+    cr_assert_eq(lstat(p.c_str(), &st), 0);
+    cr_assert(st.st_uid == kOtherUid && st.st_gid == kOtherUid, "%s owned by %u:%u", p.c_str(), st.st_uid,
+              st.st_gid);
+  }
+  // The owner can work in it.
+  expect_child_ok(corral_test::run_in_child([&] {
+    if (setgroups(0, nullptr) || setresgid(kOtherUid, kOtherUid, kOtherUid) || setresuid(kOtherUid, kOtherUid, kOtherUid))
+      return 90;
+    int fd = open((ws.home() + "/made-by-child").c_str(), O_CREAT | O_WRONLY, 0600);
+    return fd >= 0 ? 0 : 1;
+  }));
+  std::string p = ws.path();
+  cr_assert(ws.remove().ok());
+  cr_assert(!exists_nofollow(p));
+}
