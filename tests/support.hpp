@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -45,6 +46,47 @@ inline ChildEnd run_in_child(const std::function<int()>& fn) {
     end.signal = WTERMSIG(status);
   }
   return end;
+}
+
+// run_in_child, plus what the child wrote to the fd it is given (a pipe
+// read by the parent until every holder closed it, then the child reaped).
+struct ChildReport {
+  ChildEnd end;
+  std::string output;
+};
+inline ChildReport run_in_child_reporting(const std::function<int(int report_fd)>& fn) {
+  ChildReport report;
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return report;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(p[0]);
+    _exit(fn(p[1]));
+  }
+  close(p[1]);
+  char buf[4096];
+  ssize_t n;
+  while (pid > 0 && ((n = read(p[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)))
+    if (n > 0) report.output.append(buf, static_cast<size_t>(n));
+  close(p[0]);
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return report;
+  if (WIFEXITED(status)) {
+    report.end.exited = true;
+    report.end.code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    report.end.signal = WTERMSIG(status);
+  }
+  return report;
+}
+
+// For a forked test child: write a string to a report fd.
+inline void report(int fd, const std::string& text) {
+  for (size_t off = 0; off < text.size();) {
+    ssize_t n = write(fd, text.data() + off, text.size() - off);
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
 }
 
 inline std::string read_file(const std::string& path) {

@@ -1,0 +1,47 @@
+// Child subreaper: orphans of a run (a daemonizing grandchild, a process
+// whose parent died) are re-parented to us instead of to init, so we can
+// see them, kill them and reap them, and none is left as a zombie.
+//
+// Who runs what: become_subreaper() in the supervisor (or a run's pid-1
+// helper) before it spawns; become_subreaper_in_child() in a forked child
+// that will act as a reaper; reap_orphans() in the subreaper, e.g. on every
+// SIGCHLD and after the owner reaps one of its tracked children.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <functional>
+
+#include "corral/status.hpp"
+
+namespace corral {
+
+// PR_SET_CHILD_SUBREAPER (Linux 3.4) on the calling process. The attribute
+// is per process, kept across execve, not inherited by fork.
+Status become_subreaper();
+bool is_subreaper() noexcept;
+
+// Child side, async-signal-safe (raw prctl, errno untouched): 0 or errno.
+int become_subreaper_in_child() noexcept;
+
+// Says whether a pid is one the caller tracks (a pidfd it will wait on
+// itself): true = leave it alone. An empty filter tracks nothing.
+using ReapFilter = std::function<bool(pid_t)>;
+
+// Non-blocking. Reaps every exited child that `is_tracked` does not claim:
+// adopted orphans, and any untracked direct child. Returns how many it
+// reaped. Never blocks and never reaps a tracked pid, so a tracked child's
+// exit status stays for its owner's waitid(P_PIDFD).
+//
+// How: waitid(P_ALL, WEXITED|WNOHANG|WNOWAIT) peeks at an exited child;
+// an untracked one is reaped by pid. When the peeked one is tracked,
+// P_ALL would keep returning it, so the remaining children are found in
+// /proc/self/task/*/children (zombies included) and each untracked one
+// gets a WNOHANG reap by pid. Children cloned with an exit signal other
+// than SIGCHLD are invisible to it (no __WALL); orphans always have
+// SIGCHLD after re-parenting. A child that exits while this runs is
+// reaped by the next call.
+std::size_t reap_orphans(const ReapFilter& is_tracked = {});
+
+}  // namespace corral

@@ -1,0 +1,88 @@
+#include "corral/capabilities.hpp"
+
+#include <linux/prctl.h>
+#include <sys/capability.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include "corral/syscalls.hpp"
+
+namespace corral {
+namespace {
+
+// /proc/sys/kernel/cap_last_cap, or -1 when it cannot be read (no /proc).
+int kernel_last_cap() {
+  std::ifstream in("/proc/sys/kernel/cap_last_cap");
+  int last = -1;
+  if (!(in >> last)) return -1;
+  return last;
+}
+
+}  // namespace
+
+bool has_effective_capability(int cap) noexcept {
+  // cap_get_proc() reads the calling thread's sets (capget with pid 0):
+  // capabilities are per thread, and a forked child inherits this thread's.
+  cap_t caps = cap_get_proc();
+  if (caps == nullptr) return false;
+  cap_flag_value_t value = CAP_CLEAR;
+  bool ok = cap_get_flag(caps, static_cast<cap_value_t>(cap), CAP_EFFECTIVE, &value) == 0;
+  cap_free(caps);
+  return ok && value == CAP_SET;
+}
+
+Expected<CapabilityDrop> prepare_capability_drop() {
+  // libcap 2.66 learns the count from the kernel (cap_last_cap + 1), so a
+  // kernel newer than our headers still has its new capabilities dropped.
+  int bits = static_cast<int>(cap_max_bits());
+  int from_kernel = kernel_last_cap();
+  int last = bits - 1;
+  if (from_kernel > last) last = from_kernel;  // trust the larger: dropping more is safe
+  if (last < 0 || last > 63)
+    return Error(ENOTSUP, "capabilities: cannot tell how many capabilities this kernel has (cap_max_bits " +
+                              std::to_string(bits) + ", cap_last_cap " + std::to_string(from_kernel) + ")");
+  if (!has_effective_capability(CAP_SETPCAP))
+    return Error(EPERM, "capabilities: emptying the bounding set needs CAP_SETPCAP, which is not effective "
+                        "(euid " + std::to_string(geteuid()) + ")");
+  CapabilityDrop drop;
+  drop.last_cap_ = last;
+  return drop;
+}
+
+// Runs in the child; async-signal-safe: raw syscalls only.
+int drop_bounding_set_in_child(const CapabilityDrop& drop) noexcept {
+  long r = sys::call(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  if (int err = sys::error_of(r); err != 0 && err != EINVAL) return err;
+  for (int cap = 0; cap <= drop.last_cap(); ++cap) {
+    r = sys::call(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0);
+    int err = sys::error_of(r);
+    if (err == EINVAL) continue;  // a number this kernel does not know
+    if (err != 0) return err;     // EPERM: no CAP_SETPCAP
+  }
+  return 0;
+}
+
+// Runs in the child; async-signal-safe: raw syscalls only.
+int clear_capabilities_in_child(const CapabilityDrop&) noexcept {
+  // Version 3 takes two 32-bit words per set; all zero empties permitted,
+  // effective and inheritable. Lowering never needs a capability.
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  long r = sys::call(SYS_capset, reinterpret_cast<long>(&header), reinterpret_cast<long>(data));
+  if (int err = sys::error_of(r)) return err;
+  // Linux 3.5+. After this, execve never adds privileges (setuid bits and
+  // file capabilities are ignored), and seccomp/landlock need no CAP_SYS_ADMIN.
+  r = sys::call(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  return sys::error_of(r);
+}
+
+// Runs in the child; async-signal-safe. Bounding first: it needs
+// CAP_SETPCAP, which the capset below removes.
+int apply_capability_drop_in_child(const CapabilityDrop& drop) noexcept {
+  if (int err = drop_bounding_set_in_child(drop)) return err;
+  return clear_capabilities_in_child(drop);
+}
+
+}  // namespace corral

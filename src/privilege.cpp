@@ -1,0 +1,223 @@
+#include "corral/privilege.hpp"
+
+#include <linux/capability.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <mutex>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "corral/capabilities.hpp"
+#include "corral/syscalls.hpp"
+
+namespace corral {
+namespace {
+
+constexpr std::uint64_t kNoId = static_cast<uid_t>(-1);  // 4294967295: "unchanged" to set*id
+
+std::string ids(uid_t uid, gid_t gid) {
+  return "uid " + std::to_string(uid) + " gid " + std::to_string(gid);
+}
+
+// Whether `id` is mapped in this process's user namespace (/proc/self/uid_map
+// or gid_map: "inside outside count" lines). In the initial namespace the
+// map is "0 0 4294967295", so every id but -1 is. No map file: assume yes.
+bool mapped(const char* map_file, std::uint64_t id) {
+  std::ifstream in(map_file);
+  if (!in) return true;
+  std::uint64_t inside = 0, outside = 0, count = 0;
+  while (in >> inside >> outside >> count)
+    if (id >= inside && id - inside < count) return true;
+  return false;
+}
+
+}  // namespace
+
+bool is_root_capable() noexcept {
+  return geteuid() == 0 && has_effective_capability(CAP_SETUID) && has_effective_capability(CAP_SETGID);
+}
+
+Expected<PrivilegeDrop> prepare_privilege_drop(uid_t uid, gid_t gid) {
+  const std::string who = "privilege: drop to " + ids(uid, gid);
+  if (uid == kNoId) return Error::invalid(who + ": uid 4294967295 is out of range (max 4294967294)");
+  if (gid == kNoId) return Error::invalid(who + ": gid 4294967295 is out of range (max 4294967294)");
+
+  uid_t ru, eu, su;
+  gid_t rg, eg, sg;
+  if (getresuid(&ru, &eu, &su) != 0 || getresgid(&rg, &eg, &sg) != 0)
+    return Error::from_errno(errno, who + ": getresuid");
+  PrivilegeDrop drop;
+  drop.uid_ = uid;
+  drop.gid_ = gid;
+  if (ru == uid && eu == uid && su == uid && rg == gid && eg == gid && sg == gid) {
+    drop.changes_ = false;  // already exactly this identity: verify only
+    return drop;
+  }
+  if (uid == 0) return Error::invalid(who + ": uid 0 is root; dropping to root is not a drop");
+  if (gid == 0) return Error::invalid(who + ": gid 0 is root's group; choose an unprivileged gid");
+  if (!mapped("/proc/self/uid_map", uid))
+    return Error::invalid(who + ": uid " + std::to_string(uid) + " is not mapped in this user namespace");
+  if (!mapped("/proc/self/gid_map", gid))
+    return Error::invalid(who + ": gid " + std::to_string(gid) + " is not mapped in this user namespace");
+  if (!has_effective_capability(CAP_SETUID) || !has_effective_capability(CAP_SETGID))
+    return Error(EPERM, who + ": needs root (CAP_SETUID and CAP_SETGID); running as " + ids(eu, eg) +
+                            " without them");
+  return drop;
+}
+
+// Runs in the child; async-signal-safe: raw syscalls only, errno untouched.
+int apply_privilege_drop_in_child(const PrivilegeDrop& drop) noexcept {
+  const long u = drop.uid(), g = drop.gid();
+  long r;
+  if (drop.changes_identity()) {
+    // Supplementary groups first: root's groups would survive the uid change.
+    r = sys::call(SYS_setgroups, 0, 0);
+    if (int err = sys::error_of(r)) return err;
+  }
+  // gid before uid: changing the gid needs CAP_SETGID, which a non-zero
+  // uid loses.
+  r = sys::call(SYS_setresgid, g, g, g);
+  if (int err = sys::error_of(r)) return err;
+  r = sys::call(SYS_setresuid, u, u, u);
+  if (int err = sys::error_of(r)) return err;
+
+  // Verify instead of trusting: the ids stuck, the groups are gone, and
+  // root cannot be regained.
+  uid_t ru = 0, eu = 0, su = 0;
+  gid_t rg = 0, eg = 0, sg = 0;
+  if (sys::call(SYS_getresuid, reinterpret_cast<long>(&ru), reinterpret_cast<long>(&eu),
+                reinterpret_cast<long>(&su)) != 0 ||
+      sys::call(SYS_getresgid, reinterpret_cast<long>(&rg), reinterpret_cast<long>(&eg),
+                reinterpret_cast<long>(&sg)) != 0)
+    return ENOTRECOVERABLE;
+  if (ru != drop.uid() || eu != drop.uid() || su != drop.uid()) return ENOTRECOVERABLE;
+  if (rg != drop.gid() || eg != drop.gid() || sg != drop.gid()) return ENOTRECOVERABLE;
+  if (drop.changes_identity() && sys::call(SYS_getgroups, 0, 0) != 0) return ENOTRECOVERABLE;
+  if (drop.uid() != 0 && sys::call(SYS_setresuid, 0, 0, 0) == 0) return ENOTRECOVERABLE;
+  if (drop.gid() != 0 && drop.uid() != 0 && sys::call(SYS_setresgid, 0, 0, 0) == 0) return ENOTRECOVERABLE;
+  return 0;
+}
+
+// ---- UidPool ----------------------------------------------------------------
+
+struct UidPool::Lease::State {
+  std::mutex mu;
+  uid_t first = 0;
+  std::uint32_t count = 0;
+  bool range_ok = false;
+  std::uint32_t next_unused = 0;     // offsets below this were handed out at least once
+  std::vector<std::uint32_t> free;   // returned offsets; capacity kept >= next_unused
+  std::uint32_t in_use = 0;
+  bool pinned = false;
+  uid_t pin_uid = 0;
+  gid_t pin_gid = 0;
+
+  std::string range() const {
+    return std::to_string(first) + ".." + std::to_string(std::uint64_t{first} + count - 1);
+  }
+};
+
+UidPool::UidPool() : UidPool(kDefaultFirst, kDefaultCount) {}
+
+UidPool::UidPool(uid_t first, std::uint32_t count) : state_(std::make_shared<Lease::State>()) {
+  state_->first = first;
+  state_->count = count;
+  state_->range_ok = count > 0 && first > 0 && std::uint64_t{first} + count - 1 < kNoId;
+}
+
+UidPool& UidPool::pin(uid_t uid, gid_t gid) noexcept {
+  std::lock_guard lock(state_->mu);
+  state_->pinned = true;
+  state_->pin_uid = uid;
+  state_->pin_gid = gid;
+  return *this;
+}
+
+bool UidPool::pinned() const noexcept {
+  std::lock_guard lock(state_->mu);
+  return state_->pinned;
+}
+
+std::uint32_t UidPool::in_use() const noexcept {
+  std::lock_guard lock(state_->mu);
+  return state_->in_use;
+}
+
+Status UidPool::status() const {
+  std::lock_guard lock(state_->mu);
+  if (state_->pinned || state_->range_ok) return {};
+  return Error::invalid("uid pool: range first " + std::to_string(state_->first) + " count " +
+                        std::to_string(state_->count) +
+                        " is unusable (must be non-empty, above 0 and end below 4294967295)");
+}
+
+Expected<UidPool::Lease> UidPool::acquire() {
+  if (auto ok = status(); !ok) return std::move(ok).error();
+  std::lock_guard lock(state_->mu);
+  Lease lease;
+  lease.held_ = true;
+  if (state_->pinned) {
+    lease.uid_ = state_->pin_uid;
+    lease.gid_ = state_->pin_gid;
+    return lease;
+  }
+  std::uint32_t offset;
+  if (!state_->free.empty()) {
+    offset = state_->free.back();
+    state_->free.pop_back();
+  } else if (state_->next_unused < state_->count) {
+    // Grow the free list's capacity now, where failing is allowed, so that
+    // release (noexcept) never allocates.
+    if (state_->free.capacity() < std::size_t{state_->next_unused} + 1) {
+      try {
+        state_->free.reserve(std::max<std::size_t>(64, std::size_t{state_->next_unused} * 2));
+      } catch (const std::bad_alloc&) {
+        return Error(ENOMEM, "uid pool " + state_->range() + ": out of memory");
+      }
+    }
+    offset = state_->next_unused++;
+  } else {
+    return Error(EAGAIN, "uid pool " + state_->range() + ": all " + std::to_string(state_->count) +
+                             " uids are in use by runs in flight");
+  }
+  ++state_->in_use;
+  lease.uid_ = state_->first + offset;
+  lease.gid_ = lease.uid_;
+  lease.state_ = state_;
+  return lease;
+}
+
+UidPool::Lease::Lease(Lease&& other) noexcept
+    : state_(std::move(other.state_)), uid_(other.uid_), gid_(other.gid_), held_(other.held_) {
+  other.held_ = false;
+}
+
+UidPool::Lease& UidPool::Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    release();
+    state_ = std::move(other.state_);
+    uid_ = other.uid_;
+    gid_ = other.gid_;
+    held_ = std::exchange(other.held_, false);
+  }
+  return *this;
+}
+
+UidPool::Lease::~Lease() { release(); }
+
+void UidPool::Lease::release() noexcept {
+  held_ = false;
+  if (!state_) return;
+  {
+    std::lock_guard lock(state_->mu);
+    state_->free.push_back(uid_ - state_->first);  // capacity reserved in acquire
+    --state_->in_use;
+  }
+  state_.reset();
+}
+
+}  // namespace corral

@@ -1,0 +1,122 @@
+#include "corral/reaper.hpp"
+
+#include <dirent.h>
+#include <linux/prctl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "corral/syscalls.hpp"
+
+namespace corral {
+namespace {
+
+// Reaps `pid` if it has exited; never blocks. True when it was reaped.
+bool reap_if_exited(pid_t pid) {
+  siginfo_t info{};
+  int r;
+  do r = waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG);
+  while (r != 0 && errno == EINTR);
+  return r == 0 && info.si_pid == pid;
+}
+
+// Our children, zombies included, from /proc/self/task/<tid>/children
+// (Linux 3.5, CONFIG_PROC_CHILDREN). Orphans are adopted by any thread of
+// the subreaper, so every thread's list is read. False when the files do
+// not exist.
+bool children_from_task_lists(std::vector<pid_t>& out) {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return false;
+  bool found = false;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(std::string("/proc/self/task/") + e->d_name + "/children");
+    if (!in) continue;
+    found = true;
+    pid_t pid;
+    while (in >> pid) out.push_back(pid);
+  }
+  closedir(dir);
+  return found;
+}
+
+// Fallback without CONFIG_PROC_CHILDREN: every process whose stat names
+// us as parent. O(processes on the host), hence only a fallback.
+void children_from_proc_scan(std::vector<pid_t>& out) {
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return;
+  const pid_t self = getpid();
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    char state = 0;
+    long ppid = 0;
+    if (rest >> state >> ppid && ppid == self) out.push_back(static_cast<pid_t>(pid));
+  }
+  closedir(dir);
+}
+
+// Reaps every untracked exited child found by listing them.
+std::size_t reap_listed(const ReapFilter& is_tracked) {
+  std::vector<pid_t> children;
+  if (!children_from_task_lists(children)) children_from_proc_scan(children);
+  std::size_t reaped = 0;
+  for (pid_t pid : children)
+    if (!(is_tracked && is_tracked(pid)) && reap_if_exited(pid)) ++reaped;
+  return reaped;
+}
+
+}  // namespace
+
+Status become_subreaper() {
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
+    return Error::from_errno(errno, "reaper: prctl(PR_SET_CHILD_SUBREAPER)");
+  return {};
+}
+
+bool is_subreaper() noexcept {
+  int value = 0;
+  return prctl(PR_GET_CHILD_SUBREAPER, &value, 0, 0, 0) == 0 && value != 0;
+}
+
+// Runs in the child; async-signal-safe: one raw prctl.
+int become_subreaper_in_child() noexcept {
+  return sys::error_of(sys::call(SYS_prctl, PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0));
+}
+
+std::size_t reap_orphans(const ReapFilter& is_tracked) {
+  std::size_t reaped = 0;
+  for (;;) {
+    siginfo_t info{};
+    // WNOWAIT: only look. Reaping a tracked child here would steal the
+    // exit status from its owner's pidfd.
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+      if (errno == EINTR) continue;
+      return reaped;  // ECHILD: no children at all
+    }
+    if (info.si_pid == 0) return reaped;  // children, none exited
+    pid_t pid = info.si_pid;
+    if (is_tracked && is_tracked(pid)) {
+      // P_ALL would return this same zombie forever: list the rest.
+      return reaped + reap_listed(is_tracked);
+    }
+    if (!reap_if_exited(pid)) return reaped;  // reaped by someone else meanwhile
+    ++reaped;
+  }
+}
+
+}  // namespace corral

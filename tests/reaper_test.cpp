@@ -1,0 +1,189 @@
+#include "corral/reaper.hpp"
+
+#include <sys/prctl.h>
+#include <time.h>
+
+#include <sstream>
+
+#include "support.hpp"
+
+using namespace corral;
+using corral_test::report;
+using corral_test::run_in_child_reporting;
+
+namespace {
+
+// Polls `done` every millisecond for up to 5 s.
+template <class F>
+bool eventually(F done) {
+  for (int i = 0; i < 5000; ++i) {
+    if (done()) return true;
+    struct timespec ms {0, 1000000};
+    nanosleep(&ms, nullptr);
+  }
+  return false;
+}
+
+// True when the calling process has no children left at all (not even zombies).
+bool no_children_left() {
+  siginfo_t info{};
+  return waitid(P_ALL, 0, &info, WEXITED | WNOHANG) != 0 && errno == ECHILD;
+}
+
+// Forks a child that forks a grandchild and exits. The grandchild waits
+// until it is re-parented, writes its new parent's pid to the returned fd,
+// then exits as soon as the `go` pipe reaches EOF (the caller closes both
+// ends). Returns the read end; the intermediate child is already reaped.
+int orphan_reporting_parent(const int go[2]) {
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) return -1;
+  pid_t c = fork();
+  if (c == 0) {
+    if (fork() == 0) {
+      close(go[1]);
+      pid_t first = getppid();
+      eventually([&] { return getppid() != first; });
+      pid_t now = getppid();
+      if (write(ready[1], &now, sizeof now) != sizeof now) _exit(1);
+      char byte;
+      while (read(go[0], &byte, 1) > 0) {
+      }
+      _exit(0);
+    }
+    _exit(0);
+  }
+  close(ready[1]);
+  waitpid(c, nullptr, 0);
+  return ready[0];
+}
+
+pid_t read_pid(int fd) {
+  pid_t pid = -1;
+  if (read(fd, &pid, sizeof pid) != sizeof pid) return -1;
+  return pid;
+}
+
+// "key=value" lines of a child's report.
+std::string field(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.compare(0, key.size() + 1, key + "=") == 0) return line.substr(key.size() + 1);
+  return "<missing " + key + ">";
+}
+
+void expect_field(const corral_test::ChildReport& r, const std::string& key, const std::string& want) {
+  std::string got = field(r.output, key);
+  cr_expect_eq(got, want, "%s: got '%s', want '%s'; report:\n%s", key.c_str(), got.c_str(), want.c_str(),
+               r.output.c_str());
+}
+
+}  // namespace
+
+Test(reaper, orphan_is_adopted_and_reaped) {
+  auto r = run_in_child_reporting([](int fd) {
+    if (!become_subreaper().ok()) return 100;
+    report(fd, std::string("subreaper=") + (is_subreaper() ? "yes" : "no") + "\n");
+    int go[2];
+    if (pipe2(go, O_CLOEXEC) != 0) return 101;
+    int ready = orphan_reporting_parent(go);
+    close(go[0]);
+    pid_t adopted_by = read_pid(ready);
+    report(fd, std::string("adopted_by_us=") + (adopted_by == getpid() ? "yes" : std::to_string(adopted_by)) + "\n");
+    report(fd, "reaped_while_alive=" + std::to_string(reap_orphans()) + "\n");
+    close(go[1]);  // the grandchild exits now
+    std::size_t reaped = 0;
+    eventually([&] { return (reaped += reap_orphans()) >= 1; });
+    report(fd, "reaped=" + std::to_string(reaped) + "\n");
+    report(fd, std::string("zombies_left=") + (no_children_left() ? "no" : "yes") + "\n");
+    return 0;
+  });
+  cr_assert(r.end.exited && r.end.code == 0, "exit %d signal %d", r.end.code, r.end.signal);
+  expect_field(r, "subreaper", "yes");
+  expect_field(r, "adopted_by_us", "yes");
+  expect_field(r, "reaped_while_alive", "0");
+  expect_field(r, "reaped", "1");
+  expect_field(r, "zombies_left", "no");
+}
+
+Test(reaper, without_subreaper_the_orphan_goes_elsewhere) {
+  // The control for the test above, so it can fail: an outer subreaper
+  // forks an inner process that is not one; the inner one's orphan goes to
+  // the outer one (and is reaped there, not left to init).
+  auto r = run_in_child_reporting([](int fd) {
+    if (!become_subreaper().ok()) return 100;
+    pid_t inner = fork();
+    if (inner == 0) {
+      int go[2];
+      if (pipe2(go, O_CLOEXEC) != 0) _exit(101);
+      int ready = orphan_reporting_parent(go);
+      close(go[0]);
+      close(go[1]);
+      pid_t adopted_by = read_pid(ready);
+      report(fd, std::string("adopted_by_inner=") + (adopted_by == getpid() ? "yes" : "no") + "\n");
+      report(fd, std::string("adopted_by_outer=") + (adopted_by == getppid() ? "yes" : "no") + "\n");
+      _exit(0);
+    }
+    waitpid(inner, nullptr, 0);
+    std::size_t reaped = 0;
+    eventually([&] { return (reaped += reap_orphans()) >= 1; });
+    report(fd, "reaped_by_outer=" + std::to_string(reaped) + "\n");
+    return 0;
+  });
+  cr_assert(r.end.exited && r.end.code == 0, "exit %d", r.end.code);
+  expect_field(r, "adopted_by_inner", "no");
+  expect_field(r, "adopted_by_outer", "yes");
+  expect_field(r, "reaped_by_outer", "1");
+}
+
+Test(reaper, tracked_children_are_left_for_their_owner) {
+  auto r = run_in_child_reporting([](int fd) {
+    if (!become_subreaper().ok()) return 100;
+    // The tracked child is forked first, so it is first in our children list
+    // and waitid(P_ALL) keeps returning it: the orphans behind it must still
+    // be found.
+    pid_t tracked = fork();
+    if (tracked == 0) _exit(7);
+    siginfo_t info{};
+    if (waitid(P_PID, tracked, &info, WEXITED | WNOWAIT) != 0) return 101;  // now a zombie
+    pid_t c = fork();
+    if (c == 0) {
+      for (int i = 0; i < 3; ++i)
+        if (fork() == 0) _exit(0);
+      _exit(0);
+    }
+    waitpid(c, nullptr, 0);
+    ReapFilter is_tracked = [&](pid_t pid) { return pid == tracked; };
+    std::size_t reaped = 0;
+    eventually([&] { return (reaped += reap_orphans(is_tracked)) >= 3; });
+    report(fd, "reaped=" + std::to_string(reaped) + "\n");
+    info = {};
+    bool kept = waitid(P_PID, tracked, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == tracked;
+    report(fd, std::string("tracked_kept=") + (kept ? "yes" : "no") + "\n");
+    int status = 0;
+    if (waitpid(tracked, &status, 0) == tracked)
+      report(fd, "tracked_exit=" + std::to_string(WEXITSTATUS(status)) + "\n");
+    report(fd, std::string("zombies_left=") + (no_children_left() ? "no" : "yes") + "\n");
+    return 0;
+  });
+  cr_assert(r.end.exited && r.end.code == 0, "exit %d signal %d", r.end.code, r.end.signal);
+  expect_field(r, "reaped", "3");
+  expect_field(r, "tracked_kept", "yes");
+  expect_field(r, "tracked_exit", "7");
+  expect_field(r, "zombies_left", "no");
+}
+
+Test(reaper, child_side_variant_sets_the_attribute) {
+  auto r = run_in_child_reporting([](int) {
+    if (is_subreaper()) return 1;
+    if (int err = become_subreaper_in_child()) return 100 + err;
+    int value = 0;
+    return prctl(PR_GET_CHILD_SUBREAPER, &value, 0, 0, 0) == 0 && value == 1 ? 0 : 2;
+  });
+  cr_expect(r.end.exited && r.end.code == 0, "exit %d", r.end.code);
+}
+
+Test(reaper, nothing_to_reap_returns_zero) {
+  auto r = run_in_child_reporting([](int) { return static_cast<int>(reap_orphans()); });
+  cr_expect(r.end.exited && r.end.code == 0, "exit %d", r.end.code);
+}
