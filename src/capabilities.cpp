@@ -85,4 +85,27 @@ int apply_capability_drop_in_child(const CapabilityDrop& drop) noexcept {
   return clear_capabilities_in_child(drop);
 }
 
+// Child side / preexec hook; async-signal-safe. Without a prepared object
+// the number of capabilities is found by dropping until the kernel says
+// EINVAL. Without CAP_SETPCAP the bounding set cannot shrink; that is only
+// acceptable when we hold no capability at all, since no_new_privs then
+// keeps exec from gaining any.
+int drop_all_capabilities_now() noexcept {
+  sys::call(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  for (int cap = 0; cap < 64; ++cap) {
+    int err = sys::error_of(sys::call(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0));
+    if (err == EINVAL) break;
+    if (err == EPERM) {
+      __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+      __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+      if (sys::call(SYS_capget, reinterpret_cast<long>(&header), reinterpret_cast<long>(data)) != 0) return EPERM;
+      for (const auto& d : data)
+        if (d.permitted || d.effective) return EPERM;
+      break;
+    }
+    if (err != 0) return err;
+  }
+  return clear_capabilities_in_child(CapabilityDrop());
+}
+
 }  // namespace corral

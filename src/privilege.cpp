@@ -69,11 +69,14 @@ Expected<PrivilegeDrop> prepare_privilege_drop(uid_t uid, gid_t gid) {
   return drop;
 }
 
-// Runs in the child; async-signal-safe: raw syscalls only, errno untouched.
-int apply_privilege_drop_in_child(const PrivilegeDrop& drop) noexcept {
-  const long u = drop.uid(), g = drop.gid();
+namespace {
+
+// The drop itself, shared by the prepared path and the C ABI. Child side;
+// async-signal-safe: raw syscalls only, errno untouched.
+int drop_ids_in_child(uid_t uid, gid_t gid, bool change_groups) noexcept {
+  const long u = uid, g = gid;
   long r;
-  if (drop.changes_identity()) {
+  if (change_groups) {
     // Supplementary groups first: root's groups would survive the uid change.
     r = sys::call(SYS_setgroups, 0, 0);
     if (int err = sys::error_of(r)) return err;
@@ -94,12 +97,29 @@ int apply_privilege_drop_in_child(const PrivilegeDrop& drop) noexcept {
       sys::call(SYS_getresgid, reinterpret_cast<long>(&rg), reinterpret_cast<long>(&eg),
                 reinterpret_cast<long>(&sg)) != 0)
     return ENOTRECOVERABLE;
-  if (ru != drop.uid() || eu != drop.uid() || su != drop.uid()) return ENOTRECOVERABLE;
-  if (rg != drop.gid() || eg != drop.gid() || sg != drop.gid()) return ENOTRECOVERABLE;
-  if (drop.changes_identity() && sys::call(SYS_getgroups, 0, 0) != 0) return ENOTRECOVERABLE;
-  if (drop.uid() != 0 && sys::call(SYS_setresuid, 0, 0, 0) == 0) return ENOTRECOVERABLE;
-  if (drop.gid() != 0 && drop.uid() != 0 && sys::call(SYS_setresgid, 0, 0, 0) == 0) return ENOTRECOVERABLE;
+  if (ru != uid || eu != uid || su != uid) return ENOTRECOVERABLE;
+  if (rg != gid || eg != gid || sg != gid) return ENOTRECOVERABLE;
+  if (change_groups && sys::call(SYS_getgroups, 0, 0) != 0) return ENOTRECOVERABLE;
+  if (uid != 0 && sys::call(SYS_setresuid, 0, 0, 0) == 0) return ENOTRECOVERABLE;
+  if (gid != 0 && uid != 0 && sys::call(SYS_setresgid, 0, 0, 0) == 0) return ENOTRECOVERABLE;
   return 0;
+}
+
+}  // namespace
+
+// Runs in the child; async-signal-safe: raw syscalls only, errno untouched.
+int apply_privilege_drop_in_child(const PrivilegeDrop& drop) noexcept {
+  return drop_ids_in_child(drop.uid(), drop.gid(), drop.changes_identity());
+}
+
+int drop_privileges_now(uid_t uid, gid_t gid) noexcept {
+  if (uid == static_cast<uid_t>(-1) || gid == static_cast<gid_t>(-1)) return EINVAL;
+  uid_t ru = 0, eu = 0, su = 0;
+  gid_t rg = 0, eg = 0, sg = 0;
+  sys::call(SYS_getresuid, reinterpret_cast<long>(&ru), reinterpret_cast<long>(&eu), reinterpret_cast<long>(&su));
+  sys::call(SYS_getresgid, reinterpret_cast<long>(&rg), reinterpret_cast<long>(&eg), reinterpret_cast<long>(&sg));
+  bool same = ru == uid && eu == uid && su == uid && rg == gid && eg == gid && sg == gid;
+  return drop_ids_in_child(uid, gid, !same);
 }
 
 // ---- UidPool ----------------------------------------------------------------

@@ -29,6 +29,7 @@ class CapabilityDrop {
 
  private:
   friend Expected<CapabilityDrop> prepare_capability_drop();
+  friend int drop_all_capabilities_now() noexcept;
   CapabilityDrop() = default;
   int last_cap_ = -1;
   // Room for a keep-list (capabilities to leave in bounding/permitted/
@@ -64,5 +65,9 @@ int apply_capability_drop_in_child(const CapabilityDrop& drop) noexcept;
 // Parent side: whether `cap` (CAP_*) is in the calling thread's effective
 // set. Used by prepare functions to refuse what the child could not do.
 bool has_effective_capability(int cap) noexcept;
+
+// Everything above in one call, without a prepared object (the C ABI's
+// corral_drop_capabilities). Child side; async-signal-safe; 0 or errno.
+int drop_all_capabilities_now() noexcept;
 
 }  // namespace corral

@@ -50,6 +50,12 @@ class PrivilegeDrop {
 // saved uid and gid is accepted as a no-op that still verifies.
 Expected<PrivilegeDrop> prepare_privilege_drop(uid_t uid, gid_t gid);
 
+// The same drop without a prepared object, for a preexec hook (the C ABI):
+// validates only what it can without allocating (-1 ids refused) and
+// skips setgroups when the target is already our identity. Child side;
+// async-signal-safe. Returns 0 or errno.
+int drop_privileges_now(uid_t uid, gid_t gid) noexcept;
+
 // Child side, async-signal-safe: raw syscalls only (never glibc's
 // setresuid, which would broadcast to the parent's threads from a CLONE_VM
 // child), errno untouched. Order: setgroups(0, NULL), setresgid(g,g,g),
