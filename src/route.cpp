@@ -191,13 +191,14 @@ Expected<Route> Router::add(RouteSpec spec, const TierCapabilities& tier,
         break;
       case Egress::allowlist:
         if (!tier.egress_filters_hosts) {
-          std::vector<std::string> named;
+          std::string wider;
           for (std::size_t i = 0; i < destinations.size(); ++i)
-            if (destinations[i].first != "*") named.push_back(spec.egress_allow[i]);
-          if (!named.empty())
-            route.warnings.push_back(gate.warn(
-                gate.tier_name() + " allow-lists by port only: " + joined(named) +
-                " admit(s) any host on the same port"));
+            if (destinations[i].first != "*")
+              wider += (wider.empty() ? "" : ", ") + q(spec.egress_allow[i]) +
+                       " admits any host on port " + std::to_string(destinations[i].second);
+          if (!wider.empty())
+            route.warnings.push_back(
+                gate.warn(gate.tier_name() + " allow-lists by port only: " + wider));
         }
         break;
     }

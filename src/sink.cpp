@@ -112,8 +112,10 @@ Expected<Landed> FilesystemSink::deliver(const Artifact& artifact) {
   int fd = openat2_fd(dirfd, temp, O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (fd < 0) return sink_error(errno, "create '" + name + "'");
   UniqueFd file(fd);
+  // No fsync: the rename keeps a failed write from showing under the landing
+  // name; durability across a power loss is not what the sink promises, and
+  // an fsync per artifact would cost the supervisor milliseconds each.
   Status written = write_all(file.get(), artifact.bytes);
-  if (written && ::fsync(file.get()) != 0) written = Error::from_errno(errno, "fsync");
   file.reset();
   if (!written) {
     ::unlinkat(dirfd, temp.c_str(), 0);

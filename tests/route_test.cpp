@@ -218,7 +218,7 @@ Test(route, an_allow_list_on_an_allowlist_tier_is_accepted) {
   cr_assert(any_host->warnings.empty());
   // os_process filters ports, not hosts: naming a host is said to be wider.
   s.egress_allow = {"api.example.com:443", "*:80"};
-  assert_warned(add_one(s), {"allow-lists by port only", "'api.example.com:443'"});
+  assert_warned(add_one(s), {"allow-lists by port only", "'api.example.com:443' admits any host on port 443"});
 }
 
 Test(route, a_tier_that_cannot_close_the_network_needs_an_acknowledgement) {
