@@ -9,7 +9,7 @@
 BUILD    ?= build
 CXX      ?= g++
 CC       ?= gcc
-PKGS     := libseccomp libcap liburing libcrypto
+PKGS     := libseccomp libcap liburing libcrypto libutf8proc
 VERSION  := 0.1.0
 SOMAJOR  := 0
 

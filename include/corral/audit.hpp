@@ -1,0 +1,98 @@
+// Audit: one JSON line per run, appended to an audit sink. The record says
+// which route ran, under what provenance, tier, limits and enforcement, how
+// it ended, how long it took, and the hashes of what it produced.
+//
+// A secret's value never appears: AuditRecord has no field for one, and
+// record() also takes the run's secret values and replaces any occurrence in
+// any string of the record (keys too) with "***", in case a secret reached
+// an outcome detail, an artifact name or a tier string by accident.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "corral/fd.hpp"
+#include "corral/isolation.hpp"
+#include "corral/limits.hpp"
+#include "corral/status.hpp"
+
+namespace corral {
+
+struct AuditArtifact {
+  std::string name;
+  std::uint64_t bytes = 0;
+  std::string sha256;
+};
+
+struct AuditRecord {
+  std::string time;  // RFC 3339 UTC; record() fills it when empty
+  std::string route;
+  std::optional<Provenance> provenance;  // absent for a run without a route
+  std::string tier;
+  Limits limits;
+  std::map<std::string, std::string> enforcement;  // limit or guarantee -> how
+  std::string outcome;                              // "exited", "killed_timeout", ...
+  std::map<std::string, double> timings;            // "wall_seconds" -> 1.25, ...
+  std::string stdout_sha256;
+  std::string stderr_sha256;
+  std::vector<AuditArtifact> artifacts;
+};
+
+// The record as one line of JSON (no trailing newline). Every string (keys
+// included) has each occurrence of each non-empty secret replaced by "***";
+// bytes that are not UTF-8 become U+FFFD. Numbers are not scrubbed.
+std::string audit_json_line(const AuditRecord& record, std::span<const std::string> secrets = {});
+
+// Replaces every occurrence of every non-empty secret in `text` with "***";
+// overlapping occurrences merge into one "***".
+std::string scrub_secrets(std::string_view text, std::span<const std::string> secrets);
+
+class AuditSink {
+ public:
+  virtual ~AuditSink() = default;
+  // Stamps the time when empty, scrubs, serializes, appends one line.
+  Status record(AuditRecord record, std::span<const std::string> secrets = {});
+
+ protected:
+  // One complete line, newline included.
+  virtual Status append_line(const std::string& line) = 0;
+};
+
+// Appends to a file opened O_APPEND (created 0600). Each line goes out in
+// one write(2): on a local filesystem the kernel serializes O_APPEND writes
+// to a regular file, so lines from several processes or threads never
+// interleave. A short write is reported, never completed by a second write
+// (that could interleave). Not for NFS, where O_APPEND is not atomic.
+class FileAuditSink final : public AuditSink {
+ public:
+  static Expected<FileAuditSink> open(const std::string& path);
+  const std::string& path() const { return path_; }
+
+ protected:
+  Status append_line(const std::string& line) override;
+
+ private:
+  FileAuditSink(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
+  std::string path_;
+  UniqueFd fd_;  // owned; O_WRONLY|O_APPEND|O_CLOEXEC
+};
+
+// Keeps lines in memory (tests, and callers that ship them elsewhere).
+class MemoryAuditSink final : public AuditSink {
+ public:
+  std::vector<std::string> lines() const;
+
+ protected:
+  Status append_line(const std::string& line) override;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::string> lines_;
+};
+
+}  // namespace corral

@@ -1,0 +1,140 @@
+#include "corral/audit.hpp"
+
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <nlohmann/json.hpp>
+
+namespace corral {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string now_rfc3339() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  tm utc{};
+  gmtime_r(&ts.tv_sec, &utc);
+  char buf[40];
+  std::size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &utc);
+  snprintf(buf + n, sizeof buf - n, ".%03ldZ", ts.tv_nsec / 1000000);
+  return buf;
+}
+
+// Every string in `value`, object keys included, scrubbed.
+Json scrubbed(const Json& value, std::span<const std::string> secrets) {
+  if (value.is_string()) return scrub_secrets(value.get_ref<const std::string&>(), secrets);
+  if (value.is_array()) {
+    Json out = Json::array();
+    for (const auto& item : value) out.push_back(scrubbed(item, secrets));
+    return out;
+  }
+  if (value.is_object()) {
+    Json out = Json::object();
+    for (const auto& [key, item] : value.items()) out[scrub_secrets(key, secrets)] = scrubbed(item, secrets);
+    return out;
+  }
+  return value;
+}
+
+Json to_json(const AuditRecord& record) {
+  Json limits = Json::object();
+  for (const auto& info : all_limits())
+    if (auto value = record.limits.get(info.limit)) limits[std::string(info.name)] = *value;
+  Json enforcement = Json::object();
+  for (const auto& [name, how] : record.enforcement) enforcement[name] = how;
+  Json timings = Json::object();
+  for (const auto& [name, seconds] : record.timings) timings[name] = seconds;
+  Json artifacts = Json::array();
+  for (const auto& a : record.artifacts)
+    artifacts.push_back(Json{{"name", a.name}, {"bytes", a.bytes}, {"sha256", a.sha256}});
+
+  Json line = Json::object();
+  line["time"] = record.time;
+  line["route"] = record.route;
+  line["provenance"] = record.provenance ? Json(std::string(to_string(*record.provenance))) : Json();
+  line["tier"] = record.tier;
+  line["limits"] = std::move(limits);
+  line["enforcement"] = std::move(enforcement);
+  line["outcome"] = record.outcome;
+  line["timings"] = std::move(timings);
+  line["stdout_sha256"] = record.stdout_sha256;
+  line["stderr_sha256"] = record.stderr_sha256;
+  line["artifacts"] = std::move(artifacts);
+  return line;
+}
+
+}  // namespace
+
+std::string scrub_secrets(std::string_view text, std::span<const std::string> secrets) {
+  // Mark every byte covered by any occurrence of any secret, then replace
+  // each covered run with one "***": overlapping secrets leave no tail.
+  std::vector<bool> covered(text.size(), false);
+  bool any = false;
+  for (const auto& secret : secrets) {
+    if (secret.empty()) continue;
+    for (auto at = text.find(secret); at != std::string_view::npos; at = text.find(secret, at + 1)) {
+      std::fill(covered.begin() + static_cast<std::ptrdiff_t>(at),
+                covered.begin() + static_cast<std::ptrdiff_t>(at + secret.size()), true);
+      any = true;
+    }
+  }
+  if (!any) return std::string(text);
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    if (!covered[i]) {
+      out += text[i++];
+      continue;
+    }
+    out += "***";
+    while (i < text.size() && covered[i]) ++i;
+  }
+  return out;
+}
+
+std::string audit_json_line(const AuditRecord& record, std::span<const std::string> secrets) {
+  // error_handler_t::replace: a string that is not UTF-8 (an artifact name
+  // made of raw bytes) becomes U+FFFD instead of throwing out of dump().
+  return scrubbed(to_json(record), secrets).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+Status AuditSink::record(AuditRecord record, std::span<const std::string> secrets) {
+  if (record.time.empty()) record.time = now_rfc3339();
+  std::string line = audit_json_line(record, secrets);
+  line += '\n';
+  return append_line(line);
+}
+
+Expected<FileAuditSink> FileAuditSink::open(const std::string& path) {
+  if (path.empty()) return Error::invalid("audit: path is empty");
+  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return Error::from_errno(errno, "audit: open '" + path + "'");
+  return FileAuditSink(path, UniqueFd(fd));
+}
+
+Status FileAuditSink::append_line(const std::string& line) {
+  for (;;) {
+    ssize_t n = ::write(fd_.get(), line.data(), line.size());
+    if (n < 0 && errno == EINTR) continue;  // nothing was written: retry the whole line
+    if (n < 0) return Error::from_errno(errno, "audit: append to '" + path_ + "'");
+    if (static_cast<std::size_t>(n) != line.size())
+      return Error(EIO, "audit: append to '" + path_ + "': short write (" + std::to_string(n) +
+                            " of " + std::to_string(line.size()) + " bytes); the line is torn");
+    return {};
+  }
+}
+
+std::vector<std::string> MemoryAuditSink::lines() const {
+  std::lock_guard lock(mutex_);
+  return lines_;
+}
+
+Status MemoryAuditSink::append_line(const std::string& line) {
+  std::lock_guard lock(mutex_);
+  lines_.push_back(line);
+  return {};
+}
+
+}  // namespace corral

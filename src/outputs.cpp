@@ -1,0 +1,388 @@
+#include "corral/outputs.hpp"
+
+#include <openssl/evp.h>
+#include <utf8proc.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <set>
+
+namespace corral {
+namespace {
+
+constexpr std::size_t kNameMax = 255;   // NAME_MAX: one segment
+constexpr std::size_t kPathMax = 4095;  // PATH_MAX less the NUL
+
+// The name as it may appear in a message: control bytes as \xNN.
+std::string printable(std::string_view name) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : name) {
+    if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string quoted(std::string_view name) { return "'" + printable(name) + "'"; }
+
+bool valid_utf8(std::string_view text) {
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(text.size());
+  while (left > 0) {
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
+    if (n <= 0 || cp < 0) return false;
+    p += n;
+    left -= n;
+  }
+  return true;
+}
+
+// utf8proc_map with `options`, or nullopt for invalid UTF-8.
+std::optional<std::string> utf8_map(std::string_view text, int options) {
+  utf8proc_uint8_t* out = nullptr;
+  utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                    static_cast<utf8proc_ssize_t>(text.size()), &out,
+                                    static_cast<utf8proc_option_t>(options));
+  std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
+  if (n < 0) return std::nullopt;
+  return std::string(reinterpret_cast<const char*>(out), static_cast<std::size_t>(n));
+}
+
+std::string_view basename_of(std::string_view path) {
+  auto slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// The reason `name` fails the lexical checks, or "" when it passes.
+std::string lexical_problem(std::string_view name) {
+  if (name.empty()) return "is empty";
+  if (name.size() > kPathMax) return "is longer than 4095 bytes";
+  if (name.front() == '/') return "is absolute";
+  for (unsigned char c : name) {
+    if (c == 0) return "contains a NUL byte";
+    if (c == '\\') return "contains a backslash";
+    if (c < 0x20 || c == 0x7f) return "contains a control character";
+  }
+  if (!valid_utf8(name)) return "is not valid UTF-8";
+  std::string_view rest = name;
+  for (;;) {
+    auto slash = rest.find('/');
+    std::string_view segment = rest.substr(0, slash);
+    if (segment.empty()) return "has an empty segment";
+    if (segment == "..") return "has a '..' segment";
+    if (segment == ".") return "has a '.' segment";
+    if (segment.size() > kNameMax) return "has a segment longer than 255 bytes";
+    if (slash == std::string_view::npos) return "";
+    rest = rest.substr(slash + 1);
+  }
+}
+
+TransferError failure(TransferErrorKind kind, int code, std::string message) {
+  return TransferError{kind, Error(code, std::move(message)), {}};
+}
+
+std::string output_label(const DeclaredOutput& output) { return "output " + quoted(output.path); }
+
+// Phase-1 checks shared by validate_declaration() and transfer().
+std::optional<TransferError> check_declaration(const std::vector<DeclaredOutput>& outputs,
+                                               bool globs_allowed) {
+  std::vector<std::string> literal_names;
+  for (const auto& output : outputs) {
+    std::string label = output_label(output);
+    if (Status s = validate_relative_name(output.path, "output"); !s)
+      return failure(TransferErrorKind::invalid_name, EINVAL, s.error().message());
+    if (output.is_glob() && !globs_allowed)
+      return failure(TransferErrorKind::invalid_name, EINVAL,
+                     label + " is a glob, and the tier cannot list files (files_list)");
+    if (!output.name.empty()) {
+      if (Status s = validate_relative_name(output.name, label + ": landing name"); !s)
+        return failure(TransferErrorKind::invalid_name, EINVAL, s.error().message());
+      if (output.name.find_first_of("*?[") != std::string::npos)
+        return failure(TransferErrorKind::invalid_name, EINVAL,
+                       label + ": landing name " + quoted(output.name) + " contains a glob character");
+    }
+    if (!output.is_glob()) literal_names.push_back(output.landing_name());
+  }
+  if (Status s = check_collisions(literal_names); !s)
+    return failure(TransferErrorKind::name_collision, EEXIST, s.error().message());
+  return std::nullopt;
+}
+
+// One file found in phase 2.
+struct Planned {
+  const DeclaredOutput* output;
+  std::string source_path;
+  std::string landing;
+  std::uint64_t size = 0;
+  std::string content;  // filled in phase 3
+};
+
+class Transfer {
+ public:
+  Transfer(const TransferLimits& limits, OutputSource& source) : limits_(limits), source_(source) {}
+
+  // Phase 2 for one output: find its files, stat and cap them.
+  std::optional<TransferError> plan(const DeclaredOutput& output) {
+    std::string label = output_label(output);
+    std::vector<std::string> files;
+    if (output.is_glob()) {
+      auto listed = source_.list(output.path);
+      if (!listed)
+        return failure(TransferErrorKind::source_failed, listed.error().code(),
+                       label + ": list: " + listed.error().message());
+      files = std::move(*listed);
+      for (const auto& match : files)
+        if (Status s = validate_relative_name(match, label + ": match"); !s)
+          return failure(TransferErrorKind::invalid_name, EINVAL, s.error().message());
+      if (files.empty()) {
+        if (output.required)
+          return failure(TransferErrorKind::required_missing, ENOENT,
+                         label + " is required and matched nothing");
+        return std::nullopt;
+      }
+    } else {
+      files.push_back(output.path);
+    }
+
+    if (planned_.size() + files.size() > limits_.max_files)
+      return failure(TransferErrorKind::cap_exceeded, EFBIG,
+                     label + ": " + std::to_string(files.size()) + " file(s) after " +
+                         std::to_string(planned_.size()) + " others exceed max_files (" +
+                         std::to_string(limits_.max_files) + "); nothing is collected");
+
+    for (auto& file : files) {
+      auto size = source_.stat(file);
+      if (!size) {
+        bool missing = size.error().code() == ENOENT;
+        if (missing && !output.is_glob()) {
+          if (output.required)
+            return failure(TransferErrorKind::required_missing, ENOENT,
+                           label + " is required and does not exist");
+          continue;  // optional and absent: skipped
+        }
+        return failure(TransferErrorKind::source_failed, size.error().code(),
+                       label + ": stat " + quoted(file) + ": " + size.error().message());
+      }
+      if (!size->has_value())
+        return failure(TransferErrorKind::size_unknown, EINVAL,
+                       label + ": the size of " + quoted(file) +
+                           " cannot be known before reading it (not a regular file?)");
+      std::uint64_t bytes = **size;
+      if (bytes > limits_.max_bytes_per_file)
+        return failure(TransferErrorKind::cap_exceeded, EFBIG,
+                       label + ": " + quoted(file) + " has " + std::to_string(bytes) +
+                           " bytes, over max_bytes_per_file (" +
+                           std::to_string(limits_.max_bytes_per_file) + ")");
+      if (bytes > limits_.max_total_bytes - std::min(total_, limits_.max_total_bytes))
+        return failure(TransferErrorKind::cap_exceeded, EFBIG,
+                       label + ": " + quoted(file) + " (" + std::to_string(bytes) +
+                           " bytes) brings the total to " + std::to_string(total_ + bytes) +
+                           ", over max_total_bytes (" + std::to_string(limits_.max_total_bytes) +
+                           ")");
+      total_ += bytes;
+      std::string landing = output.is_glob() && !output.name.empty()
+                                ? output.name + "/" + std::string(basename_of(file))
+                                : (output.is_glob() ? file : output.landing_name());
+      planned_.push_back(Planned{&output, std::move(file), std::move(landing), bytes, {}});
+    }
+    return std::nullopt;
+  }
+
+  // Phase 2's closing check: landing names of every file, globs expanded.
+  std::optional<TransferError> check_all_collisions() const {
+    std::vector<std::string> names;
+    for (const auto& p : planned_) names.push_back(p.landing);
+    if (Status s = check_collisions(names); !s)
+      return failure(TransferErrorKind::name_collision, EEXIST, s.error().message());
+    return std::nullopt;
+  }
+
+  // Phase 3: read everything, sizes checked again.
+  std::optional<TransferError> read_all() {
+    for (auto& p : planned_) {
+      std::string label = output_label(*p.output);
+      auto bytes = source_.read(p.source_path, p.size + 1);
+      if (!bytes)
+        return failure(TransferErrorKind::source_failed, bytes.error().code(),
+                       label + ": read " + quoted(p.source_path) + ": " + bytes.error().message());
+      std::uint64_t got = bytes->size();
+      if (got > p.size && got > limits_.max_bytes_per_file)
+        return failure(TransferErrorKind::cap_exceeded, EFBIG,
+                       label + ": " + quoted(p.source_path) + " grew past max_bytes_per_file (" +
+                           std::to_string(limits_.max_bytes_per_file) + ") while being read");
+      if (got != p.size)
+        return failure(TransferErrorKind::size_changed, EAGAIN,
+                       label + ": " + quoted(p.source_path) + " changed size between stat (" +
+                           std::to_string(p.size) + " bytes) and read (" +
+                           (got > p.size ? "more than " + std::to_string(p.size)
+                                         : std::to_string(got)) +
+                           " bytes)");
+      p.content = std::move(*bytes);
+    }
+    return std::nullopt;
+  }
+
+  // Phase 4: deliver in order. Only the sink's own failure can stop it.
+  TransferResult deliver_all(Sink* sink) {
+    std::vector<Delivered> delivered;
+    for (auto& p : planned_) {
+      Delivered d;
+      d.name = p.landing;
+      d.source_path = p.source_path;
+      d.media_type = p.output->media_type;
+      d.disposition = p.output->disposition;
+      d.bytes = p.size;
+      d.sha256 = sha256_hex(p.content);
+      if (p.output->disposition == Disposition::consume) {
+        d.content = std::move(p.content);
+      } else {
+        Artifact artifact{p.landing, p.output->media_type, std::move(p.content), d.sha256};
+        auto landed = sink->deliver(artifact);
+        if (!landed) {
+          std::string done;
+          for (const auto& before : delivered) done += (done.empty() ? "" : ", ") + quoted(before.name);
+          TransferError error = failure(
+              TransferErrorKind::delivery_failed, landed.error().code(),
+              output_label(*p.output) + ": deliver " + quoted(p.landing) + ": " +
+                  landed.error().message() + " (delivered before it: " +
+                  (done.empty() ? std::string("none") : done) + ")");
+          error.delivered_before = std::move(delivered);
+          return error;
+        }
+        d.landed = std::move(*landed);
+      }
+      delivered.push_back(std::move(d));
+    }
+    return delivered;
+  }
+
+ private:
+  const TransferLimits& limits_;
+  OutputSource& source_;
+  std::vector<Planned> planned_;
+  std::uint64_t total_ = 0;
+};
+
+}  // namespace
+
+std::string_view to_string(Disposition disposition) {
+  return disposition == Disposition::land ? "land" : "consume";
+}
+
+Expected<Disposition> parse_disposition(std::string_view text) {
+  if (text == "land") return Disposition::land;
+  if (text == "consume") return Disposition::consume;
+  return Error::invalid("disposition '" + printable(text) + "' is unknown (known: land, consume)");
+}
+
+bool DeclaredOutput::is_glob() const { return path.find_first_of("*?[") != std::string::npos; }
+
+std::string_view to_string(TransferErrorKind kind) {
+  switch (kind) {
+    case TransferErrorKind::cap_exceeded: return "cap_exceeded";
+    case TransferErrorKind::required_missing: return "required_missing";
+    case TransferErrorKind::size_unknown: return "size_unknown";
+    case TransferErrorKind::name_collision: return "name_collision";
+    case TransferErrorKind::invalid_name: return "invalid_name";
+    case TransferErrorKind::no_sink: return "no_sink";
+    case TransferErrorKind::size_changed: return "size_changed";
+    case TransferErrorKind::source_failed: return "source_failed";
+    case TransferErrorKind::delivery_failed: return "delivery_failed";
+  }
+  return "?";
+}
+
+Status validate_relative_name(std::string_view name, std::string_view what) {
+  std::string problem = lexical_problem(name);
+  if (problem.empty()) return {};
+  return Error::invalid(std::string(what) + " " + quoted(name) + " " + problem);
+}
+
+Expected<std::string> collision_key(std::string_view name) {
+  auto key = utf8_map(name, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_CASEFOLD);
+  if (!key) return Error::invalid("name " + quoted(name) + " is not valid UTF-8");
+  return std::move(*key);
+}
+
+Status check_collisions(const std::vector<std::string>& landing_names) {
+  std::map<std::string, std::size_t> by_key;
+  for (std::size_t i = 0; i < landing_names.size(); ++i) {
+    const auto& name = landing_names[i];
+    auto key = collision_key(name);
+    if (!key) return std::move(key).error();
+    auto [it, inserted] = by_key.emplace(std::move(*key), i);
+    if (inserted) continue;
+    const auto& first = landing_names[it->second];
+    std::string how = first == name ? "are identical"
+                      : utf8_map(first, UTF8PROC_STABLE | UTF8PROC_COMPOSE) ==
+                              utf8_map(name, UTF8PROC_STABLE | UTF8PROC_COMPOSE)
+                          ? "differ only by Unicode normalization form (NFC/NFD)"
+                          : "differ only by case";
+    return Error(EEXIST, "landing names " + quoted(first) + " and " + quoted(name) + " " + how +
+                             ": they are one file at the destination");
+  }
+  // A name that is also a parent directory of another cannot land: the
+  // destination would need a file and a directory at one path.
+  for (const auto& [key, index] : by_key) {
+    for (auto slash = key.find('/'); slash != std::string::npos; slash = key.find('/', slash + 1)) {
+      auto parent = by_key.find(key.substr(0, slash));
+      if (parent != by_key.end())
+        return Error(EEXIST, "landing name " + quoted(landing_names[parent->second]) +
+                                 " is a file and also a parent directory of " +
+                                 quoted(landing_names[index]));
+    }
+  }
+  return {};
+}
+
+Status validate_declaration(const std::vector<DeclaredOutput>& outputs, bool globs_allowed) {
+  if (auto problem = check_declaration(outputs, globs_allowed)) return problem->error;
+  return {};
+}
+
+TransferResult transfer(const std::vector<DeclaredOutput>& outputs, const TransferLimits& limits,
+                        OutputSource& source, Sink* sink) {
+  // Phase 1: the declaration alone.
+  if (!sink) {
+    for (const auto& output : outputs)
+      if (output.disposition == Disposition::land)
+        return failure(TransferErrorKind::no_sink, EINVAL,
+                       output_label(output) + " lands, and no sink was given");
+  }
+  if (auto problem = check_declaration(outputs, /*globs_allowed=*/true)) return std::move(*problem);
+
+  // Phase 2: stat and cap everything.
+  Transfer t(limits, source);
+  for (const auto& output : outputs)
+    if (auto problem = t.plan(output)) return std::move(*problem);
+  if (auto problem = t.check_all_collisions()) return std::move(*problem);
+
+  // Phase 3: read everything.
+  if (auto problem = t.read_all()) return std::move(*problem);
+
+  // Phase 4: deliver.
+  return t.deliver_all(sink);
+}
+
+std::string sha256_hex(std::string_view bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) != 1) return "";
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < length; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace corral

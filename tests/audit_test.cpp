@@ -1,0 +1,185 @@
+#include "corral/audit.hpp"
+
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include "support.hpp"
+
+using namespace corral;
+using nlohmann::json;
+
+namespace {
+
+const std::string kSecret = "hunter2-Zq9xT";
+
+AuditRecord sample() {
+  AuditRecord r;
+  r.time = "2024-01-02T03:04:05.000Z";
+  r.route = "grader";
+  r.provenance = Provenance::untrusted;
+  r.tier = "container";
+  r.limits.set(Limit::cpu_seconds, 2).set(Limit::memory_bytes, 1 << 28);
+  r.enforcement = {{"cpu_seconds", "hard"}, {"memory_bytes", "cgroup"}};
+  r.outcome = "exited";
+  r.timings = {{"wall_seconds", 1.5}, {"cpu_seconds", 0.25}};
+  r.stdout_sha256 = std::string(64, 'a');
+  r.stderr_sha256 = std::string(64, 'b');
+  r.artifacts = {{"report.json", 42, std::string(64, 'c')}};
+  return r;
+}
+
+std::size_t count(const std::string& text, std::string_view word) {
+  std::size_t n = 0;
+  for (auto at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+Test(audit, one_json_line_with_every_field) {
+  std::string line = audit_json_line(sample());
+  cr_assert_eq(line.find('\n'), std::string::npos);
+  json j = json::parse(line);
+  cr_assert(j["route"] == "grader");
+  cr_assert(j["provenance"] == "untrusted");
+  cr_assert(j["tier"] == "container");
+  cr_assert(j["limits"]["cpu_seconds"] == 2);
+  cr_assert(j["limits"]["memory_bytes"] == 1 << 28);
+  cr_assert(!j["limits"].contains("wall_seconds"));
+  cr_assert(j["enforcement"]["memory_bytes"] == "cgroup");
+  cr_assert(j["outcome"] == "exited");
+  cr_assert(j["timings"]["wall_seconds"] == 1.5);
+  cr_assert(j["stdout_sha256"] == std::string(64, 'a'));
+  cr_assert(j["artifacts"][0]["name"] == "report.json");
+  cr_assert(j["artifacts"][0]["bytes"] == 42);
+  cr_assert(j["time"] == "2024-01-02T03:04:05.000Z");
+  // A stable field order, so lines diff well.
+  cr_assert_lt(line.find("\"route\""), line.find("\"tier\""));
+  cr_assert_lt(line.find("\"outcome\""), line.find("\"artifacts\""));
+}
+
+Test(audit, a_run_without_a_route_has_null_provenance) {
+  AuditRecord r = sample();
+  r.provenance.reset();
+  json j = json::parse(audit_json_line(r));
+  cr_assert(j["provenance"].is_null());
+}
+
+// The secret was leaked into every kind of string the record holds; the
+// line must not contain it anywhere.
+Test(audit, a_secret_value_never_reaches_the_line) {
+  AuditRecord r = sample();
+  r.outcome = "exited: token " + kSecret + " rejected";
+  r.tier = kSecret;
+  r.enforcement[kSecret] = "x" + kSecret + "x";
+  r.timings["t_" + kSecret] = 1;
+  r.artifacts.push_back({"out/" + kSecret + ".txt", 1, ""});
+  MemoryAuditSink sink;
+  std::vector<std::string> secrets{kSecret, ""};
+  cr_assert(sink.record(r, secrets).ok());
+  auto lines = sink.lines();
+  cr_assert_eq(lines.size(), 1u);
+  const std::string& line = lines[0];
+  cr_assert_eq(line.find(kSecret), std::string::npos, "secret in: %s", line.c_str());
+  cr_assert_eq(line.find("hunter2"), std::string::npos, "part of the secret in: %s", line.c_str());
+  cr_assert_geq(count(line, "***"), 5u, "%s", line.c_str());
+  json j = json::parse(line);
+  cr_assert(j["outcome"] == "exited: token *** rejected");
+  cr_assert(j["artifacts"][1]["name"] == "out/***.txt");
+  // And without the secret list the test above could fail: the value was there.
+  cr_assert_neq(audit_json_line(r).find(kSecret), std::string::npos);
+}
+
+Test(audit, overlapping_secrets_leave_no_tail) {
+  std::vector<std::string> secrets{"abc", "bcd"};
+  cr_assert(scrub_secrets("xabcdy", secrets) == "x***y");
+  cr_assert(scrub_secrets("abcabc", secrets) == "***");
+  cr_assert(scrub_secrets("nothing here", secrets) == "nothing here");
+  std::vector<std::string> empty{""};
+  cr_assert(scrub_secrets("text", empty) == "text");
+}
+
+Test(audit, bytes_that_are_not_utf8_do_not_break_the_line) {
+  AuditRecord r = sample();
+  r.artifacts = {{"bad\xff\xfe.bin", 1, ""}};
+  std::string line = audit_json_line(r);
+  json j = json::parse(line);
+  cr_assert(j["artifacts"][0]["name"] == "bad\xef\xbf\xbd\xef\xbf\xbd.bin");
+}
+
+Test(audit, the_time_is_stamped_when_missing) {
+  AuditRecord r = sample();
+  r.time.clear();
+  MemoryAuditSink sink;
+  cr_assert(sink.record(r).ok());
+  json j = json::parse(sink.lines().at(0));
+  std::string time = j["time"];
+  cr_assert_eq(time.size(), 24u, "%s", time.c_str());
+  cr_assert_eq(time.back(), 'Z');
+  cr_assert_eq(time[10], 'T');
+}
+
+Test(audit, file_sink_appends_private_lines_and_names_its_path_on_error) {
+  corral_test::TempDir dir;
+  std::string path = dir / "audit.jsonl";
+  {
+    auto sink = FileAuditSink::open(path);
+    cr_assert(sink.ok(), "%s", sink.error().message().c_str());
+    cr_assert(sink->record(sample()).ok());
+  }
+  auto again = FileAuditSink::open(path);
+  cr_assert(again.ok());
+  cr_assert(again->record(sample()).ok());
+  std::string text = corral_test::read_file(path);
+  cr_assert_eq(count(text, "\n"), 2u, "reopening truncated the file: %s", text.c_str());
+  struct stat st;
+  cr_assert_eq(stat(path.c_str(), &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0600u);
+
+  auto bad = FileAuditSink::open(dir / "missing/audit.jsonl");
+  cr_assert(!bad.ok());
+  cr_assert(bad.error().message().find("audit: open '" + dir.path() + "/missing/audit.jsonl'") !=
+                std::string::npos,
+            "%s", bad.error().message().c_str());
+}
+
+// Several processes append long lines at once; every line must come out
+// whole. A sink that wrote a line in pieces would interleave here.
+Test(audit, lines_from_concurrent_processes_never_interleave) {
+  corral_test::TempDir dir;
+  std::string path = dir / "audit.jsonl";
+  constexpr int kWriters = 4, kLines = 150;
+  std::vector<pid_t> pids;
+  for (int w = 0; w < kWriters; ++w) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      auto sink = FileAuditSink::open(path);
+      if (!sink) _exit(1);
+      AuditRecord r = sample();
+      r.outcome = std::string(16384, static_cast<char>('a' + w));  // a 16 KiB line
+      for (int i = 0; i < kLines; ++i) {
+        r.route = "writer" + std::to_string(w) + "-" + std::to_string(i);
+        if (!sink->record(r).ok()) _exit(2);
+      }
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer failed: %d", status);
+  }
+  std::istringstream in(corral_test::read_file(path));
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    json j = json::parse(line, nullptr, false);
+    cr_assert(!j.is_discarded(), "torn line %d (%zu bytes)", lines, line.size());
+    std::string outcome = j["outcome"];
+    cr_assert_eq(outcome.find_first_not_of(outcome[0]), std::string::npos, "mixed line");
+    ++lines;
+  }
+  cr_assert_eq(lines, kWriters * kLines);
+}
