@@ -415,7 +415,7 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
 
   io_uring_params params;
   std::memset(&params, 0, sizeof params);
-  params.flags = IORING_SETUP_COOP_TASKRUN;
+  params.flags = 0;
   int rc = io_uring_queue_init_params(options.ring_entries, &impl->ring, &params);
   if (rc == -EINVAL) {
     std::memset(&params, 0, sizeof params);
