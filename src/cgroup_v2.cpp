@@ -217,8 +217,10 @@ Expected<std::unique_ptr<CgroupBackend>> create_v2(const CgroupProbe& probe, con
   auto procs = open_procs(kWho, p.dir);
   if (!procs) return fail(std::move(procs).error());
   b->procs_fds.push_back(std::move(*procs));
-  b->has_kill = file_exists(p.dir + "/cgroup.kill");
-  b->has_freeze = file_exists(p.dir + "/cgroup.freeze");
+  // The run directory is the authority; the probe can only turn a feature
+  // off (tests use that to drive the fallbacks on a kernel that has both).
+  b->has_kill = probe.v2_kill && file_exists(p.dir + "/cgroup.kill");
+  b->has_freeze = probe.v2_freeze && file_exists(p.dir + "/cgroup.freeze");
 
   for (auto& n : notes) in_force.push_back(std::move(n));
   b->description = in_force.empty() ? "accounting only" : "";
