@@ -4,7 +4,9 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +15,13 @@
 #include "corral/fd.hpp"
 
 namespace corral::detail {
+
+// ---- text helpers.
+std::string_view trim(std::string_view s);
+std::optional<std::uint64_t> parse_u64(std::string_view s);  // digits only, whitespace trimmed
+std::vector<std::string_view> split(std::string_view s, char sep);
+bool contains(const std::vector<std::string>& v, std::string_view x);
+std::string join(const std::vector<std::string>& v, std::string_view sep);
 
 // ---- file helpers. `who` prefixes messages: "cgroup v1", "cgroup v2".
 Expected<std::string> read_text(std::string_view who, const std::string& path);
@@ -41,6 +50,10 @@ struct Placement {
   std::string parent;  // base + "/" + spec.parent
   std::string dir;     // parent + "/" + name
 };
+
+// rmdir p.parent and the levels above it up to p.base, stopping at the first
+// one that is not empty.
+void remove_empty_parents(const Placement& p);
 
 // The variant part of a RunCgroup. A backend owns its directories and fds;
 // its destructor does not touch the kernel (RunCgroup's does, via remove()).

@@ -137,7 +137,10 @@ Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, con
       if (made) made = make_dir(kWho, p.dir, false);
       if (made || made.error().code() != ENOENT) break;
     }
-    if (!made) return fail(std::move(made).error());
+    if (!made) {
+      remove_empty_parents(p);
+      return fail(std::move(made).error());
+    }
     b->placements.push_back(std::move(p));
   }
 

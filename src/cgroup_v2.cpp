@@ -117,9 +117,7 @@ Expected<std::unique_ptr<CgroupBackend>> create_v2(const CgroupProbe& probe, con
   auto offered = read_text(kWho, base + "/cgroup.controllers");
   if (!offered) return std::move(offered).error();
   auto available = cgroupfs::word_list(*offered);
-  auto has = [&](const std::vector<std::string>& v, std::string_view c) {
-    return std::find(v.begin(), v.end(), c) != v.end();
-  };
+  auto has = [](const std::vector<std::string>& v, std::string_view c) { return contains(v, c); };
 
   auto offered_list = [&] {
     std::string out;
@@ -188,7 +186,10 @@ Expected<std::unique_ptr<CgroupBackend>> create_v2(const CgroupProbe& probe, con
     if (made) made = make_dir(kWho, p.dir, false);
     if (made || made.error().code() != ENOENT) break;
   }
-  if (!made) return std::move(made).error();
+  if (!made) {
+    remove_empty_parents(p);
+    return std::move(made).error();
+  }
   b->placements.push_back(p);
 
   std::vector<std::string> in_force;
