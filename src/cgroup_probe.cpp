@@ -21,10 +21,10 @@ using detail::split;
 
 // mountinfo escapes space, tab, newline and backslash as \ooo.
 std::string unescape_mount_path(std::string_view s) {
+  auto octal = [&](std::size_t i, char max) { return i < s.size() && s[i] >= '0' && s[i] <= max; };
   std::string out;
   for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '3' && s[i + 2] >= '0' && s[i + 2] <= '7' && s[i + 3] >= '0' &&
-        s[i + 3] <= '7') {
+    if (s[i] == '\\' && octal(i + 1, '3') && octal(i + 2, '7') && octal(i + 3, '7')) {
       out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
       i += 3;
     } else {

@@ -248,6 +248,56 @@ Test(cgroup, destructor_and_move_remove_once) {
   assert_gone(dirs);
 }
 
+// A child that joins `run` and blocks until killed; returns once it is in.
+pid_t start_member(const RunCgroup& run) {
+  int ready[2];
+  cr_assert_eq(pipe(ready), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    close(ready[0]);
+    if (join_cgroup_in_child(run) != 0) _exit(90);
+    (void)!write(ready[1], "x", 1);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char c;
+  cr_assert_eq(read(ready[0], &c, 1), 1, "the member did not join");
+  close(ready[0]);
+  return child;
+}
+
+// The signal that ended `pid` within 3 s; -2 (after killing it ourselves,
+// so nothing is left running) when it did not end.
+int end_signal(pid_t pid) {
+  int status = 0;
+  for (int waited = 0; waited < 3000; ++waited) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    usleep(1000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -2;
+}
+
+Test(cgroup, remove_and_destructor_kill_what_is_still_inside) {
+  CgroupProbe p = host_or_skip({});
+  RunCgroup run = must_create(p, CgroupSpec{}, "occupied");
+  auto dirs = run.dirs();
+  pid_t member = start_member(run);
+  Status s = run.remove();
+  int sig = end_signal(member);
+  cr_assert(s.ok(), "remove: %s", s.error().message().c_str());
+  cr_assert_eq(sig, SIGKILL);
+  assert_gone(dirs);
+  {
+    RunCgroup scoped = must_create(p, CgroupSpec{}, "occupied");
+    dirs = scoped.dirs();
+    member = start_member(scoped);
+  }
+  cr_assert_eq(end_signal(member), SIGKILL);
+  assert_gone(dirs);
+}
+
 Test(cgroup, child_joins_by_writing_zero_to_each_procs_fd) {
   CgroupProbe p = host_or_skip({});
   RunCgroup run = must_create(p, CgroupSpec{}, "join");
