@@ -1,0 +1,247 @@
+// One cgroup per run: a memory ceiling with swap capped, a pids ceiling, CPU
+// accounting, OOM-kill detection, whole-group kill, peak memory and CPU time,
+// and removal on every path.
+//
+// Two backends behind one interface, chosen by probing the host once:
+//   v2 (unified hierarchy) — one directory per run; CLONE_INTO_CGROUP fd;
+//      cgroup.kill (5.14) or cgroup.freeze (5.2) for the group kill.
+//   v1 (legacy hierarchies) — one directory per run in each of the memory,
+//      pids, cpuacct and freezer hierarchies that is mounted.
+// Most hosts run v2; hosts that still mount memory/pids on v1 (including the
+// one corral is developed on) get v1.
+//
+// Where run cgroups go: by default under the caller's own cgroup in each
+// hierarchy, in a parent group named `corral` (`<own>/corral/<run>-<pid>-<rand>`).
+// That needs no privilege beyond write access to our own cgroup (root, or a
+// delegated subtree), and it keeps corral's runs inside whatever limits
+// were placed on corral itself. `under_hierarchy_root` puts the parent at
+// the hierarchy's root instead (root only; the way out on v2 hosts where our
+// own cgroup is a leaf that holds processes, see docs/cgroup.md).
+//
+// Who runs what: everything here runs in the parent (supervisor), except
+// join_cgroup_in_child(), which is async-signal-safe and meant for the child
+// between clone and exec.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "corral/status.hpp"
+
+namespace corral {
+
+enum class CgroupVersion : std::uint8_t { none, v1, v2 };
+std::string_view cgroup_version_name(CgroupVersion v);  // "none", "v1", "v2"
+
+// ---------------------------------------------------------------- probe
+
+// One mounted v1 hierarchy. Several controllers may share one ("cpu,cpuacct").
+struct CgroupV1Hierarchy {
+  std::vector<std::string> controllers;  // from the mount's super options
+  std::string mount_point;               // e.g. /sys/fs/cgroup/memory
+  std::string own_dir;  // where this process sits in it; "" when outside the mount
+  bool writable = false;  // we may create children in own_dir
+};
+
+struct CgroupProbe {
+  // v2: the cgroup2 mount, our cgroup in it, and what our cgroup can hand to
+  // its children (cgroup.controllers of our cgroup).
+  bool v2_mounted = false;
+  std::string v2_mount;
+  std::string v2_own_dir;  // "" when our cgroup is outside the mount
+  bool v2_own_is_root = false;
+  std::vector<std::string> v2_controllers;
+  bool v2_writable = false;
+  bool v2_kill = false;    // cgroup.kill (kernel >= 5.14)
+  bool v2_freeze = false;  // cgroup.freeze (kernel >= 5.2)
+  bool v2_peak = false;    // memory.peak (kernel >= 5.19)
+
+  // v1: every mounted hierarchy, and which one carries each controller we use
+  // (an index into v1, or -1).
+  std::vector<CgroupV1Hierarchy> v1;
+  int v1_memory = -1, v1_pids = -1, v1_cpuacct = -1, v1_freezer = -1;
+  bool v1_memsw = false;  // memory.memsw.* exists: swap can be capped
+
+  // What create_run_cgroup uses, and why nothing when none.
+  CgroupVersion backend = CgroupVersion::none;
+  std::string why_none;
+
+  // Whether the chosen backend has a controller ("memory", "pids", "cpu",
+  // "freezer").
+  bool has(std::string_view controller) const;
+  // One line for `corral enforcement`, e.g.
+  // "cgroup v1: memory,pids,cpuacct,freezer at /sys/fs/cgroup/{...}; swap capped; v2 at
+  //  /sys/fs/cgroup/unified: hugetlb only (unused)".
+  std::string describe() const;
+};
+
+// Where the probe reads from. Tests point these at fake files; the mount
+// points named in the mountinfo text may be any directory.
+struct CgroupProbeSources {
+  std::string mountinfo = "/proc/self/mountinfo";
+  std::string self_cgroup = "/proc/self/cgroup";
+  std::string kernel_release;  // "" = uname(2); used when a file cannot tell
+};
+
+// Never fails: a host without usable cgroups gets backend none and why_none.
+CgroupProbe probe_cgroups();
+CgroupProbe probe_cgroups(const CgroupProbeSources& sources);
+
+// ---------------------------------------------------------------- a run's cgroup
+
+struct CgroupSpec {
+  // Ceiling of the group's memory (v2 memory.max; v1 memory.limit_in_bytes).
+  // Swap is capped at zero where the kernel accounts it (v2 memory.swap.max,
+  // v1 memory.memsw.limit_in_bytes); RunCgroup::swap_capped() says.
+  std::optional<std::uint64_t> memory_bytes;
+  // Ceiling of tasks (processes and threads) in the group: pids.max.
+  std::optional<std::uint64_t> pids_max;
+  // Join the CPU accounting (v1 cpuacct; v2 cpu.stat is always there).
+  bool cpu_accounting = true;
+  // The parent group, relative to our own cgroup (or to the hierarchy root
+  // when under_hierarchy_root); one or more components of [A-Za-z0-9_.-].
+  std::string parent = "corral";
+  bool under_hierarchy_root = false;
+};
+
+struct CgroupStats {
+  // Processes the kernel OOM killer killed in the group (v2 memory.events
+  // oom_kill; v1 memory.oom_control oom_kill, kernel >= 4.13). nullopt when
+  // the backend has no memory controller to ask.
+  std::optional<std::uint64_t> oom_kills;
+  // High-water mark of the group's memory (v2 memory.peak, kernel >= 5.19;
+  // v1 memory.max_usage_in_bytes).
+  std::optional<std::uint64_t> memory_peak_bytes;
+  // CPU time of every task that ran in the group (v1 cpuacct.usage in ns;
+  // v2 cpu.stat usage_usec, so microsecond granularity).
+  std::optional<std::uint64_t> cpu_usage_ns;
+  std::optional<std::uint64_t> pids_current;
+  // Forks refused because pids.max was reached (pids.events "max").
+  std::optional<std::uint64_t> pids_limit_hits;
+
+  bool oom_killed() const noexcept { return oom_kills.value_or(0) > 0; }
+};
+
+namespace detail {
+class CgroupBackend;
+}
+
+// At most one cgroup.procs fd per v1 role (memory, pids, cpuacct, freezer).
+inline constexpr int kCgroupMaxJoinFds = 4;
+
+// A run's cgroup. Owns its directories and fds; the destructor kills
+// whatever is still inside and removes the directories (errors ignored —
+// call kill_all()/remove() yourself to see them).
+class RunCgroup {
+ public:
+  RunCgroup(RunCgroup&&) noexcept;
+  RunCgroup& operator=(RunCgroup&&) noexcept;
+  RunCgroup(const RunCgroup&) = delete;
+  RunCgroup& operator=(const RunCgroup&) = delete;
+  ~RunCgroup();
+
+  CgroupVersion version() const noexcept;
+  // The unique directory name, "<run_name>-<pid>-<8 hex>".
+  const std::string& name() const noexcept;
+  // Every directory of the run (v2: one; v1: one per joined hierarchy).
+  std::vector<std::string> dirs() const;
+  // The ceilings in force, e.g. "memory.max=67108864, memory.swap.max=0, pids.max=20".
+  std::string describe() const;
+  // False when the kernel does not account swap (no memory.swap.max /
+  // memory.memsw.*): then memory_bytes bounds RAM only.
+  bool swap_capped() const noexcept;
+
+  // v2: an O_DIRECTORY|O_CLOEXEC fd of the run's directory for clone3's
+  // CLONE_INTO_CGROUP (kernel >= 5.7). -1 on v1. Owned by the RunCgroup.
+  int cgroup_fd() const noexcept;
+
+  // Parent side: move `pid` into the run's cgroup in every hierarchy. Do it
+  // before releasing the child to exec (a sync pipe), so nothing it does
+  // escapes the limits.
+  Status add_process(pid_t pid);
+
+  Expected<CgroupStats> stats() const;
+
+  // Kill every process in the group, descendants that called setsid()
+  // included, and wait (bounded) until the group is empty.
+  // v2: cgroup.kill; else freeze, SIGKILL each pid, thaw (thawing on every
+  // path); v1 without a freezer: SIGKILL each pid until none is left.
+  Status kill_all();
+
+  // kill_all(), then rmdir every directory (retrying briefly while the
+  // kernel still releases exiting tasks), then the parent group when it is
+  // empty. Idempotent.
+  Status remove();
+
+  // The cgroup.procs fds (O_WRONLY|O_CLOEXEC, opened by the parent, owned by
+  // the RunCgroup) for join_cgroup_in_child. Plain ints in the object itself
+  // so a CLONE_VM child reads them without following any pointer we free.
+  const int* join_fds() const noexcept { return join_fds_; }
+  int join_fd_count() const noexcept { return join_count_; }
+
+ private:
+  friend Expected<RunCgroup> create_run_cgroup(const CgroupProbe&, const CgroupSpec&,
+                                               std::string_view);
+  explicit RunCgroup(std::unique_ptr<detail::CgroupBackend> backend);
+
+  std::unique_ptr<detail::CgroupBackend> backend_;
+  int join_fds_[kCgroupMaxJoinFds] = {-1, -1, -1, -1};
+  int join_count_ = 0;
+};
+
+// Make the run's cgroup: the parent group (created when missing; on v2 with
+// the needed controllers enabled down to it), then a uniquely named child
+// with the ceilings written. run_name is a label: [A-Za-z0-9_.-], at most 64
+// characters, "" means "run". Errors name the file and the value.
+Expected<RunCgroup> create_run_cgroup(const CgroupProbe& probe, const CgroupSpec& spec,
+                                      std::string_view run_name);
+
+// Child side, between clone and exec: move the calling process into the
+// run's cgroup by writing "0" to each cgroup.procs fd ("0" means the writer,
+// on v1 and v2 alike; checked by tests/cgroup_test.cpp). Async-signal-safe:
+// raw write(2) only, no allocation; safe in a CLONE_VM|CLONE_VFORK child.
+// The kernel checks the permission of whoever opened the fd (>= 5.16), so a
+// child may call it after dropping privileges. Returns 0 or a positive errno.
+// A CLONE_VM child keeps charging memory to the parent's memory cgroup
+// until exec gives it its own mm.
+int join_cgroup_in_child(const RunCgroup& run) noexcept;
+
+// Remove empty run cgroups left by a supervisor that died: children of the
+// parent group whose name carries a pid that no longer exists. Groups that
+// still hold processes are left alone (rmdir refuses them). Returns how many
+// directories were removed.
+Expected<int> sweep_stale_run_cgroups(const CgroupProbe& probe, const CgroupSpec& spec);
+
+// ---------------------------------------------------------------- file formats
+// Pure parsing of cgroupfs files, public so tests (and tools that watch
+// another supervisor's cgroups) can use them on any directory.
+namespace cgroupfs {
+
+// The value of `key` in a flat keyed file ("key value" per line:
+// memory.events, memory.oom_control, cpu.stat, pids.events). Keys match
+// whole words: "oom" does not match "oom_kill". nullopt when absent or not a
+// number.
+std::optional<std::uint64_t> keyed_value(std::string_view text, std::string_view key);
+// A space-separated list (cgroup.controllers, cgroup.subtree_control).
+std::vector<std::string> word_list(std::string_view text);
+// A single number, or "max" (returned as UINT64_MAX). nullopt otherwise.
+std::optional<std::uint64_t> single_value(std::string_view text);
+
+// Directories that hold each controller's files; "" when absent. On v2 all
+// three are the run's directory.
+struct StatDirs {
+  std::string memory, pids, cpu;
+};
+// Read CgroupStats from the files of `version`. A file that is missing is
+// an absent value; a file that exists but does not parse is an error naming it.
+Expected<CgroupStats> read_stats(CgroupVersion version, const StatDirs& dirs);
+
+}  // namespace cgroupfs
+
+}  // namespace corral

@@ -1,0 +1,120 @@
+// Internal: the interface the v1 and v2 backends implement, and the cgroupfs
+// file helpers they share. Everything here runs in the parent.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "corral/cgroup.hpp"
+#include "corral/fd.hpp"
+
+namespace corral::detail {
+
+// ---- text helpers.
+std::string_view trim(std::string_view s);
+std::optional<std::uint64_t> parse_u64(std::string_view s);  // digits only, whitespace trimmed
+std::vector<std::string_view> split(std::string_view s, char sep);
+bool contains(const std::vector<std::string>& v, std::string_view x);
+std::string join(const std::vector<std::string>& v, std::string_view sep);
+
+// ---- file helpers. `who` prefixes messages: "cgroup v1", "cgroup v2".
+Expected<std::string> read_text(std::string_view who, const std::string& path);
+// Errors name the value and the file: "cgroup v1: write '67108864' to /x/memory.limit_in_bytes: ...".
+Status write_text(std::string_view who, const std::string& path, std::string_view value);
+bool file_exists(const std::string& path);
+// mkdir 0755; EEXIST is success when exist_ok.
+Status make_dir(std::string_view who, const std::string& path, bool exist_ok);
+// The pids in dir/cgroup.procs. A directory that vanished reads as empty.
+Expected<std::vector<pid_t>> read_procs(std::string_view who, const std::string& dir);
+// SIGKILL every pid listed in any of the dirs' cgroup.procs; returns how many
+// were listed.
+Expected<int> kill_listed(std::string_view who, const std::vector<std::string>& dirs);
+// Until every dir's cgroup.procs is empty: SIGKILL what is listed (a task
+// that was mid-fork when the group was killed), then sleep a little. Bounded
+// by timeout_ms; ETIMEDOUT names the survivors.
+Status kill_until_empty(std::string_view who, const std::vector<std::string>& dirs, int timeout_ms);
+void sleep_ms(int ms);
+// Monotonic clock in milliseconds.
+long long now_ms();
+
+// Which directory a run dir sits in: base/<parent>/<name>. Kept so that
+// remove() can take away the parent group when it is empty.
+struct Placement {
+  std::string base;    // our own cgroup, or the hierarchy root
+  std::string parent;  // base + "/" + spec.parent
+  std::string dir;     // parent + "/" + name
+};
+
+// rmdir p.parent and the levels above it up to p.base, stopping at the first
+// one that is not empty.
+void remove_empty_parents(const Placement& p);
+
+// The variant part of a RunCgroup. A backend owns its directories and fds;
+// its destructor does not touch the kernel (RunCgroup's does, via remove()).
+class CgroupBackend {
+ public:
+  virtual ~CgroupBackend() = default;
+  virtual CgroupVersion version() const noexcept = 0;
+  virtual int cgroup_fd() const noexcept { return -1; }
+  virtual Expected<CgroupStats> stats() const = 0;
+  virtual Status kill_all() = 0;
+
+  std::string who() const { return version() == CgroupVersion::v2 ? "cgroup v2" : "cgroup v1"; }
+  std::vector<std::string> dirs() const;
+  // Parent side of placement: the pid into every cgroup.procs.
+  Status add_process(pid_t pid);
+  // kill_all, rmdir each run dir (retrying while EBUSY), then each parent
+  // group when empty. Idempotent.
+  Status remove();
+
+  std::string name;
+  std::string description;  // the ceilings in force
+  bool swap_capped = false;
+  std::vector<Placement> placements;  // one per hierarchy (v2: one)
+  std::vector<UniqueFd> procs_fds;    // parallel to placements, O_WRONLY|O_CLOEXEC
+  bool removed = false;
+};
+
+// The spec checks both backends share: run name, parent path, values.
+Status validate_spec(const CgroupSpec& spec, std::string_view run_name);
+// "<label>-<pid>-<8 hex>", label = run_name or "run".
+std::string unique_run_name(std::string_view run_name);
+// Open dir/cgroup.procs for the parent's and the child's joins.
+Expected<UniqueFd> open_procs(std::string_view who, const std::string& dir);
+// mkdir the chain base/<parent components> (each may exist) — the caller
+// enables controllers between levels through `at_level`, called with each
+// directory from base down to the parent group (base first).
+template <class F>
+Status make_parent_chain(std::string_view who, const std::string& base, const std::string& parent_rel,
+                         F&& at_level);
+
+Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, const CgroupSpec& spec,
+                                                   const std::string& name);
+Expected<std::unique_ptr<CgroupBackend>> create_v2(const CgroupProbe& probe, const CgroupSpec& spec,
+                                                   const std::string& name);
+
+// ---- template definition
+template <class F>
+Status make_parent_chain(std::string_view who, const std::string& base, const std::string& parent_rel,
+                         F&& at_level) {
+  std::string dir = base;
+  if (Status s = at_level(dir); !s) return s;
+  std::string_view rest = parent_rel;
+  while (!rest.empty()) {
+    auto slash = rest.find('/');
+    dir += '/';
+    dir += rest.substr(0, slash);
+    rest = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+    if (Status s = make_dir(who, dir, true); !s) return s;
+    if (Status s = at_level(dir); !s) return s;
+  }
+  return {};
+}
+
+}  // namespace corral::detail
