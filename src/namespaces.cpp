@@ -282,6 +282,11 @@ Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec) {
   p.hostname_ = spec.hostname();
 
   if (spec.mount()) {
+    // proc(5): mounting proc needs CAP_SYS_ADMIN over the pid namespace's
+    // owning user namespace; the host's pid namespace is not ours.
+    if (spec.user() && !spec.pid() && spec.mounts().proc())
+      return Error::invalid(
+          "namespaces: a fresh /proc in a user namespace needs a pid namespace too (or mounts().proc(false))");
     EtcIdentity who;
     who.uid = spec.user() ? p.map_.inside_uid : ::geteuid();
     who.gid = spec.user() ? p.map_.inside_gid : ::getegid();

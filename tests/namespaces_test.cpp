@@ -237,7 +237,8 @@ Test(namespaces, without_a_pid_namespace_the_escapee_survives) {
   // when nothing reaps the namespace, so the EOF above means something.
   CORRAL_SKIP_UNLESS_ROOT();
   NamespaceSpec spec;
-  spec.pid(false).mount(false);
+  spec.pid(false);
+  spec.mounts(MountTreeSpec().proc(false));
   auto s = run(spec, escape_and_exit, {}, 1000);
   cr_assert(s.timed_out, "expected the escapee to hold the pipe");
   pid_t escapee = static_cast<pid_t>(std::stol(s.kv()["escapee"]));
@@ -323,6 +324,23 @@ Test(namespaces, rootless_refuses_foreign_ids_and_missing_user_ns) {
     if (r.empty()) r = refusal(NamespaceSpec().user(false), "need a user namespace");
     return r;
   }));
+}
+
+Test(namespaces, refuses_a_fresh_proc_without_a_pid_namespace) {
+  EXPECT_EMPTY(refusal(NamespaceSpec().pid(false), "a fresh /proc in a user namespace needs a pid namespace"));
+}
+
+Test(namespaces, rootful_without_a_user_namespace_still_builds_the_tree) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  NamespaceSpec spec;
+  spec.user(false);
+  auto s = run(spec, [](int out) {
+    say(out, "uid", std::to_string(getuid()));
+    say(out, "pids", count_pids());
+    say(out, "create /usr/x", try_create("/usr/corral-probe"));
+    return 0;
+  });
+  EXPECT_EMPTY(expect(s, {{"uid", "0"}, {"pids", "2"}, {"create /usr/x", "EROFS"}}));
 }
 
 Test(namespaces, refuses_a_bad_mount_tree_with_context) {

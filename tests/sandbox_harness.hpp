@@ -68,14 +68,10 @@ inline bool read_to_eof(int fd, std::string* out, int timeout_ms) {
   }
 }
 
-inline Sandbox run(const NamespaceSpec& spec, const Program& program, const ParentHook& hook = {},
-                   int timeout_ms = 10000) {
+// Start a child with the prepared namespaces and run `program` in it.
+inline Sandbox run_prepared(corral::PreparedNamespaces& ns, const Program& program, const ParentHook& hook = {},
+                            int timeout_ms = 10000) {
   Sandbox r;
-  auto ns = corral::prepare_namespaces(spec);
-  if (!ns) {
-    r.error = ns.error().message();
-    return r;
-  }
   int err[2], out[2], rep[2];
   if (pipe2(err, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(rep, O_CLOEXEC)) {
     r.error = "pipe2 failed";
@@ -83,12 +79,12 @@ inline Sandbox run(const NamespaceSpec& spec, const Program& program, const Pare
   }
   clone_args args;
   std::memset(&args, 0, sizeof args);
-  args.flags = ns->clone_flags();
+  args.flags = ns.clone_flags();
   args.exit_signal = SIGCHLD;
   long pid = corral::sys::call(SYS_clone3, reinterpret_cast<long>(&args), sizeof args);
   if (pid == 0) {
     corral::NsFailure f;
-    if (corral::apply_namespaces_in_child(*ns, rep[1], &f) != 0) {
+    if (corral::apply_namespaces_in_child(ns, rep[1], &f) != 0) {
       corral::sys::write_all(err[1], &f, sizeof f);
       _exit(125);
     }
@@ -98,10 +94,10 @@ inline Sandbox run(const NamespaceSpec& spec, const Program& program, const Pare
   close(out[1]);
   close(rep[1]);
   if (pid < 0) {
-    ns->abandon();
+    ns.abandon();
     r.error = std::string("clone3: ") + strerror(static_cast<int>(-pid));
   } else {
-    if (auto st = ns->finish_in_parent(static_cast<pid_t>(pid)); !st) r.error = st.error().message();
+    if (auto st = ns.finish_in_parent(static_cast<pid_t>(pid)); !st) r.error = st.error().message();
     if (hook) hook(static_cast<pid_t>(pid), out[0]);
     r.timed_out = !read_to_eof(out[0], &r.out, timeout_ms);
     if (r.timed_out) kill(static_cast<pid_t>(pid), SIGKILL);
@@ -116,7 +112,7 @@ inline Sandbox run(const NamespaceSpec& spec, const Program& program, const Pare
     fcntl(err[0], F_SETFL, O_NONBLOCK);
     fcntl(rep[0], F_SETFL, O_NONBLOCK);
     corral::NsFailure f;
-    if (read(err[0], &f, sizeof f) == static_cast<ssize_t>(sizeof f)) r.error = ns->error_for(f).message();
+    if (read(err[0], &f, sizeof f) == static_cast<ssize_t>(sizeof f)) r.error = ns.error_for(f).message();
     r.reported = read(rep[0], &r.report, sizeof r.report) == static_cast<ssize_t>(sizeof r.report) &&
                  r.report.magic == corral::kPid1ReportMagic;
   }
@@ -124,6 +120,17 @@ inline Sandbox run(const NamespaceSpec& spec, const Program& program, const Pare
   close(out[0]);
   close(rep[0]);
   return r;
+}
+
+inline Sandbox run(const NamespaceSpec& spec, const Program& program, const ParentHook& hook = {},
+                   int timeout_ms = 10000) {
+  auto ns = corral::prepare_namespaces(spec);
+  if (!ns) {
+    Sandbox r;
+    r.error = ns.error().message();
+    return r;
+  }
+  return run_prepared(*ns, program, hook, timeout_ms);
 }
 
 // ---- the program side: observations as "key=value" lines ---------------------
@@ -228,20 +235,20 @@ inline std::string expect(const Sandbox& s, const std::map<std::string, std::str
   return bad.empty() ? "" : "unexpected observations:" + bad;
 }
 
-// Run body as root in this process, or rootless: in a forked child that
-// dropped to uid/gid 65534 (and made itself dumpable again, as a process
-// that never changed ids is, so it may write its child's /proc maps).
-// Returns what body returned ("" means fine).
-inline std::string as_user(bool rootless, const std::function<std::string()>& body) {
-  if (!rootless) return body();
+// Run body in a forked child (so it may unshare, mount, or change ids
+// without touching the test process), first dropping to uid/gid 65534 when
+// `drop` (and making itself dumpable again, as a process that never changed
+// ids is, so it may write its own child's /proc maps). Returns what body
+// returned ("" means fine).
+inline std::string in_child(bool drop, const std::function<std::string()>& body) {
   int p[2];
   if (pipe2(p, O_CLOEXEC)) return "pipe2 failed";
   pid_t pid = fork();
   if (pid == 0) {
     close(p[0]);
     std::string r;
-    if (setgroups(0, nullptr) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534) ||
-        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0))
+    if (drop && (setgroups(0, nullptr) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534) ||
+                 prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)))
       r = std::string("dropping to 65534: ") + strerror(errno);
     else
       r = body();
@@ -254,8 +261,13 @@ inline std::string as_user(bool rootless, const std::function<std::string()>& bo
   close(p[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  if (!WIFEXITED(status)) return "the rootless test child died (signal " + std::to_string(WTERMSIG(status)) + ")";
+  if (!WIFEXITED(status)) return "the test child died (signal " + std::to_string(WTERMSIG(status)) + ")";
   return r;
+}
+
+// Run body as root in this process, or rootless (uid 65534) in a child.
+inline std::string as_user(bool rootless, const std::function<std::string()>& body) {
+  return rootless ? in_child(true, body) : body();
 }
 
 }  // namespace harness
