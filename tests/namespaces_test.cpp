@@ -135,6 +135,21 @@ Test(namespaces, rootless_runs_a_dynamic_binary) {
   }));
 }
 
+Test(namespaces, rootful_drops_the_groups_it_inherits) {
+  // Left in place, root's supplementary gid 0 would keep granting group
+  // access to host files from inside the user namespace.
+  CORRAL_SKIP_UNLESS_ROOT();
+  EXPECT_EMPTY(in_child(false, [] {
+    gid_t groups[] = {0, 4242};
+    if (setgroups(2, groups) != 0) return std::string("setgroups: ") + strerror(errno);
+    auto s = run(NamespaceSpec().mount(false), [](int out) {
+      say(out, "groups", std::to_string(getgroups(0, nullptr)));
+      return 0;
+    });
+    return expect(s, {{"groups", "0"}});
+  }));
+}
+
 Test(namespaces, custom_hostname_and_ids) {
   CORRAL_SKIP_UNLESS_ROOT();
   NamespaceSpec spec;
