@@ -58,8 +58,8 @@ Expected<std::string> canonical_host(const std::string& path, std::string_view w
 }
 
 // An absolute path inside the sandbox, without "."/".." or doubled slashes.
-Expected<std::string> normalize_inside(const std::string& path, std::string_view what) {
-  std::string who = "mount tree: " + std::string(what) + " '" + path + "'";
+// `who` names it in messages ("mount tree: cwd 'x'").
+Expected<std::string> normalize_inside(const std::string& path, const std::string& who) {
   if (path.empty() || path.front() != '/') return Error::invalid(who + ": must be an absolute path");
   std::string out;
   std::size_t i = 0;
@@ -369,7 +369,8 @@ Expected<PreparedMountTree> prepare_mount_tree(const MountTreeSpec& spec, const 
 
   std::string cwd = "/";
   if (!spec.workspace().empty()) {
-    auto inside = normalize_inside(spec.workspace_inside(), "workspace");
+    auto inside = normalize_inside(spec.workspace_inside(),
+                                   "mount tree: workspace at '" + spec.workspace_inside() + "'");
     if (!inside) return std::move(inside).error();
     if (*inside == "/") return Error::invalid("mount tree: workspace cannot be mounted on /");
     auto host = canonical_host(spec.workspace(), "workspace");
@@ -381,7 +382,7 @@ Expected<PreparedMountTree> prepare_mount_tree(const MountTreeSpec& spec, const 
   }
   for (const auto& bind : spec.binds()) {
     std::string what = std::string(bind.writable ? "bind" : "ro_bind") + " '" + bind.source + "' -> '" + bind.target + "'";
-    auto inside = normalize_inside(bind.target, what);
+    auto inside = normalize_inside(bind.target, "mount tree: " + what);
     if (!inside) return std::move(inside).error();
     if (*inside == "/") return Error::invalid("mount tree: " + what + ": cannot bind over /");
     auto host = canonical_host(bind.source, what + ": source");
@@ -396,7 +397,7 @@ Expected<PreparedMountTree> prepare_mount_tree(const MountTreeSpec& spec, const 
   b.add(MountOp::rmdir, "rmdir " + std::string(kOldRoot), std::string(kOldRoot));
   b.setattr("/", kReadOnly, "make / read-only");
   if (!spec.cwd().empty()) {
-    auto inside = normalize_inside(spec.cwd(), "cwd");
+    auto inside = normalize_inside(spec.cwd(), "mount tree: cwd '" + spec.cwd() + "'");
     if (!inside) return std::move(inside).error();
     cwd = *inside;
   }

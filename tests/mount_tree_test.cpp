@@ -14,19 +14,21 @@ namespace {
 
 constexpr uid_t kOutside = 54321;
 
-uid_t outside_id(bool rootless) { return rootless ? 65534 : kOutside; }
+uid_t outside_uid(bool rootless) { return rootless ? own_uid() : kOutside; }
+gid_t outside_gid(bool rootless) { return rootless ? own_gid() : kOutside; }
 
 // A directory the sandbox's outside id owns.
 struct OwnedDir {
   corral_test::TempDir dir;
-  explicit OwnedDir(uid_t owner) { (void)chown(dir.path().c_str(), owner, owner); }
+  explicit OwnedDir(bool rootless) {
+    (void)chown(dir.path().c_str(), outside_uid(rootless), outside_gid(rootless));
+  }
   const std::string& path() const { return dir.path(); }
 };
 
 NamespaceSpec spec_with(bool rootless, MountTreeSpec tree) {
   NamespaceSpec spec;
-  uid_t o = outside_id(rootless);
-  spec.map({1000, 1000, o, o}).mounts(std::move(tree));
+  spec.map({1000, 1000, outside_uid(rootless), outside_gid(rootless)}).mounts(std::move(tree));
   return spec;
 }
 
@@ -88,7 +90,7 @@ int filesystem_probe(int out) {
 }
 
 std::string check_filesystem(bool rootless) {
-  OwnedDir ws(outside_id(rootless));
+  OwnedDir ws(rootless);
   auto s = run(spec_with(rootless, MountTreeSpec().workspace(ws.path())), filesystem_probe);
   std::string ldcache_flags = access("/etc/ld.so.cache", F_OK) == 0 ? "ro,nosuid,nodev" : "!ENOENT";
   return expect(s, {{"root", expected_root_listing()},
@@ -127,7 +129,7 @@ Test(mount_tree, rootful_view_read_only_and_dev) {
 }
 
 Test(mount_tree, rootless_view_read_only_and_dev) {
-  CORRAL_SKIP_UNLESS_ROOT();  // root is needed to become 65534 first
+  CORRAL_SKIP_UNLESS_ROOTLESS_USERNS();
   EXPECT_EMPTY(as_user(true, [] { return check_filesystem(true); }));
 }
 
@@ -151,7 +153,7 @@ Test(mount_tree, etc_is_minimal_and_names_the_sandbox_user) {
 
 Test(mount_tree, binds_read_only_and_writable_dirs_and_files) {
   CORRAL_SKIP_UNLESS_ROOT();
-  OwnedDir in(kOutside), out_dir(kOutside);
+  OwnedDir in(false), out_dir(false);
   corral_test::write_file(in.dir / "data.txt", "hello");
   corral_test::write_file(in.dir / "single.conf", "one file");
   MountTreeSpec tree;
@@ -174,7 +176,7 @@ Test(mount_tree, binds_read_only_and_writable_dirs_and_files) {
 
 Test(mount_tree, read_only_covers_submounts_of_a_bind) {
   CORRAL_SKIP_UNLESS_ROOT();
-  OwnedDir dir(kOutside);
+  OwnedDir dir(false);
   mkdir((dir.dir / "sub").c_str(), 0755);
   // The submount is made in a forked child's private mount namespace, and
   // the sandbox is started from there, so the host never sees it.
@@ -326,8 +328,9 @@ std::string refused(const MountTreeSpec& spec, const std::string& needle) {
 }  // namespace
 
 Test(mount_tree, refuses_bad_targets_by_name) {
-  EXPECT_EMPTY(refused(MountTreeSpec().ro_bind("/usr", "usr2"), "ro_bind '/usr' -> 'usr2'"));
-  EXPECT_EMPTY(refused(MountTreeSpec().ro_bind("/usr", "usr2"), "must be an absolute path"));
+  EXPECT_EMPTY(refused(MountTreeSpec().ro_bind("/usr", "usr2"),
+                       "mount tree: ro_bind '/usr' -> 'usr2': must be an absolute path"));
+  EXPECT_EMPTY(refused(MountTreeSpec().workspace("/tmp", "ws"), "workspace at 'ws': must be an absolute path"));
   EXPECT_EMPTY(refused(MountTreeSpec().bind("/usr", "/a/../etc"), "'.' and '..' are not allowed"));
   EXPECT_EMPTY(refused(MountTreeSpec().bind("/usr", "//"), "cannot bind over /"));
   EXPECT_EMPTY(refused(MountTreeSpec().ro_bind("/usr", "/.oldroot/x"), "/.oldroot is reserved"));

@@ -265,12 +265,37 @@ inline std::string in_child(bool drop, const std::function<std::string()>& body)
   return r;
 }
 
-// Run body as root in this process, or rootless (uid 65534) in a child.
+// Run body as root in this process, or rootless: as root, in a child that
+// dropped to 65534; as anyone else, right here (we are rootless already).
 inline std::string as_user(bool rootless, const std::function<std::string()>& body) {
-  return rootless ? in_child(true, body) : body();
+  return rootless && geteuid() == 0 ? in_child(true, body) : body();
+}
+
+// The host ids a rootless sandbox maps: our own (call inside as_user's body).
+inline uid_t own_uid() { return geteuid(); }
+inline gid_t own_gid() { return getegid(); }
+
+// "" when a rootless user namespace can be created here, else why not.
+inline std::string rootless_userns_unavailable() {
+  return as_user(true, [] {
+    pid_t pid = fork();
+    if (pid == 0) _exit(unshare(CLONE_NEWUSER) == 0 ? 0 : errno);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    int err = WIFEXITED(status) ? WEXITSTATUS(status) : EINTR;
+    return err == 0 ? std::string() : std::string("unshare(CLONE_NEWUSER) as uid ") + std::to_string(geteuid()) +
+                                          ": " + strerror(err);
+  });
 }
 
 }  // namespace harness
+
+// Rootless tests run as 65534 under root, or as the invoking user.
+#define CORRAL_SKIP_UNLESS_ROOTLESS_USERNS()                                  \
+  do {                                                                        \
+    std::string harness_why_ = harness::rootless_userns_unavailable();        \
+    if (!harness_why_.empty()) cr_skip_test("%s", harness_why_.c_str());      \
+  } while (0)
 
 #define EXPECT_EMPTY(expr)                              \
   do {                                                  \

@@ -17,7 +17,18 @@
 //
 // Everything named *_in_child is async-signal-safe: raw syscalls through
 // corral::sys::call, no allocation, no locks, and it returns 0 or a positive
-// errno. It may run in a CLONE_VM child (which must then have its own stack).
+// errno. Spawn namespaced children fork-like (clone3 without CLONE_VM):
+// CLONE_VFORK would deadlock (the parent writes the maps while the child
+// waits), and with a pid namespace pid 1 never execs, so under CLONE_VM it
+// would keep running on the spawner's memory and borrowed stack for the
+// whole run. Nor CLONE_FILES: the child closes its copy of the sync pipe.
+//
+// Limits of the design, stated: a rootless child keeps the supplementary
+// groups of its creator (setgroups is denied to it); the child resolves bind
+// sources as the outside id (it needs search permission on their ancestors);
+// a fresh /proc in a user namespace needs a host /proc with nothing mounted
+// over parts of it (the kernel's mount_too_revealing rule), so it fails with
+// EPERM under container runtimes that mask /proc paths.
 #pragma once
 
 #include <sys/types.h>
