@@ -1,0 +1,216 @@
+// Linux namespaces for the `container` tier: user (uid/gid maps written by
+// the parent), pid (a tiny pid 1 that reaps and forwards the exit), net
+// (empty, `lo` up), mount (mount_tree.hpp), uts (hostname), ipc, cgroup.
+// Rootful (we are root: the inside id maps to any unprivileged host id) and
+// rootless (the inside id maps to our own id, setgroups denied) both.
+//
+// The sequence, for a spawner (the process module) to follow:
+//
+//   parent:  auto ns = prepare_namespaces(spec);          // allocates, validates
+//            clone3(flags = ns->clone_flags() | ...)       // NOT CLONE_VFORK: the parent
+//                                                          // must act while the child waits
+//   child:   apply_namespaces_in_child(*ns, report_fd, &failure)
+//              waits for the parent's maps -> drops groups (rootful) -> setresgid/setresuid
+//              to the inside ids -> sethostname -> lo up -> mount tree -> pid 1 split
+//            returns 0 in the program's process; continue with rlimits, seccomp, exec.
+//   parent:  ns->finish_in_parent(child_pid)              // write maps, release the child
+//
+// Everything named *_in_child is async-signal-safe: raw syscalls through
+// corral::sys::call, no allocation, no locks, and it returns 0 or a positive
+// errno. Spawn namespaced children fork-like (clone3 without CLONE_VM):
+// CLONE_VFORK would deadlock (the parent writes the maps while the child
+// waits), and with a pid namespace pid 1 never execs, so under CLONE_VM it
+// would keep running on the spawner's memory and borrowed stack for the
+// whole run. Nor CLONE_FILES: the child closes its copy of the sync pipe.
+//
+// Limits of the design, stated: a rootless child keeps the supplementary
+// groups of its creator (setgroups is denied to it); the child resolves bind
+// sources as the outside id (it needs search permission on their ancestors);
+// a fresh /proc in a user namespace needs a host /proc with nothing mounted
+// over parts of it (the kernel's mount_too_revealing rule), so it fails with
+// EPERM under container runtimes that mask /proc paths.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "corral/fd.hpp"
+#include "corral/mount_tree.hpp"
+#include "corral/status.hpp"
+
+namespace corral {
+
+// ---- user namespace ----------------------------------------------------------
+
+// One id of each kind: `inside` as the program sees it, `outside` the host id
+// the kernel really uses (and what files it writes are owned by).
+struct UserNsMap {
+  uid_t inside_uid = 1000;
+  gid_t inside_gid = 1000;
+  uid_t outside_uid = 65534;
+  gid_t outside_gid = 65534;
+};
+
+// Parent: write /proc/<child>/uid_map, then setgroups, then gid_map (one
+// write each, as the kernel requires). `deny_setgroups` writes "deny" to
+// setgroups, which an unprivileged writer must do before gid_map (see
+// user_namespaces(7)); a rootful parent leaves it "allow" so the child can
+// drop the supplementary groups it inherited (root's gid 0 would otherwise
+// keep granting group access to host files).
+Status write_id_maps(pid_t child, const UserNsMap& map, bool deny_setgroups);
+
+// A one-shot pipe that holds a child until the parent has done its part.
+// The parent owns both ends until clone; after it, the parent closes the read
+// end and the child the write end (apply_namespaces_in_child does).
+class SyncPipe {
+ public:
+  static Expected<SyncPipe> create();
+  int read_fd() const noexcept { return read_.get(); }
+  int write_fd() const noexcept { return write_.get(); }
+  // Parent, after clone: let the child go (one byte), closing both ends.
+  Status release();
+  // Parent, on failure: close without releasing; the child reads EOF.
+  void abandon() noexcept;
+
+ private:
+  UniqueFd read_, write_;
+};
+
+// Child: block until the parent writes its byte. 0 when released,
+// ECANCELED when the pipe closed without it (the parent gave up or died),
+// or read's errno. Closes nothing. Async-signal-safe.
+int wait_for_parent_in_child(int fd) noexcept;
+
+// ---- small child-side steps --------------------------------------------------
+
+// Child: `lo` up in a new network namespace (socket + SIOCGIFFLAGS/SIOCSIFFLAGS).
+int bring_up_loopback_in_child() noexcept;
+// Child: sethostname in a new uts namespace.
+int set_hostname_in_child(const char* name, std::size_t len) noexcept;
+
+// ---- pid 1 -------------------------------------------------------------------
+
+// How pid 1 reports the program's end. A pid namespace's init cannot die of
+// a signal sent from inside its namespace (its own included), so pid 1 exits
+// with the program's exit code, or with 128+N when signal N killed it. The
+// two look alike from outside (a program may exit 137 itself); for the exact
+// answer pid 1 writes this record to `report_fd` (when >= 0) just before it
+// exits. No record (EOF) means pid 1 itself was killed from outside.
+struct Pid1Report {
+  std::uint32_t magic = 0;        // kPid1ReportMagic
+  std::int32_t wait_status = 0;   // the program's raw wait status (WIFEXITED/WTERMSIG...)
+};
+inline constexpr std::uint32_t kPid1ReportMagic = 0x31646970;  // "pid1"
+inline constexpr int kPid1SignalExitBase = 128;
+
+// Child, running as pid 1 of a new pid namespace: fork the program's process
+// and return 0 in it, with the signal mask it had on entry. In the original
+// process, become the namespace's init and never return: close every fd but
+// `report_fd`, drop all capabilities, turn non-dumpable (so the program,
+// same uid, cannot ptrace it), then reap every child (orphans included) and
+// forward SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 to the program;
+// when the program ends, report and exit as described above. The kernel then
+// kills everything left in the namespace. Returns a positive errno only if
+// the fork itself failed (nothing changed then but the call's own state).
+int fork_program_under_pid1_in_child(int report_fd) noexcept;
+
+// ---- the combined spec -------------------------------------------------------
+
+class NamespaceSpec {
+ public:
+  NamespaceSpec& user(bool on) { user_ = on; return *this; }
+  NamespaceSpec& pid(bool on) { pid_ = on; return *this; }
+  NamespaceSpec& net(bool on) { net_ = on; return *this; }
+  NamespaceSpec& mount(bool on) { mount_ = on; return *this; }
+  NamespaceSpec& ipc(bool on) { ipc_ = on; return *this; }
+  NamespaceSpec& uts(bool on) { uts_ = on; return *this; }
+  NamespaceSpec& cgroup(bool on) { cgroup_ = on; return *this; }
+  // Default: inside 1000:1000; outside our own ids when rootless, 65534:65534
+  // when root (callers that run many sandboxes should give each its own id).
+  NamespaceSpec& map(UserNsMap m) { map_ = m; return *this; }
+  NamespaceSpec& hostname(std::string name) { hostname_ = std::move(name); return *this; }
+  NamespaceSpec& mounts(MountTreeSpec tree) { mounts_ = std::move(tree); return *this; }
+
+  bool user() const { return user_; }
+  bool pid() const { return pid_; }
+  bool net() const { return net_; }
+  bool mount() const { return mount_; }
+  bool ipc() const { return ipc_; }
+  bool uts() const { return uts_; }
+  bool cgroup() const { return cgroup_; }
+  const std::optional<UserNsMap>& map() const { return map_; }
+  const std::string& hostname() const { return hostname_; }
+  const MountTreeSpec& mounts() const { return mounts_; }
+
+ private:
+  bool user_ = true, pid_ = true, net_ = true, mount_ = true, ipc_ = true, uts_ = true, cgroup_ = true;
+  std::optional<UserNsMap> map_;
+  std::string hostname_ = "corral";
+  MountTreeSpec mounts_;
+};
+
+// Which stage of apply_namespaces_in_child failed.
+enum class NsStage : std::uint8_t {
+  none, sync, setgroups, setgid, setuid, hostname, loopback, mount_tree, pid1,
+};
+
+// The fixed record a failing child hands back (e.g. through its error pipe).
+struct NsFailure {
+  NsStage stage = NsStage::none;
+  std::int32_t err = 0;
+  MountFailure mount;  // when stage == mount_tree
+};
+
+// Everything one namespaced spawn needs, prepared. Single-use: it owns the
+// sync pipe of one child.
+class PreparedNamespaces {
+ public:
+  // CLONE_NEW* flags for clone3.
+  std::uint64_t clone_flags() const noexcept { return flags_; }
+  bool rootless() const noexcept { return rootless_; }
+  bool has_user() const noexcept;
+  bool has_pid() const noexcept;
+  const UserNsMap& map() const noexcept { return map_; }
+  const PreparedMountTree* mount_tree() const noexcept { return has_tree_ ? &tree_ : nullptr; }
+  const SyncPipe& sync() const noexcept { return sync_; }
+
+  // Parent, right after clone: write the id maps (if a user namespace) and
+  // release the child. On failure the child is abandoned (it reads EOF and
+  // fails with NsStage::sync); the error names the step.
+  Status finish_in_parent(pid_t child);
+  // Parent, when clone itself failed: drop the pipe.
+  void abandon() noexcept { sync_.abandon(); }
+
+  // "namespaces: mount tree: step 6 'bind /usr (ro, from /usr)': open_tree: ..."
+  Error error_for(const NsFailure& failure) const;
+
+ private:
+  friend Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec);
+  friend int apply_namespaces_in_child(const PreparedNamespaces&, int, NsFailure*) noexcept;
+
+  std::uint64_t flags_ = 0;
+  bool rootless_ = false;
+  UserNsMap map_;
+  std::string hostname_;
+  bool has_tree_ = false;
+  PreparedMountTree tree_;
+  SyncPipe sync_;
+};
+
+// Parent: validate the spec (ids, hostname, mount tree against this host),
+// decide rootful/rootless from the effective uid, make the sync pipe.
+Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec);
+
+// Child, just after clone3(ns.clone_flags()). Async-signal-safe. Returns 0 in
+// the process that should become the program (after the pid-1 split when a
+// pid namespace is on; pid 1 itself never returns), or a positive errno with
+// *failure filled (may be null). `pid1_report_fd`: see Pid1Report (-1: none).
+int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, NsFailure* failure) noexcept;
+
+const char* ns_stage_name(NsStage stage) noexcept;
+
+}  // namespace corral

@@ -1,0 +1,531 @@
+#include "corral/mount_tree.hpp"
+
+// <linux/mount.h> rather than <sys/mount.h>: glibc 2.36's header clashes
+// with the kernel's, and the kernel's has the new mount API (struct
+// mount_attr, MOUNT_ATTR_*, OPEN_TREE_*, MOVE_MOUNT_*).
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "corral/syscalls.hpp"
+
+namespace corral {
+namespace {
+
+// umount(2): lazy unmount; an enum in glibc's <sys/mount.h>, which we avoid.
+constexpr long kMntDetach = 2;
+// Where the host's root sits between the first pivot_root and its detach.
+constexpr std::string_view kOldRoot = "/.oldroot";
+
+// The host entries a host-mode tree mirrors, as the host has them.
+constexpr std::string_view kSystemEntries[] = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"};
+// /etc files that are needed to run programs and say nothing secret.
+constexpr std::string_view kHostEtc[] = {"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives",
+                                         "localtime"};
+constexpr std::string_view kDevNodes[] = {"null", "zero", "full", "random", "urandom"};
+// rootfs entries the tree provides itself (or never shows).
+constexpr std::string_view kRootfsSkipped[] = {"proc", "dev", "tmp", "sys", ".oldroot"};
+
+constexpr std::uint64_t kReadOnly = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+constexpr std::uint64_t kWritable = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+
+enum class HostKind { missing, directory, file, symlink, chardev, other };
+
+HostKind host_kind(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return HostKind::missing;
+  if (S_ISDIR(st.st_mode)) return HostKind::directory;
+  if (S_ISREG(st.st_mode)) return HostKind::file;
+  if (S_ISLNK(st.st_mode)) return HostKind::symlink;
+  if (S_ISCHR(st.st_mode)) return HostKind::chardev;
+  return HostKind::other;
+}
+
+Expected<std::string> canonical_host(const std::string& path, std::string_view what) {
+  if (path.empty()) return Error::invalid("mount tree: " + std::string(what) + ": empty host path");
+  char buf[PATH_MAX];
+  if (!::realpath(path.c_str(), buf))
+    return Error::from_errno(errno, "mount tree: " + std::string(what) + " '" + path + "'");
+  return std::string(buf);
+}
+
+// An absolute path inside the sandbox, without "."/".." or doubled slashes.
+// `who` names it in messages ("mount tree: cwd 'x'").
+Expected<std::string> normalize_inside(const std::string& path, const std::string& who) {
+  if (path.empty() || path.front() != '/') return Error::invalid(who + ": must be an absolute path");
+  std::string out;
+  std::size_t i = 0;
+  while (i < path.size()) {
+    while (i < path.size() && path[i] == '/') ++i;
+    std::size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    std::string_view part(path.data() + i, j - i);
+    if (part == "." || part == "..") return Error::invalid(who + ": '.' and '..' are not allowed");
+    if (!part.empty()) {
+      out += '/';
+      out += part;
+    }
+    i = j;
+  }
+  if (out.empty()) out = "/";
+  if (out == kOldRoot || out.rfind(std::string(kOldRoot) + "/", 0) == 0)
+    return Error::invalid(who + ": " + std::string(kOldRoot) + " is reserved");
+  return out;
+}
+
+std::string etc_passwd(const EtcIdentity& who) {
+  std::string out;
+  if (who.uid != 0) out += "root:x:0:0:root:/root:/usr/sbin/nologin\n";
+  out += who.user + ":x:" + std::to_string(who.uid) + ":" + std::to_string(who.gid) + ":" + who.user +
+         ":/workspace:/bin/sh\n";
+  // Unmapped host ids show as 65534 inside; give them a name.
+  if (who.uid != 65534) out += "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+  return out;
+}
+
+std::string etc_group(const EtcIdentity& who) {
+  std::string out;
+  if (who.gid != 0) out += "root:x:0:\n";
+  out += who.user + ":x:" + std::to_string(who.gid) + ":\n";
+  if (who.gid != 65534) out += "nogroup:x:65534:\n";
+  return out;
+}
+
+class Builder {
+ public:
+  PreparedMountTree tree;
+
+  std::uint32_t s(std::string_view v) { return tree.add_string(v); }
+
+  void add(MountOp op, std::string_view what, std::string_view target, std::string_view source = {},
+           std::uint32_t mode = 0) {
+    MountStep st{op};
+    st.what = s(what);
+    if (!target.empty()) st.target = s(target);
+    if (!source.empty()) st.source = s(source);
+    st.mode = mode;
+    tree.add_step(st);
+  }
+
+  void mount(std::string_view what, std::string_view fstype, std::string_view target, unsigned long flags,
+             std::string_view data) {
+    MountStep st{MountOp::mount};
+    st.what = s(what);
+    st.source = s(fstype);
+    st.fstype = st.source;
+    st.target = s(target);
+    st.flags = flags;
+    if (!data.empty()) st.data = s(data);
+    tree.add_step(st);
+  }
+
+  void tmpfs(std::string_view target, unsigned long flags, std::string options) {
+    mount("mount tmpfs on " + std::string(target), "tmpfs", target, flags, options);
+  }
+
+  void mkdir(const std::string& target, std::uint32_t mode = 0755) {
+    if (!made_.insert(target).second) return;
+    add(MountOp::mkdir, "mkdir " + target, target, {}, mode);
+  }
+
+  // mkdir every ancestor of `target` (not target itself).
+  void mkdir_parents(const std::string& target) {
+    for (std::size_t i = target.find('/', 1); i != std::string::npos; i = target.find('/', i + 1))
+      mkdir(target.substr(0, i));
+  }
+
+  void write_file(const std::string& target, const std::string& contents) {
+    MountStep st{MountOp::write_file};
+    st.what = s("write " + target);
+    st.target = s(target);
+    st.data = s(contents);
+    st.data_len = static_cast<std::uint32_t>(contents.size());
+    st.mode = 0644;
+    tree.add_step(st);
+  }
+
+  void symlink(const std::string& link_target, const std::string& at) {
+    mkdir_parents(at);
+    add(MountOp::symlink, "symlink " + at + " -> " + link_target, at, link_target);
+  }
+
+  // Bind the (canonical) host path `host` at `inside`, creating the mount
+  // point as a directory or an empty file to match the source.
+  void bind(const std::string& host, const std::string& inside, std::uint64_t attr, bool is_dir) {
+    mkdir_parents(inside);
+    if (is_dir) {
+      mkdir(inside);
+    } else {
+      add(MountOp::touch, "create mount point " + inside, inside, {}, 0644);
+    }
+    MountStep st{MountOp::bind};
+    std::string mode = (attr & MOUNT_ATTR_RDONLY) ? "ro" : "rw";
+    st.what = s("bind " + inside + " (" + mode + ", from " + host + ")");
+    st.source = s(std::string(kOldRoot) + (host == "/" ? "" : host));
+    st.target = s(inside);
+    st.attr = attr;
+    tree.add_step(st);
+  }
+
+  void setattr(const std::string& target, std::uint64_t attr, std::string_view what) {
+    MountStep st{MountOp::setattr};
+    st.what = s(what);
+    st.target = s(target);
+    st.attr = attr;
+    tree.add_step(st);
+  }
+
+ private:
+  std::set<std::string> made_;
+};
+
+// Mirror one host entry (`host` is its path on the host, `inside` where it
+// goes): a symlink stays a symlink with the same target, a directory or file
+// becomes a read-only bind of its canonical path. Anything else is skipped.
+Status mirror_entry(Builder& b, const std::string& host, const std::string& inside, bool required) {
+  switch (host_kind(host)) {
+    case HostKind::symlink: {
+      char buf[PATH_MAX];
+      ssize_t n = ::readlink(host.c_str(), buf, sizeof buf - 1);
+      if (n < 0) return Error::from_errno(errno, "mount tree: readlink '" + host + "'");
+      b.symlink(std::string(buf, static_cast<std::size_t>(n)), inside);
+      return {};
+    }
+    case HostKind::directory:
+    case HostKind::file: {
+      auto canon = canonical_host(host, "host entry");
+      if (!canon) return std::move(canon).error();
+      b.bind(*canon, inside, kReadOnly, host_kind(*canon) == HostKind::directory);
+      return {};
+    }
+    case HostKind::missing:
+      if (required) return Error(ENOENT, "mount tree: the host has no " + host);
+      return {};
+    default:
+      return {};
+  }
+}
+
+Status add_host_system(Builder& b, const EtcIdentity& who) {
+  for (auto name : kSystemEntries) {
+    std::string n(name);
+    if (auto st = mirror_entry(b, "/" + n, "/" + n, name == "usr"); !st) return st;
+  }
+  b.mkdir("/etc");
+  b.write_file("/etc/passwd", etc_passwd(who));
+  b.write_file("/etc/group", etc_group(who));
+  b.write_file("/etc/hostname", who.hostname + "\n");
+  b.write_file("/etc/hosts", "127.0.0.1\tlocalhost " + who.hostname +
+                                 "\n::1\tlocalhost ip6-localhost ip6-loopback\n");
+  b.write_file("/etc/nsswitch.conf",
+               "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
+               "protocols: files\nservices: files\n");
+  for (auto name : kHostEtc) {
+    std::string n(name);
+    if (auto st = mirror_entry(b, "/etc/" + n, "/etc/" + n, false); !st) return st;
+  }
+  return {};
+}
+
+Status add_rootfs(Builder& b, const std::string& rootfs) {
+  auto canon = canonical_host(rootfs, "rootfs");
+  if (!canon) return std::move(canon).error();
+  if (host_kind(*canon) != HostKind::directory)
+    return Error(ENOTDIR, "mount tree: rootfs '" + rootfs + "' is not a directory");
+  DIR* dir = ::opendir(canon->c_str());
+  if (!dir) return Error::from_errno(errno, "mount tree: rootfs '" + rootfs + "'");
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(dir)) {
+    std::string_view n = e->d_name;
+    if (n == "." || n == ".." ||
+        std::find(std::begin(kRootfsSkipped), std::end(kRootfsSkipped), n) != std::end(kRootfsSkipped))
+      continue;
+    names.emplace_back(n);
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  std::string base = *canon == "/" ? "" : *canon;
+  for (const auto& n : names)
+    if (auto st = mirror_entry(b, base + "/" + n, "/" + n, false); !st) return st;
+  return {};
+}
+
+void add_dev(Builder& b, const MountTreeSpec& spec) {
+  b.mkdir("/dev");
+  b.tmpfs("/dev", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755");
+  // mknod is refused in a user namespace; the host's nodes are bound onto
+  // empty files instead. The bind keeps the host devtmpfs superblock, whose
+  // device nodes stay usable (no nodev on it).
+  for (auto node : kDevNodes) {
+    std::string host = "/dev/" + std::string(node);
+    if (host_kind(host) != HostKind::chardev) continue;
+    b.bind(host, host, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false);
+  }
+  b.symlink("/proc/self/fd", "/dev/fd");
+  b.symlink("/proc/self/fd/0", "/dev/stdin");
+  b.symlink("/proc/self/fd/1", "/dev/stdout");
+  b.symlink("/proc/self/fd/2", "/dev/stderr");
+  b.mkdir("/dev/shm", 01777);
+  b.tmpfs("/dev/shm", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.shm_bytes()) + ",mode=1777");
+  b.setattr("/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, "make /dev read-only");
+}
+
+Status check_sizes(const MountTreeSpec& spec) {
+  struct {
+    const char* name;
+    std::uint64_t value;
+  } sizes[] = {{"root_bytes", spec.root_bytes()}, {"tmp_bytes", spec.tmp_bytes()}, {"shm_bytes", spec.shm_bytes()}};
+  for (const auto& s : sizes)
+    if (s.value < 4096) return Error::invalid("mount tree: " + std::string(s.name) + " must be at least 4096");
+  return {};
+}
+
+}  // namespace
+
+std::uint32_t PreparedMountTree::add_string(std::string_view s) {
+  auto off = static_cast<std::uint32_t>(arena_.size());
+  arena_.append(s);
+  arena_.push_back('\0');
+  return off;
+}
+
+const char* mount_call_name(MountCall call) noexcept {
+  switch (call) {
+    case MountCall::none: return "none";
+    case MountCall::mount: return "mount";
+    case MountCall::openat2: return "openat2";
+    case MountCall::open_tree: return "open_tree";
+    case MountCall::mount_setattr: return "mount_setattr";
+    case MountCall::move_mount: return "move_mount";
+    case MountCall::mkdir: return "mkdir";
+    case MountCall::open: return "open";
+    case MountCall::write: return "write";
+    case MountCall::symlink: return "symlink";
+    case MountCall::pivot_root: return "pivot_root";
+    case MountCall::chdir: return "chdir";
+    case MountCall::umount2: return "umount2";
+    case MountCall::rmdir: return "rmdir";
+  }
+  return "?";
+}
+
+std::string PreparedMountTree::describe() const {
+  std::string out;
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    out += std::to_string(i);
+    out += ' ';
+    out += str(steps_[i].what);
+    out += '\n';
+  }
+  return out;
+}
+
+Error PreparedMountTree::error_for(const MountFailure& f) const {
+  std::string step = "mount tree: step " + std::to_string(f.step);
+  if (f.step >= 0 && static_cast<std::size_t>(f.step) < steps_.size())
+    step += std::string(" '") + str(steps_[static_cast<std::size_t>(f.step)].what) + "'";
+  step += ": ";
+  step += mount_call_name(f.call);
+  return Error::from_errno(f.err, step);
+}
+
+Expected<PreparedMountTree> prepare_mount_tree(const MountTreeSpec& spec, const EtcIdentity& who) {
+  if (auto st = check_sizes(spec); !st) return std::move(st).error();
+  auto staging = canonical_host(spec.staging_dir(), "staging dir");
+  if (!staging) return std::move(staging).error();
+  if (host_kind(*staging) != HostKind::directory || *staging == "/")
+    return Error::invalid("mount tree: staging dir '" + spec.staging_dir() + "' must be a directory other than /");
+
+  Builder b;
+  const std::string old_root = *staging + std::string(kOldRoot);
+  b.add(MountOp::make_private, "make every mount private", "/");
+  b.tmpfs(*staging, MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.root_bytes()) + ",mode=0755");
+  b.add(MountOp::mkdir, "mkdir " + old_root, old_root, {}, 0700);
+  b.add(MountOp::pivot_root, "pivot_root into the new root", old_root, *staging);
+
+  if (spec.rootfs().empty()) {
+    if (auto st = add_host_system(b, who); !st) return std::move(st).error();
+  } else {
+    if (auto st = add_rootfs(b, spec.rootfs()); !st) return std::move(st).error();
+  }
+  add_dev(b, spec);
+  if (spec.proc()) {
+    // Mounted while the host's /proc is still attached under /.oldroot: in a
+    // user namespace the kernel allows a new proc mount only where one is
+    // already fully visible (mount_too_revealing).
+    b.mkdir("/proc", 0555);
+    b.mount("mount proc on /proc", "proc", "/proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, {});
+  }
+  b.mkdir("/tmp", 01777);
+  b.tmpfs("/tmp", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.tmp_bytes()) + ",mode=1777");
+
+  std::string cwd = "/";
+  if (!spec.workspace().empty()) {
+    auto inside = normalize_inside(spec.workspace_inside(),
+                                   "mount tree: workspace at '" + spec.workspace_inside() + "'");
+    if (!inside) return std::move(inside).error();
+    if (*inside == "/") return Error::invalid("mount tree: workspace cannot be mounted on /");
+    auto host = canonical_host(spec.workspace(), "workspace");
+    if (!host) return std::move(host).error();
+    if (host_kind(*host) != HostKind::directory)
+      return Error(ENOTDIR, "mount tree: workspace '" + spec.workspace() + "' is not a directory");
+    b.bind(*host, *inside, kWritable, true);
+    cwd = *inside;
+  }
+  for (const auto& bind : spec.binds()) {
+    std::string what = std::string(bind.writable ? "bind" : "ro_bind") + " '" + bind.source + "' -> '" + bind.target + "'";
+    auto inside = normalize_inside(bind.target, "mount tree: " + what);
+    if (!inside) return std::move(inside).error();
+    if (*inside == "/") return Error::invalid("mount tree: " + what + ": cannot bind over /");
+    auto host = canonical_host(bind.source, what + ": source");
+    if (!host) return std::move(host).error();
+    HostKind kind = host_kind(*host);
+    if (kind != HostKind::directory && kind != HostKind::file)
+      return Error::invalid("mount tree: " + what + ": source is neither a directory nor a regular file");
+    b.bind(*host, *inside, bind.writable ? kWritable : kReadOnly, kind == HostKind::directory);
+  }
+
+  b.add(MountOp::detach, "detach the host's root", std::string(kOldRoot));
+  b.add(MountOp::rmdir, "rmdir " + std::string(kOldRoot), std::string(kOldRoot));
+  b.setattr("/", kReadOnly, "make / read-only");
+  if (!spec.cwd().empty()) {
+    auto inside = normalize_inside(spec.cwd(), "mount tree: cwd '" + spec.cwd() + "'");
+    if (!inside) return std::move(inside).error();
+    cwd = *inside;
+  }
+  b.add(MountOp::chdir, "chdir " + cwd, cwd);
+  return std::move(b.tree);
+}
+
+// ---- child side: raw syscalls only ----------------------------------------
+
+namespace {
+
+struct StepResult {
+  int err;
+  MountCall call;
+};
+
+inline StepResult fail(long ret, MountCall call) noexcept { return {sys::error_of(ret), call}; }
+
+StepResult do_bind(const char* source, const char* target, std::uint64_t attr) noexcept {
+  struct open_how how;
+  std::memset(&how, 0, sizeof how);
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  long fd = sys::call(SYS_openat2, AT_FDCWD, reinterpret_cast<long>(source), reinterpret_cast<long>(&how),
+                      sizeof how);
+  if (fd < 0) return fail(fd, MountCall::openat2);
+  long tree = sys::call(SYS_open_tree, fd, reinterpret_cast<long>(""),
+                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
+  sys::call(SYS_close, fd);
+  if (tree < 0) return fail(tree, MountCall::open_tree);
+  StepResult r{0, MountCall::none};
+  if (attr != 0) {
+    struct mount_attr ma;
+    std::memset(&ma, 0, sizeof ma);
+    ma.attr_set = attr;
+    long ret = sys::call(SYS_mount_setattr, tree, reinterpret_cast<long>(""), AT_EMPTY_PATH | AT_RECURSIVE,
+                         reinterpret_cast<long>(&ma), sizeof ma);
+    if (ret < 0) r = fail(ret, MountCall::mount_setattr);
+  }
+  if (r.err == 0) {
+    long ret = sys::call(SYS_move_mount, tree, reinterpret_cast<long>(""), AT_FDCWD,
+                         reinterpret_cast<long>(target), MOVE_MOUNT_F_EMPTY_PATH);
+    if (ret < 0) r = fail(ret, MountCall::move_mount);
+  }
+  sys::call(SYS_close, tree);
+  return r;
+}
+
+StepResult create_file(const MountStep& st, const char* target, const char* data) noexcept {
+  bool write = st.op == MountOp::write_file;
+  long flags = O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | (write ? O_WRONLY : O_RDONLY);
+  long fd = sys::call(SYS_openat, AT_FDCWD, reinterpret_cast<long>(target), flags, st.mode);
+  if (fd == -EEXIST && !write) return {0, MountCall::none};
+  if (fd < 0) return fail(fd, MountCall::open);
+  int err = write ? sys::write_all(static_cast<int>(fd), data, st.data_len) : 0;
+  sys::call(SYS_close, fd);
+  return {err, err ? MountCall::write : MountCall::none};
+}
+
+StepResult run_step(const PreparedMountTree& t, const MountStep& st) noexcept {
+  const char* src = t.str(st.source);
+  const char* tgt = t.str(st.target);
+  auto L = [](const void* p) { return reinterpret_cast<long>(p); };
+  long ret = 0;
+  switch (st.op) {
+    case MountOp::make_private:
+      ret = sys::call(SYS_mount, 0, L("/"), 0, MS_REC | MS_PRIVATE, 0);
+      return fail(ret, MountCall::mount);
+    case MountOp::mount:
+      ret = sys::call(SYS_mount, L(src), L(tgt), L(t.str(st.fstype)), static_cast<long>(st.flags),
+                      L(t.str(st.data)));
+      return fail(ret, MountCall::mount);
+    case MountOp::bind:
+      return do_bind(src, tgt, st.attr);
+    case MountOp::setattr: {
+      struct mount_attr ma;
+      std::memset(&ma, 0, sizeof ma);
+      ma.attr_set = st.attr;
+      ret = sys::call(SYS_mount_setattr, AT_FDCWD, L(tgt), 0, L(&ma), sizeof ma);
+      return fail(ret, MountCall::mount_setattr);
+    }
+    case MountOp::mkdir:
+      ret = sys::call(SYS_mkdirat, AT_FDCWD, L(tgt), st.mode);
+      return fail(ret == -EEXIST ? 0 : ret, MountCall::mkdir);
+    case MountOp::touch:
+    case MountOp::write_file:
+      return create_file(st, tgt, t.str(st.data));
+    case MountOp::symlink:
+      ret = sys::call(SYS_symlinkat, L(src), AT_FDCWD, L(tgt));
+      return fail(ret, MountCall::symlink);
+    case MountOp::pivot_root:
+      ret = sys::call(SYS_pivot_root, L(src), L(tgt));
+      if (ret < 0) return fail(ret, MountCall::pivot_root);
+      ret = sys::call(SYS_chdir, L("/"));
+      return fail(ret, MountCall::chdir);
+    case MountOp::detach:
+      ret = sys::call(SYS_umount2, L(tgt), kMntDetach);
+      return fail(ret, MountCall::umount2);
+    case MountOp::rmdir:
+      ret = sys::call(SYS_unlinkat, AT_FDCWD, L(tgt), AT_REMOVEDIR);
+      return fail(ret, MountCall::rmdir);
+    case MountOp::chdir:
+      ret = sys::call(SYS_chdir, L(tgt));
+      return fail(ret, MountCall::chdir);
+  }
+  return {EINVAL, MountCall::none};
+}
+
+}  // namespace
+
+// Child side; async-signal-safe (raw syscalls, no allocation: the vector and
+// arena are only read).
+int apply_mount_tree_in_child(const PreparedMountTree& tree, MountFailure* failure) noexcept {
+  long old_umask = sys::call(SYS_umask, 0);
+  const auto& steps = tree.steps();
+  StepResult r{0, MountCall::none};
+  std::size_t i = 0;
+  for (; i < steps.size(); ++i) {
+    r = run_step(tree, steps[i]);
+    if (r.err != 0) break;
+  }
+  sys::call(SYS_umask, old_umask);
+  if (r.err != 0 && failure) {
+    failure->step = static_cast<std::int32_t>(i);
+    failure->err = r.err;
+    failure->call = r.call;
+  }
+  return r.err;
+}
+
+}  // namespace corral
