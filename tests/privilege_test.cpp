@@ -1,7 +1,9 @@
 #include "corral/privilege.hpp"
 
 #include <grp.h>
+#include <linux/securebits.h>
 #include <sched.h>
+#include <sys/prctl.h>
 
 #include <set>
 #include <sstream>
@@ -30,6 +32,10 @@ void expect_refused(uid_t uid, gid_t gid, const char* word) {
 // setuid(0) still works ("setuid0 EPERM" when refused).
 corral_test::ChildReport identity_after(const PrivilegeDrop& drop) {
   return run_in_child_reporting([&](int fd) {
+    // Give the child supplementary groups (root here has none) so the drop
+    // has something to clear.
+    gid_t groups[] = {1, 2, 3};
+    if (geteuid() == 0 && setgroups(3, groups) != 0) return 99;
     if (int err = apply_privilege_drop_in_child(drop)) return 100 + err;
     for (const char* key : {"Uid", "Gid", "Groups"})
       corral_test::report(fd, std::string(key) + "=" + corral_test::proc_status_field("self", key) + "\n");
@@ -201,4 +207,17 @@ Test(privilege, refuses_ids_not_mapped_in_our_user_namespace) {
   if (r.end.code == 100) cr_skip_test("cannot create a user namespace here");
   cr_assert_eq(r.end.code, 0, "exit %d", r.end.code);
   cr_expect(r.output.find("uid 200127 is not mapped") != std::string::npos, "message: %s", r.output.c_str());
+}
+
+Test(privilege, verification_catches_a_drop_that_kept_capabilities) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  // With SECBIT_NO_SETUID_FIXUP the kernel keeps our capabilities across the
+  // uid change, so root could be regained: the verify step must say so.
+  PrivilegeDrop target = prepared(200128, 200128);
+  auto r = run_in_child_reporting([&](int) {
+    if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) != 0) return 100;
+    return apply_privilege_drop_in_child(target);
+  });
+  if (r.end.code == 100) cr_skip_test("cannot set securebits (needs CAP_SETPCAP)");
+  cr_expect_eq(r.end.code, ENOTRECOVERABLE, "exit %d", r.end.code);
 }

@@ -39,10 +39,10 @@ int orphan_reporting_parent(const int go[2]) {
   if (pipe2(ready, O_CLOEXEC) != 0) return -1;
   pid_t c = fork();
   if (c == 0) {
+    pid_t intermediate = getpid();
     if (fork() == 0) {
       close(go[1]);
-      pid_t first = getppid();
-      eventually([&] { return getppid() != first; });
+      eventually([&] { return getppid() != intermediate; });
       pid_t now = getppid();
       if (write(ready[1], &now, sizeof now) != sizeof now) _exit(1);
       char byte;

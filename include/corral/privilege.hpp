@@ -74,6 +74,7 @@ bool is_root_capable() noexcept;
 // One uid (and the gid of the same number) per run in flight, from a range.
 // Pure bookkeeping: nothing is created on the system, and the range should
 // be one no real account uses. O(1) acquire and release; thread-safe.
+// Copies are handles to the same pool.
 class UidPool {
  public:
   static constexpr uid_t kDefaultFirst = 200000;
