@@ -118,8 +118,9 @@ class StreamCapture {
   explicit StreamCapture(std::uint64_t cap, SecretMasker masker = SecretMasker());
 
   // Raw bytes from the child's pipe. Returns the masked bytes of this
-  // chunk that are final now (for streaming callbacks); the view is valid
-  // until the next on_data()/finish() or until the capture moves.
+  // chunk that are final now (for streaming callbacks). The view points
+  // into the capture (valid until the next on_data()/finish() or a move)
+  // or, when there are no secrets, into `raw` itself (zero copy).
   std::string_view on_data(std::string_view raw);
   // End of stream (EOF on the pipe): flushes the masker's tail, which is
   // also returned. Call once.
