@@ -411,7 +411,8 @@ Test(run, a_thousand_runs_leak_nothing) {
     Result res = h.run(req(Tier::none, {"/bin/true"}));
     if (res.outcome != Outcome::exited) cr_assert_fail("run %d: %s", i, res.detail.c_str());
   }
-  cr_assert_eq(open_fd_count(), fds_before, "fds leaked: %zu -> %zu", fds_before, open_fd_count());
+  // A leak would show as +1000; the count may drop when warm-up fds close.
+  cr_assert_leq(open_fd_count(), fds_before, "fds leaked: %zu -> %zu", fds_before, open_fd_count());
   cr_assert_eq(h.leftovers(), 0u);
   cr_assert_eq(zombie_children(), 0u, "children left: %s",
                corral_test::read_file("/proc/self/task/" + std::to_string(getpid()) + "/children").c_str());
