@@ -146,8 +146,12 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   else
     add(kGuaranteePrivilegeDrop, h.root ? "hard_per_run" : "unsupported",
         h.root ? "a uid of its own per run in flight" : "not root: the program runs as the caller's uid");
-  add(kGuaranteeCapabilityDrop, tier == Tier::none ? "unsupported" : "hard",
-      tier == Tier::none ? "tier none keeps the caller's capabilities" : "bounding, permitted, effective, ambient cleared; no_new_privs");
+  if (tier == Tier::none)
+    add(kGuaranteeCapabilityDrop, "unsupported", "tier none keeps the caller's capabilities");
+  else if (h.root || container)
+    add(kGuaranteeCapabilityDrop, "hard", "bounding, permitted, effective, ambient cleared; no_new_privs");
+  else
+    add(kGuaranteeCapabilityDrop, "no_new_privs", "not root: no capabilities to drop; no_new_privs stops exec gaining any");
   add(kGuaranteeSeccomp, tier == Tier::none ? "unsupported" : (h.seccomp ? "hard" : "unsupported"),
       tier == Tier::none ? "tier none installs no filter" : "profile default (deny-list, EPERM)");
   add(kGuaranteeGroupKill, "hard", "killpg + pidfd_send_signal on the session the program leads");

@@ -68,9 +68,14 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
   ChildPlan& plan = run.plan;
   if (req.tier == Tier::none) return {};
 
-  auto caps = prepare_capability_drop();
-  if (!caps) return std::move(caps).error();
-  plan.capabilities.emplace(std::move(*caps));
+  // Not root: there is nothing to drop and the bounding set cannot shrink;
+  // no_new_privs (set by the seccomp and Landlock steps) keeps exec from
+  // gaining anything through it.
+  if (host.root) {
+    auto caps = prepare_capability_drop();
+    if (!caps) return std::move(caps).error();
+    plan.capabilities.emplace(std::move(*caps));
+  }
 
   if (owner) {
     auto drop = prepare_privilege_drop(owner->uid, owner->gid);
