@@ -13,7 +13,10 @@ namespace corral {
 struct Sha256::Ctx {
   EVP_MD_CTX* md = nullptr;  // null only if libcrypto could not allocate
   Ctx() : md(EVP_MD_CTX_new()) {
-    if (md && EVP_DigestInit_ex(md, EVP_sha256(), nullptr) != 1) {
+    // Fetched once: OpenSSL 3 looks EVP_sha256() up in its provider table on
+    // every init, which costs more than hashing a small stream.
+    static EVP_MD* const sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    if (md && EVP_DigestInit_ex(md, sha256 ? sha256 : EVP_sha256(), nullptr) != 1) {
       EVP_MD_CTX_free(md);
       md = nullptr;
     }

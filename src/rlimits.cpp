@@ -30,11 +30,15 @@ static_assert(RlimitSet::kCapacity >= RLIM_NLIMITS);
 std::string show(rlim_t v) { return v == RLIM_INFINITY ? "unlimited" : std::to_string(v); }
 
 // /proc/sys/fs/nr_open: the ceiling on RLIMIT_NOFILE even with CAP_SYS_RESOURCE.
+// Read once: it is a boot-time sysctl, and this runs on every run's prepare.
 std::uint64_t nr_open() {
-  std::ifstream in("/proc/sys/fs/nr_open");
-  std::uint64_t v = 0;
-  if (!(in >> v)) return 1048576;  // the kernel's default
-  return v;
+  static const std::uint64_t cached = [] {
+    std::ifstream in("/proc/sys/fs/nr_open");
+    std::uint64_t v = 0;
+    if (!(in >> v)) return std::uint64_t{1048576};  // the kernel's default
+    return v;
+  }();
+  return cached;
 }
 
 // Whether this process (and so a child forked from this thread) may set

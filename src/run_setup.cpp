@@ -63,7 +63,22 @@ Expected<UniqueFd> stdin_memfd(const std::string& text) {
   return fd;
 }
 
-Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::optional<WorkspaceOwner>& owner) {
+Expected<std::shared_ptr<const SeccompProgram>> seccomp_for(const Request& req, MechanismCache* cache) {
+  std::string key = req.net == NetworkAccess::none ? "default,no-network" : "default";
+  if (cache)
+    if (auto it = cache->seccomp.find(key); it != cache->seccomp.end()) return it->second;
+  SeccompSpec spec;
+  spec.profile("default");
+  if (req.net == NetworkAccess::none) spec.profile("no-network");
+  auto program = prepare(spec);
+  if (!program) return std::move(program).error();
+  auto shared = std::make_shared<const SeccompProgram>(std::move(*program));
+  if (cache) cache->seccomp[key] = shared;
+  return shared;
+}
+
+Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::optional<WorkspaceOwner>& owner,
+                           MechanismCache* cache) {
   const Request& req = run.request;
   ChildPlan& plan = run.plan;
   if (req.tier == Tier::none) return {};
@@ -72,9 +87,14 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
   // no_new_privs (set by the seccomp and Landlock steps) keeps exec from
   // gaining anything through it.
   if (host.root) {
-    auto caps = prepare_capability_drop();
-    if (!caps) return std::move(caps).error();
-    plan.capabilities.emplace(std::move(*caps));
+    if (cache && cache->capabilities) {
+      plan.capabilities = cache->capabilities;
+    } else {
+      auto caps = prepare_capability_drop();
+      if (!caps) return std::move(caps).error();
+      plan.capabilities.emplace(std::move(*caps));
+      if (cache) cache->capabilities = plan.capabilities;
+    }
   }
 
   if (owner) {
@@ -83,12 +103,9 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
     plan.privilege.emplace(std::move(*drop));
   }
 
-  SeccompSpec seccomp;
-  seccomp.profile("default");
-  if (req.net == NetworkAccess::none) seccomp.profile("no-network");
-  auto program = prepare(seccomp);
+  auto program = seccomp_for(req, cache);
   if (!program) return std::move(program).error();
-  plan.seccomp.emplace(std::move(*program));
+  plan.seccomp = std::move(*program);
 
   bool confine = req.confine_writes || !req.write_paths.empty();
   bool tcp = req.net == NetworkAccess::none && host.landlock_abi >= 4;
@@ -222,9 +239,16 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   if (auto st = check_rlimits_allowed(*rl); !st) return who(st.error());
   plan.rlimits.emplace(*rl);
 
-  if (auto st = add_tier_mechanisms(run, host, owner); !st) return who(st.error());
+  if (auto st = add_tier_mechanisms(run, host, owner, ctx.cache); !st) return who(st.error());
   plan.finalize();
-  run.enforcement = enforcement_summary(host, req.tier);
+  if (ctx.cache) {
+    auto it = ctx.cache->enforcement.find(req.tier);
+    if (it == ctx.cache->enforcement.end())
+      it = ctx.cache->enforcement.emplace(req.tier, enforcement_summary(host, req.tier)).first;
+    run.enforcement = it->second;
+  } else {
+    run.enforcement = enforcement_summary(host, req.tier);
+  }
   run.plan_seconds = since(t0);
   return run;
 }

@@ -182,8 +182,11 @@ Expected<Spawner> Spawner::create() {
     if (!slot) return Error::from_errno(errno, "spawner: reserve fd slot");
     if (slot.get() > s.max_slot_) s.max_slot_ = slot.get();
   }
+  s.refresh_ignored_signals();
   return s;
 }
+
+void Spawner::refresh_ignored_signals() { ignored_signals_ = ignored_signal_mask(); }
 
 Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
   Child child;
@@ -198,7 +201,7 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
     if (dup3(sources[i], slots_[i].get(), O_CLOEXEC) < 0) return Error::from_errno(errno, "spawn: fill fd slot");
 
   const int slot_fds[3] = {slots_[0].get(), slots_[1].get(), slots_[2].get()};
-  ChildArgs args{&plan, slot_fds, max_slot_, ignored_signal_mask(), &child.report};
+  ChildArgs args{&plan, slot_fds, max_slot_, ignored_signals_, &child.report};
   // Block every signal around clone: no handler of ours may run on the
   // child's stack while it shares our memory. The child unblocks its own.
   sigset_t all, old;

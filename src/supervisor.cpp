@@ -79,6 +79,7 @@ struct Supervisor::Impl {
   std::optional<Spawner> spawner;
   UidPool uids;
   HostFacts host;
+  MechanismCache cache;
   std::vector<std::unique_ptr<Run>> slots;
   std::vector<std::uint32_t> free_slots;
   std::unordered_map<pid_t, std::uint32_t> by_pid;
@@ -468,7 +469,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
     return Error(EMFILE, "submit: " + std::to_string(s.in_flight) + " runs in flight already fill the fd limit (" +
                              std::to_string(s.capacity) + " runs at " + std::to_string(kFdsPerRun) +
                              " fds each); wait for some to finish");
-  RunContext ctx{&s.uids, s.options.workspace_base, &s.host};
+  RunContext ctx{&s.uids, s.options.workspace_base, &s.host, &s.cache};
   std::string run_id = next_run_id();
   auto prepared = prepare_run(std::move(request), ctx, run_id);
   if (!prepared) return std::move(prepared).error();

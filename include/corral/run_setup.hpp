@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "corral/capabilities.hpp"
 #include "corral/capture.hpp"
+#include "corral/seccomp.hpp"
 #include "corral/enforcement.hpp"
 #include "corral/privilege.hpp"
 #include "corral/process.hpp"
@@ -21,10 +23,20 @@
 
 namespace corral {
 
+// What every run of a supervisor shares and is costly to rebuild: compiled
+// seccomp programs by profile set, the capability drop, the enforcement map
+// per tier. Filled on first use.
+struct MechanismCache {
+  std::map<std::string, std::shared_ptr<const SeccompProgram>> seccomp;
+  std::optional<CapabilityDrop> capabilities;
+  std::map<Tier, std::map<std::string, std::string>> enforcement;
+};
+
 struct RunContext {
   UidPool* uids = nullptr;          // per-run uids when root; may be null
   std::string workspace_base;       // "" → $TMPDIR or /tmp
   const HostFacts* host = nullptr;  // probes; null → probe_host()
+  MechanismCache* cache = nullptr;  // may be null: everything is prepared afresh
 };
 
 struct PreparedRun {

@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,7 +58,8 @@ struct ChildPlan {
   std::optional<CapabilityDrop> capabilities;
   std::optional<PrivilegeDrop> privilege;
   std::optional<LandlockRuleset> landlock;
-  std::optional<SeccompProgram> seccomp;
+  // Shared: the BPF is immutable, and compiling it costs more than a spawn.
+  std::shared_ptr<const SeccompProgram> seccomp;
 
   // Filled by finalize(): the pointer arrays into the storage above.
   std::vector<char*> argv;
@@ -98,12 +100,18 @@ class Spawner {
   // already reaped).
   Expected<Child> spawn(ChildPlan& plan);
 
+  // Signals this process ignores are reset to SIG_DFL in every child. The
+  // set is read when the Spawner is created (29 sigaction calls are not
+  // worth paying per spawn); call this after changing a disposition.
+  void refresh_ignored_signals();
+
  private:
   Spawner() = default;
   ChildStack stack_;
   UniqueFd devnull_;
   UniqueFd slots_[3];   // stdin, stdout, stderr sources, /dev/null between spawns
   int max_slot_ = -1;
+  std::uint64_t ignored_signals_ = 0;
 };
 
 }  // namespace corral

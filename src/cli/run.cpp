@@ -50,6 +50,9 @@ const char kRunHelp[] =
     "  --merge-output                 stderr goes to the stdout pipe (fd level)\n"
     "  --json                         print the Result as one JSON object on stdout\n"
     "\n"
+    "Environment: CORRAL_LIMITS (default limits), CORRAL_WORKSPACE_BASE (where workspaces\n"
+    "are made; default $TMPDIR, else /tmp — a tmpfs is faster than a disk), CORRAL_QUIET=1.\n"
+    "\n"
     "Exit: the program's own; 128+signal (a resource kill too: 137, 152, 153); 124\n"
     "timeout; 125 corral could not run it; 2 usage error or a refused limit.\n";
 
@@ -180,6 +183,7 @@ int run_main(int argc, char** argv) {
   }
   signal(SIGPIPE, SIG_IGN);
   SupervisorOptions sopts;
+  if (const char* base = std::getenv("CORRAL_WORKSPACE_BASE")) sopts.workspace_base = base;
   auto sup = Supervisor::create(sopts);
   if (!sup) {
     say("%s", sup.error().message().c_str());
