@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "corral/supervisor.hpp"
@@ -53,7 +54,12 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   int per_round = argc > 1 ? std::atoi(argv[1]) : 200;
   int rounds = argc > 2 ? std::atoi(argv[2]) : 7;
-  auto sup = corral::Supervisor::create();
+  corral::SupervisorOptions options;
+  const char* base = std::getenv("CORRAL_WORKSPACE_BASE");
+  if (base) options.workspace_base = base;
+  const char* label = std::getenv("SEQ_SPAWN_LABEL");
+  std::string suffix = label ? std::string("_") + label : "";
+  auto sup = corral::Supervisor::create(options);
   if (!sup) {
     std::fprintf(stderr, "bench: %s\n", sup.error().message().c_str());
     return 1;
@@ -67,7 +73,8 @@ int main(int argc, char** argv) {
     process.push_back(corral_us(**sup, corral::Tier::os_process, per_round));
   }
   double b = median(bare), n = median(none), p = median(process);
-  std::printf("bench seq_spawn_none corral=%.1f baseline=%.1f ratio=%.2f unit=us_per_run\n", n, b, n / b);
-  std::printf("bench seq_spawn_process corral=%.1f baseline=%.1f ratio=%.2f unit=us_per_run\n", p, b, p / b);
+  std::printf("bench seq_spawn_none%s corral=%.1f baseline=%.1f ratio=%.2f unit=us_per_run\n", suffix.c_str(), n, b, n / b);
+  std::printf("bench seq_spawn_process%s corral=%.1f baseline=%.1f ratio=%.2f unit=us_per_run\n", suffix.c_str(), p, b,
+              p / b);
   return 0;
 }
