@@ -1,0 +1,132 @@
+// The CLI contract, through the real binary: exit codes, the `corral:`
+// prefix, --json fields, CORRAL_LIMITS, refusals.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "support.hpp"
+
+using namespace corral_test;
+
+namespace {
+
+struct Ran {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `corral ARGS` through sh with the given environment prefix.
+Ran corral(const std::string& args, const std::string& env = "") {
+  TempDir dir;
+  std::string cmd = env + " " + build_dir() + "/bin/corral " + args + " >" + (dir / "out") + " 2>" + (dir / "err");
+  int status = std::system(cmd.c_str());
+  Ran r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(dir / "out");
+  r.err = read_file(dir / "err");
+  return r;
+}
+
+bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+void every_stderr_line_is_ours(const std::string& err) {
+  std::istringstream in(err);
+  std::string line;
+  while (std::getline(in, line)) cr_assert(line.rfind("corral: ", 0) == 0, "stray stderr line: %s", line.c_str());
+}
+
+}  // namespace
+
+Test(cli, version_and_help) {
+  Ran v = corral("--version");
+  cr_assert_eq(v.code, 0);
+  cr_assert(has(v.out, "corral 0."), "%s", v.out.c_str());
+  Ran h = corral("run --help");
+  cr_assert_eq(h.code, 0);
+  for (const char* opt : {"--tier", "--untrusted", "--limit", "--confine-writes", "--write-path", "--net", "--env",
+                          "--pass-env", "--secret-env", "--input", "--output", "--artifact-root", "--merge-output",
+                          "--json", "--cwd"})
+    cr_assert(has(h.out, opt), "run --help does not mention %s", opt);
+}
+
+Test(cli, exit_codes_follow_the_contract) {
+  cr_assert_eq(corral("run -- sh -c 'exit 7'").code, 7);
+  cr_assert_eq(corral("run --tier none -- sh -c 'kill -SEGV $$'").code, 128 + 11);
+  cr_assert_eq(corral("run --limit wall_seconds=1 --grace 0.1 -- sleep 30").code, 124);
+  cr_assert_eq(corral("run --limit cpu_seconds=1 -- " + build_dir() + "/helpers/hostile spin").code, 152);
+  Ran missing = corral("run --env PATH=/usr/bin:/bin -- corral-no-such-program");
+  cr_assert_eq(missing.code, 125);
+  cr_assert(has(missing.err, "execve: ENOENT"), "%s", missing.err.c_str());
+  every_stderr_line_is_ours(missing.err);
+  cr_assert_eq(corral("run -- " + build_dir() + "/helpers/hostile exit 127").code, 127);
+}
+
+Test(cli, usage_errors_and_refusals_exit_2_naming_the_problem) {
+  Ran neg = corral("run --limit open_files=-5 -- true");
+  cr_assert_eq(neg.code, 2);
+  cr_assert(has(neg.err, "open_files") && has(neg.err, "negative"), "%s", neg.err.c_str());
+  every_stderr_line_is_ours(neg.err);
+  Ran unknown = corral("run --limit bogus=1 -- true");
+  cr_assert_eq(unknown.code, 2);
+  cr_assert(has(unknown.err, "bogus"));
+  Ran env = corral("run -- true", "CORRAL_LIMITS=cpu_seconds=x");
+  cr_assert_eq(env.code, 2);
+  cr_assert(has(env.err, "CORRAL_LIMITS") && has(env.err, "cpu_seconds"), "%s", env.err.c_str());
+  Ran untrusted = corral("run --untrusted -- true");
+  cr_assert_eq(untrusted.code, 2);
+  cr_assert(has(untrusted.err, "container"), "%s", untrusted.err.c_str());
+  Ran confine = corral("run --tier none --confine-writes -- true");
+  cr_assert_eq(confine.code, 2);
+  cr_assert(has(confine.err, "write_confinement"), "%s", confine.err.c_str());
+  cr_assert_eq(corral("run").code, 2);
+  cr_assert_eq(corral("frobnicate").code, 2);
+}
+
+Test(cli, json_result_has_the_contract_fields) {
+  Ran r = corral("run --json --limit stdout_bytes=4 -- sh -c 'echo hello; echo oops >&2; exit 3'");
+  cr_assert_eq(r.code, 3, "json mode keeps the program's exit code");
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  cr_assert(!j.is_discarded(), "not JSON: %s", r.out.c_str());
+  for (const char* f : {"outcome", "exit_code", "signal", "stdout", "stderr", "stdout_bytes", "stdout_truncated",
+                        "stdout_sha256", "stderr_bytes", "stderr_truncated", "stderr_sha256", "wall_seconds",
+                        "cpu_seconds", "max_rss_bytes", "artifacts", "limits", "enforcement", "tier", "detail"})
+    cr_assert(j.contains(f), "missing field %s", f);
+  cr_assert_eq(j["outcome"], "exited");
+  cr_assert_eq(j["stdout"], "hell");
+  cr_assert_eq(j["stdout_bytes"], 6);
+  cr_assert_eq(j["stdout_truncated"], true);
+  cr_assert_eq(j["limits"]["stdout_bytes"], 4);
+  cr_assert_eq(j["tier"], "os_process");
+}
+
+Test(cli, corral_limits_are_defaults_that_flags_override) {
+  Ran r = corral("run --json --limit open_files=32 -- true", "CORRAL_LIMITS=open_files=64,cpu_seconds=9");
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  cr_assert(!j.is_discarded(), "%s %s", r.out.c_str(), r.err.c_str());
+  cr_assert_eq(j["limits"]["open_files"], 32);
+  cr_assert_eq(j["limits"]["cpu_seconds"], 9);
+}
+
+Test(cli, secrets_are_masked_in_plain_and_json_output) {
+  std::string env = "CLI_SECRET=sup3r-s3cret-value";
+  std::string prog = build_dir() + "/helpers/hostile secret-halves CLI_SECRET";
+  Ran plain = corral("run --secret-env CLI_SECRET -- " + prog, env);
+  cr_assert_eq(plain.code, 0, "%s", plain.err.c_str());
+  cr_assert(!has(plain.out + plain.err, "sup3r-s3cret-value"), "secret leaked: %s %s", plain.out.c_str(), plain.err.c_str());
+  cr_assert(has(plain.out, "before:***:after"), "%s", plain.out.c_str());
+  Ran json = corral("run --json --secret-env CLI_SECRET -- " + prog, env);
+  cr_assert(!has(json.out + json.err, "sup3r"), "secret leaked in JSON: %s", json.out.c_str());
+  cr_assert(has(json.out, "before:***:after"), "%s", json.out.c_str());
+}
+
+Test(cli, enforcement_lists_limits_and_kernel_facts) {
+  Ran r = corral("enforcement --tier process");
+  cr_assert_eq(r.code, 0);
+  for (const char* name : {"cpu_seconds", "memory_bytes", "process_count", "file_bytes", "open_files", "wall_seconds",
+                           "write_confinement", "landlock_abi", "io_uring", "user_namespaces", "cgroups", "seccomp",
+                           "pidfd"})
+    cr_assert(has(r.out, name), "enforcement does not mention %s:\n%s", name, r.out.c_str());
+  Ran j = corral("enforcement --json --tier none");
+  cr_assert(!nlohmann::json::parse(j.out, nullptr, false).is_discarded());
+}
