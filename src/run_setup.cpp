@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -40,10 +41,16 @@ std::vector<std::string> exec_candidates(const std::string& program, const std::
     auto colon = rest.find(':');
     std::string_view dir = rest.substr(0, colon);
     // An empty entry means the cwd for execvp; a sandbox does not search it.
-    if (!dir.empty()) out.push_back(std::string(dir) + "/" + program);
+    // Entries where nothing by that name exists are dropped here: the child
+    // would only collect EACCES from directories its uid cannot search and
+    // report that instead of the truth, ENOENT.
+    std::string candidate = std::string(dir) + "/" + program;
+    struct stat st;
+    if (!dir.empty() && (::stat(candidate.c_str(), &st) == 0 || errno != ENOENT)) out.push_back(std::move(candidate));
     if (colon == std::string_view::npos) break;
     rest.remove_prefix(colon + 1);
   }
+  if (out.empty()) out.push_back(program);  // execve then fails with ENOENT, as it should
   return out;
 }
 
