@@ -232,20 +232,11 @@ struct Supervisor::Impl {
     if (!run.out.eof || !run.err.eof) arm_timer(slot, run, TimerPhase::drain, options.drain_seconds);
   }
 
+  // Orphans our runs left behind were re-parented to us (subreaper): reap
+  // them. Our own runs' zombies are left to their pidfd completions.
   void reap_orphans_now() {
     if (!options.become_subreaper) return;
-    for (;;) {
-      siginfo_t info;
-      std::memset(&info, 0, sizeof info);
-      if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
-      auto it = by_pid.find(info.si_pid);
-      if (it != by_pid.end()) {
-        // One of ours: handle its exit now, so the queue behind it moves.
-        on_leader_exit(it->second, *slots[it->second]);
-      } else {
-        waitid(P_PID, static_cast<id_t>(info.si_pid), &info, WEXITED | WNOHANG);
-      }
-    }
+    reap_orphans([this](pid_t pid) { return by_pid.count(pid) > 0; });
   }
 
   void request_kill(std::uint32_t slot, Run& run, int sig) {
