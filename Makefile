@@ -98,7 +98,9 @@ demo: deps
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" \
 	  SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
-	@BUILD=build/asan ASAN_OPTIONS=detect_leaks=1 scripts/run-tests
+	@# Leak checking is off: a failed Criterion assertion exits without running
+	@# destructors, and LeakSanitizer cannot stop a subreaper's world reliably.
+	@BUILD=build/asan ASAN_OPTIONS=detect_leaks=0 scripts/run-tests
 
 bench: deps
 	@$(MAKE) --no-print-directory all

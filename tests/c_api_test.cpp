@@ -115,7 +115,12 @@ Test(c_api, shared_object_exports_only_corral_symbols) {
 }
 
 Test(c_api, python_preexec_example_works) {
-  std::string cmd = "CORRAL_LIB=" + build_dir() + "/lib/libcorral.so python3 examples/python_preexec.py 2>&1";
+  std::string preload;
+#if defined(__SANITIZE_ADDRESS__)
+  // A sanitized libcorral.so needs the ASan runtime loaded first in Python.
+  preload = "LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 ";
+#endif
+  std::string cmd = preload + "CORRAL_LIB=" + build_dir() + "/lib/libcorral.so python3 examples/python_preexec.py 2>&1";
   std::string out = command_output(cmd);
   cr_assert(out.find("Max open files            64                   64") != std::string::npos, "%s", out.c_str());
   cr_assert(out.find("write inside: ok") != std::string::npos, "%s", out.c_str());

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdio>
 #include <set>
 
 #include "corral/capture.hpp"
@@ -212,7 +213,10 @@ Test(run, open_files_limit_binds) {
   r.limits.set(Limit::open_files, 20);
   Result res = h.run(std::move(r));
   cr_assert_eq(res.outcome, Outcome::exited);
-  cr_assert(contains(res.stdout_capture.text, "opened 17 "), "%s", res.stdout_capture.text.c_str());
+  // 20 minus stdin/out/err and whatever the runtime holds (a sanitizer build holds more).
+  int opened = -1;
+  std::sscanf(res.stdout_capture.text.c_str(), "opened %d", &opened);
+  cr_assert(opened >= 10 && opened <= 17, "open_files=20 let it open %d: %s", opened, res.stdout_capture.text.c_str());
 }
 
 Test(run, workspace_removed_even_with_000_dirs) {
@@ -379,7 +383,8 @@ Test(run, inputs_are_staged_and_outputs_copied_to_the_artifact_root) {
   Result res = h.run(std::move(r));
   cr_assert_str_eq(res.stdout_capture.text.c_str(), "from bytes\n");
   cr_assert_eq(res.artifacts.size(), 1u);
-  cr_assert_str_eq(corral_test::read_file(res.artifacts[0].path).c_str(), "12\n");
+  std::string copied = corral_test::read_file(res.artifacts[0].path);
+  cr_assert_str_eq(copied.c_str(), "12\n");
 }
 
 Test(run, cancel_takes_effect_within_a_loop_turn) {
