@@ -104,6 +104,49 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) scripts/bench
 
+# Install layout. DESTDIR stages (packaging); PREFIX is where it will live.
+# The .pc files name the prefix, so `pkg-config --define-variable=prefix=`
+# can point a staged tree's users at DESTDIR.
+PREFIX       ?= /usr/local
+BINDIR       ?= $(PREFIX)/bin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+MANDIR       ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+HEADERS      := $(sort $(wildcard include/corral/*.h include/corral/*.hpp))
+PC_FILES     := $(BUILD)/pkgconfig/corral.pc $(BUILD)/pkgconfig/corral-static.pc
+# ${prefix}-relative where they are below PREFIX, so redefining prefix moves them.
+pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+
+$(BUILD)/pkgconfig/%.pc: pkgconfig/%.pc.in Makefile
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call pc_path,$(LIBDIR))|' \
+	    -e 's|@INCLUDEDIR@|$(call pc_path,$(INCLUDEDIR))|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@PKGS@|$(PKGS)|' $< > $@
+
+install: $(STATIC_LIB) $(SHARED_LIB) $(CLI) $(PC_FILES)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) \
+	  $(DESTDIR)$(INCLUDEDIR)/corral $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3
+	install -m 0755 $(CLI) $(DESTDIR)$(BINDIR)/corral
+	install -m 0755 $(SHARED_LIB).$(VERSION) $(DESTDIR)$(LIBDIR)/libcorral.so.$(VERSION)
+	ln -sf libcorral.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libcorral.so.$(SOMAJOR)
+	ln -sf libcorral.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libcorral.so
+	install -m 0644 $(STATIC_LIB) $(DESTDIR)$(LIBDIR)/libcorral.a
+	install -m 0644 $(HEADERS) $(DESTDIR)$(INCLUDEDIR)/corral/
+	install -m 0644 $(PC_FILES) $(DESTDIR)$(PKGCONFIGDIR)/
+	install -m 0644 man/corral.1 $(DESTDIR)$(MANDIR)/man1/corral.1
+	install -m 0644 man/corral.3 $(DESTDIR)$(MANDIR)/man3/corral.3
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+# Removes exactly what install put there (include/corral is corral's own).
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/corral
+	rm -f $(DESTDIR)$(LIBDIR)/libcorral.so $(DESTDIR)$(LIBDIR)/libcorral.so.$(SOMAJOR) \
+	  $(DESTDIR)$(LIBDIR)/libcorral.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libcorral.a
+	rm -f $(DESTDIR)$(PKGCONFIGDIR)/corral.pc $(DESTDIR)$(PKGCONFIGDIR)/corral-static.pc
+	rm -rf $(DESTDIR)$(INCLUDEDIR)/corral
+	rm -f $(DESTDIR)$(MANDIR)/man1/corral.1 $(DESTDIR)$(MANDIR)/man3/corral.3
+
 clean:
 	rm -rf build
 
