@@ -9,7 +9,7 @@
 //
 // Each job runs PROGRAM with JOB_INDEX=<i> in its environment, in its own
 // workspace, in tier `process` (as root: a uid of its own per job in
-// flight, no capabilities, seccomp, no_new_privs) with wall_seconds=1. With
+// flight, no capabilities, seccomp, no_new_privs) with wall_seconds=2. With
 // no PROGRAM it runs a built-in workload that produces every common
 // outcome: most jobs succeed, some exit 3, some die of SIGSEGV, some
 // overstay the deadline.
@@ -113,7 +113,9 @@ int main(int argc, char** argv) {
       req.tier = tier;
       req.env["JOB_INDEX"] = std::to_string(i);
       req.env["JOB_ROLE"] = i == stream_job ? "stream" : i == cancel_job ? "cancel" : "job";
-      req.limits.set(Limit::wall_seconds, 1);
+      // The deadline ends the sleepers (job 42, 142, ...); the streamed and the
+      // cancelled job get time enough that only the cancel can end the latter.
+      req.limits.set(Limit::wall_seconds, i == stream_job || i == cancel_job ? 30 : 2);
       req.grace_seconds = 0.2;
       RunCallbacks cb;
       if (i == stream_job)
