@@ -13,10 +13,11 @@
 //   c++ -std=c++20 -o custom_sandbox custom_sandbox.cpp $(pkg-config --cflags --libs corral-static)
 //   ./custom_sandbox sh -c 'id; ulimit -n; echo hi > out; echo no > /tmp/escape'
 // The program runs in a fresh workspace (removed afterwards) with CPU 5 s,
-// address space 1 GiB, 64 fds, 16 MiB files, writes confined
-// to the workspace, no network, the seccomp default profile, a 10 s deadline
-// and, as root, a uid of its own (64 processes at most) and no capabilities. Exit: the program's status,
-// 128+N for signal N, 125 when the sandbox could not be set up.
+// address space 1 GiB, 64 fds, 16 MiB files, writes confined to the
+// workspace, no network, the seccomp default profile, a 10 s deadline and, as
+// root, a uid of its own (64 processes at most) and no capabilities.
+// Exit: the program's status, 128+N for signal N, 125 when the sandbox could
+// not be set up.
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
