@@ -78,9 +78,11 @@ int child_main(void* arg) noexcept {
 }
 
 // A tool built on corral stops at the first Error; its message names the step.
+// It throws (never exit()) so the destructors run: the workspace is removed.
+struct SetupFailed {};
 [[noreturn]] void die(const Error& e) {
   std::fprintf(stderr, "custom_sandbox: %s\n", e.message().c_str());
-  std::exit(125);
+  throw SetupFailed{};
 }
 template <class T>
 T must(Expected<T> v) {
@@ -91,7 +93,7 @@ void must(const Status& st) {
   if (!st) die(st.error());
 }
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   if (argc < 2) return std::fprintf(stderr, "usage: custom_sandbox PROGRAM [ARGS...]\n"), 2;
   std::string path = argv[1];  // execvp's search, done in the parent
   if (path.find('/') == std::string::npos)
@@ -159,4 +161,6 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "custom_sandbox: %s %d (cpu %.2f s, max rss %llu KiB)\n", st.exited ? "exited" : "signal",
                st.exited ? st.exit_code : st.signal, st.cpu_seconds(), (unsigned long long)st.max_rss_bytes() / 1024);
   return st.exited ? st.exit_code : 128 + st.signal;
+} catch (const SetupFailed&) {
+  return 125;
 }
