@@ -5,6 +5,10 @@
 #   make demo       install, build, run the demonstration
 #   make asan       build and run the tests under AddressSanitizer + UBSan
 #   make bench      benchmarks (never fail the build)
+#   make install    PREFIX=/usr/local DESTDIR=: bin/corral, lib/libcorral.{so,a},
+#                   include/corral, lib/pkgconfig/corral{,-static}.pc, man 1 and 3,
+#                   share/doc/corral/examples
+#   make uninstall  (same PREFIX/DESTDIR) removes what install put there
 
 BUILD    ?= build
 CXX      ?= g++
@@ -105,6 +109,55 @@ asan: deps
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) scripts/bench
+
+# Install layout. DESTDIR stages (packaging); PREFIX is where it will live.
+# The .pc files name the prefix, so `pkg-config --define-variable=prefix=`
+# can point a staged tree's users at DESTDIR.
+PREFIX       ?= /usr/local
+BINDIR       ?= $(PREFIX)/bin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+MANDIR       ?= $(PREFIX)/share/man
+DOCDIR       ?= $(PREFIX)/share/doc/corral
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+HEADERS      := $(sort $(wildcard include/corral/*.h include/corral/*.hpp))
+EXAMPLES     := $(sort $(wildcard examples/*.c examples/*.cpp examples/*.py examples/*.toml))
+# ${prefix}-relative where they are below PREFIX, so redefining prefix moves them.
+pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+# Written at install time (not cached in $(BUILD)): they name PREFIX.
+PC_SED = -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call pc_path,$(LIBDIR))|' \
+         -e 's|@INCLUDEDIR@|$(call pc_path,$(INCLUDEDIR))|' -e 's|@VERSION@|$(VERSION)|' \
+         -e 's|@PKGS@|$(PKGS)|'
+
+install: $(STATIC_LIB) $(SHARED_LIB) $(CLI)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) \
+	  $(DESTDIR)$(INCLUDEDIR)/corral $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 \
+	  $(DESTDIR)$(DOCDIR)/examples
+	install -m 0755 $(CLI) $(DESTDIR)$(BINDIR)/corral
+	install -m 0755 $(SHARED_LIB).$(VERSION) $(DESTDIR)$(LIBDIR)/libcorral.so.$(VERSION)
+	ln -sf libcorral.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libcorral.so.$(SOMAJOR)
+	ln -sf libcorral.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libcorral.so
+	install -m 0644 $(STATIC_LIB) $(DESTDIR)$(LIBDIR)/libcorral.a
+	install -m 0644 $(HEADERS) $(DESTDIR)$(INCLUDEDIR)/corral/
+	for pc in corral corral-static; do \
+	  sed $(PC_SED) pkgconfig/$$pc.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/$$pc.pc && \
+	  chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/$$pc.pc || exit 1; \
+	done
+	install -m 0644 man/corral.1 $(DESTDIR)$(MANDIR)/man1/corral.1
+	install -m 0644 man/corral.3 $(DESTDIR)$(MANDIR)/man3/corral.3
+	install -m 0644 $(EXAMPLES) $(DESTDIR)$(DOCDIR)/examples/
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+# Removes exactly what install put there (include/corral and share/doc/corral
+# are corral's own).
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/corral
+	rm -f $(DESTDIR)$(LIBDIR)/libcorral.so $(DESTDIR)$(LIBDIR)/libcorral.so.$(SOMAJOR) \
+	  $(DESTDIR)$(LIBDIR)/libcorral.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libcorral.a
+	rm -f $(DESTDIR)$(PKGCONFIGDIR)/corral.pc $(DESTDIR)$(PKGCONFIGDIR)/corral-static.pc
+	rm -rf $(DESTDIR)$(INCLUDEDIR)/corral
+	rm -f $(DESTDIR)$(MANDIR)/man1/corral.1 $(DESTDIR)$(MANDIR)/man3/corral.3
+	rm -rf $(DESTDIR)$(DOCDIR)
 
 clean:
 	rm -rf build

@@ -24,7 +24,11 @@ int enforcement_main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--help") == 0) {
       write_all_fd(1,
                    "usage: corral enforcement [--tier none|process|container] [--json]\n"
-                   "What enforces each limit and guarantee on this host, per tier, from live probes.\n");
+                   "What enforces each limit and guarantee on this host, per tier, from live probes.\n"
+                   "\n"
+                   "  --tier T   a tier to report (repeatable; default: process)\n"
+                   "  --json     one JSON object: {host: {fact: value}, tiers: {tier: {name:\n"
+                   "             {how, note}}}} (default: aligned text)\n");
       return 0;
     } else {
       say("enforcement: unknown argument '%s'", argv[i]);

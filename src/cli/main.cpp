@@ -14,14 +14,18 @@ const char kUsage[] =
     "Run programs nobody reviewed, with limits that are enforced and said.\n"
     "\n"
     "commands:\n"
-    "  run [options] -- PROGRAM [ARGS...]   run one program in a tier (see corral run --help)\n"
-    "  enforcement [--tier T] [--json]       what this host enforces, and how\n"
+    "  run [options] -- PROGRAM [ARGS...]    run one program in a tier (every option,\n"
+    "                                        unit and default: corral run --help)\n"
+    "  enforcement [--tier T] [--json]       what this host enforces, and how; T is\n"
+    "                                        none|process|container (repeatable;\n"
+    "                                        default: process); --json: one object\n"
     "  batch [--parallel N] [--json]         run JSON jobs from stdin, results as JSON lines\n"
     "  --version                             print the version\n"
     "  --help                                this text\n"
     "\n"
     "Exit codes: the program's own; 128+signal when a signal ended it; 124 timeout;\n"
-    "125 corral could not run it; 2 usage error or a limit corral refuses.\n";
+    "125 corral could not run it; 130 cancelled; 2 usage error or a limit corral\n"
+    "refuses. man corral has the details.\n";
 
 }  // namespace
 

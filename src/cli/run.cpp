@@ -2,6 +2,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -14,47 +16,88 @@
 namespace corral::cli {
 namespace {
 
+// Options, then the limit table (built from all_limits() and
+// default_limits() so units and defaults cannot drift), then kRunHelpTail.
+// man/corral.1 mirrors this text: change both.
 const char kRunHelp[] =
     "usage: corral run [options] -- PROGRAM [ARGS...]\n"
     "\n"
     "Run PROGRAM (looked up in PATH like execvp when it has no slash; never a shell\n"
     "string) in a fresh 0700 workspace that is its cwd, HOME and TMPDIR, with a clean\n"
-    "environment, stdin from /dev/null, and the limits below.\n"
+    "environment, stdin from /dev/null, and the limits below. Flags are off unless\n"
+    "given; options marked (repeatable) may be given more than once.\n"
     "\n"
     "  --tier none|process|container  isolation tier (default: process)\n"
     "      none: a plain child with the ceilings; process: + uid drop (root), no\n"
     "      capabilities, no_new_privs, seccomp 'default', Landlock when asked\n"
-    "  --untrusted                    the program is untrusted: refused below container\n"
-    "  --limit NAME=VALUE             repeatable; integers, '_' separators allowed:\n"
-    "      cpu_seconds (s), memory_bytes, process_count, file_bytes, open_files (default\n"
-    "      1024), wall_seconds (s, default 600), stdout_bytes, stderr_bytes (default\n"
-    "      16 MiB each), artifact_bytes (64 MiB), artifact_total_bytes (256 MiB),\n"
-    "      artifact_count (1000). CORRAL_LIMITS=a=1,b=2 sets defaults --limit overrides\n"
-    "  --acknowledge NAME             run even though NAME (a limit or guarantee) is not\n"
-    "                                 enforceable here (see corral enforcement)\n"
-    "  --confine-writes               Landlock: writes only to the workspace, --cwd and\n"
-    "                                 --write-path directories\n"
-    "  --write-path P                 add P to the write set (implies --confine-writes)\n"
+    "  --untrusted                    the program is untrusted: refused below\n"
+    "                                 container\n"
+    "  --limit NAME=VALUE             set a limit (repeatable; see the table below)\n"
+    "  --acknowledge NAME             run even though NAME (a limit or guarantee)\n"
+    "                                 is not enforceable here (see corral\n"
+    "                                 enforcement; repeatable)\n"
+    "  --confine-writes               Landlock: writes only to the workspace,\n"
+    "                                 --cwd and --write-path directories\n"
+    "  --write-path P                 add P to the write set (implies\n"
+    "                                 --confine-writes; repeatable)\n"
     "  --net none|host                none: no sockets but AF_UNIX (default: host)\n"
-    "  --env K=V                      set a variable (repeatable)\n"
-    "  --pass-env K                   pass corral's K through (default: PATH only)\n"
-    "  --secret-env K                 pass corral's K and mask its value as *** in output\n"
-    "  --input HOSTPATH[:NAME]        copy a host file into the workspace\n"
+    "  --env K=V                      set a variable (repeatable; default: none)\n"
+    "  --pass-env K                   pass corral's K through (repeatable;\n"
+    "                                 PATH is always passed)\n"
+    "  --secret-env K                 pass corral's K and mask its value as ***\n"
+    "                                 in output (repeatable)\n"
+    "  --input HOSTPATH[:NAME]        copy a host file into the workspace as NAME\n"
+    "                                 (default: its base name; repeatable)\n"
     "  --output GLOB                  collect matching workspace files after the run\n"
-    "  --artifact-root DIR            copy collected files to DIR/<run-id>/\n"
-    "  --cwd DIR                      run in DIR instead of the workspace\n"
-    "  --user UID                     run as UID (root only; default: a uid per run\n"
-    "                                 from 200000-265535 when root)\n"
-    "  --grace SECONDS                SIGTERM to SIGKILL after the deadline (default 2)\n"
-    "  --stdin-text TEXT              the program's stdin (default /dev/null)\n"
+    "                                 (repeatable; default: none)\n"
+    "  --artifact-root DIR            copy collected files to DIR/<run-id>/ (default:\n"
+    "                                 listed with size and SHA-256, not kept)\n"
+    "  --cwd DIR                      run in DIR (default: the workspace); DIR joins\n"
+    "                                 the write set under --confine-writes\n"
+    "  --user UID                     run as UID and gid UID (tier process, as root;\n"
+    "                                 default: a uid per run from 200000-265535 when\n"
+    "                                 root, else the caller's uid)\n"
+    "  --grace SECONDS                SIGTERM to SIGKILL after the deadline, 0-3600,\n"
+    "                                 fractions allowed (default: 2)\n"
+    "  --stdin-text TEXT              the program's stdin (default: /dev/null)\n"
     "  --merge-output                 stderr goes to the stdout pipe (fd level)\n"
-    "  --json                         print the Result as one JSON object on stdout\n"
+    "  --json                         print the Result as one JSON object on stdout\n";
+
+const char kRunHelpTail[] =
+    "\n"
+    "Environment: CORRAL_LIMITS=a=1,b=2 sets limits that --limit overrides;\n"
+    "CORRAL_QUIET=1 silences the 'not enforced' lines; TMPDIR holds the workspaces\n"
+    "(default: /tmp).\n"
     "\n"
     "Environment: CORRAL_LIMITS (default limits), CORRAL_WORKSPACE_BASE (where workspaces\n"
     "are made; default $TMPDIR, else /tmp — a tmpfs is faster than a disk), CORRAL_QUIET=1.\n"
     "\n"
     "Exit: the program's own; 128+signal (a resource kill too: 137, 152, 153); 124\n"
-    "timeout; 125 corral could not run it; 2 usage error or a refused limit.\n";
+    "timeout; 125 corral could not run it; 130 cancelled; 2 usage error or a\n"
+    "refused limit.\n";
+
+// "16 MiB" for whole MiB/GiB byte counts, else the number.
+std::string human_value(std::uint64_t v, std::string_view unit) {
+  if (unit == "bytes" && v != 0) {
+    if (v % (1ull << 30) == 0) return std::to_string(v >> 30) + " GiB";
+    if (v % (1ull << 20) == 0) return std::to_string(v >> 20) + " MiB";
+  }
+  return std::to_string(v);
+}
+
+std::string run_help() {
+  std::string text = kRunHelp;
+  text += "\nlimits (--limit NAME=VALUE; integers, '_' separators allowed, no negatives):\n";
+  const Limits defaults = default_limits();
+  for (const LimitInfo& info : all_limits()) {
+    auto d = defaults.get(info.limit);
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-22s %-8s default: %s\n", std::string(info.name).c_str(),
+                  std::string(info.unit).c_str(), d ? human_value(*d, info.unit).c_str() : "none");
+    text += line;
+  }
+  return text + kRunHelpTail;
+}
 
 struct Options {
   Request request;
@@ -97,7 +140,7 @@ int parse(int argc, char** argv, Options& o) {
       break;
     }
     if (a == "--help" || a == "-h") {
-      write_all_fd(1, kRunHelp);
+      write_all_fd(1, run_help());
       return 0;
     }
     if (a.rfind("--", 0) != 0) break;  // PROGRAM without "--"
