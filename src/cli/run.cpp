@@ -66,11 +66,8 @@ const char kRunHelp[] =
 const char kRunHelpTail[] =
     "\n"
     "Environment: CORRAL_LIMITS=a=1,b=2 sets limits that --limit overrides;\n"
-    "CORRAL_QUIET=1 silences the 'not enforced' lines; TMPDIR holds the workspaces\n"
-    "(default: /tmp).\n"
-    "\n"
-    "Environment: CORRAL_LIMITS (default limits), CORRAL_WORKSPACE_BASE (where workspaces\n"
-    "are made; default $TMPDIR, else /tmp — a tmpfs is faster than a disk), CORRAL_QUIET=1.\n"
+    "CORRAL_QUIET=1 silences the 'not enforced' lines; CORRAL_WORKSPACE_BASE holds the\n"
+    "workspaces (default: $TMPDIR, else /tmp; a tmpfs is faster than a disk).\n"
     "\n"
     "Exit: the program's own; 128+signal (a resource kill too: 137, 152, 153); 124\n"
     "timeout; 125 corral could not run it; 130 cancelled; 2 usage error or a\n"
