@@ -138,7 +138,7 @@ std::string over(std::string_view limit, std::uint64_t value, std::uint64_t cap)
 
 // Opens one matched path beneath root and reads it through that fd, or
 // says why not. `used` is the total collected so far.
-std::variant<Artifact, std::string> read_artifact(int root, const Match& m, const CollectLimits& caps,
+std::variant<CollectedFile, std::string> read_artifact(int root, const Match& m, const CollectLimits& caps,
                                                   std::uint64_t used) {
   // Judged by the walk's type first: opening a device node can have side
   // effects (a child that ran as root could mknod one). The fd's fstat
@@ -164,7 +164,7 @@ std::variant<Artifact, std::string> read_artifact(int root, const Match& m, cons
   std::uint64_t read_cap = UINT64_MAX;
   if (caps.per_file_bytes) read_cap = *caps.per_file_bytes + 1;
   if (caps.total_bytes) read_cap = std::min(read_cap, *caps.total_bytes - used + 1);
-  Artifact a{m.path, 0, "", ""};
+  CollectedFile a{m.path, 0, "", ""};
   a.content.resize(static_cast<std::size_t>(std::min<std::uint64_t>({size + 1, read_cap, 1 << 20})));
   std::size_t got = 0;
   for (;;) {
@@ -233,8 +233,8 @@ Expected<Collection> Workspace::collect(const std::vector<std::string>& globs, c
         out.skipped.push_back({m.path, std::move(*reason)});
         continue;
       }
-      used += std::get<Artifact>(r).bytes;
-      out.artifacts.push_back(std::move(std::get<Artifact>(r)));
+      used += std::get<CollectedFile>(r).bytes;
+      out.artifacts.push_back(std::move(std::get<CollectedFile>(r)));
     }
   }
   return out;

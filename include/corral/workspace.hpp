@@ -58,7 +58,7 @@ struct CollectLimits {
   static CollectLimits from(const Limits& limits);
 };
 
-struct Artifact {
+struct CollectedFile {
   std::string name;    // path relative to the workspace root
   std::uint64_t bytes;
   std::string sha256;  // lowercase hex
@@ -71,7 +71,7 @@ struct Skipped {
 };
 
 struct Collection {
-  std::vector<Artifact> artifacts;  // in glob order, then path order; each path once
+  std::vector<CollectedFile> artifacts;  // in glob order, then path order; each path once
   std::vector<Skipped> skipped;
   std::uint64_t total_bytes() const;
 };
