@@ -83,15 +83,18 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
     plan.privilege.emplace(std::move(*drop));
   }
 
+  // An egress allow-list (tcp_connect_ports) is seccomp's tcp-only profile
+  // plus Landlock connect rules; without ABI 4 Landlock's prepare refuses it.
+  const bool allow_tcp = req.net == NetworkAccess::none && !req.tcp_connect_ports.empty();
   SeccompSpec seccomp;
   seccomp.profile("default");
-  if (req.net == NetworkAccess::none) seccomp.profile("no-network");
+  if (req.net == NetworkAccess::none) seccomp.profile(allow_tcp ? "tcp-only" : "no-network");
   auto program = prepare(seccomp);
   if (!program) return std::move(program).error();
   plan.seccomp.emplace(std::move(*program));
 
   bool confine = req.confine_writes || !req.write_paths.empty();
-  bool tcp = req.net == NetworkAccess::none && host.landlock_abi >= 4;
+  bool tcp = req.net == NetworkAccess::none && (host.landlock_abi >= 4 || allow_tcp);
   if (confine || tcp) {
     LandlockSpec spec;
     if (confine) {
@@ -102,6 +105,8 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
       for (const auto& p : req.write_paths) spec.allow_writes(p);
     }
     if (tcp) spec.restrict_tcp(true);
+    if (allow_tcp)
+      for (auto port : req.tcp_connect_ports) spec.tcp_connect_allow(port);
     auto ruleset = prepare(spec);
     if (!ruleset) return std::move(ruleset).error();
     plan.landlock.emplace(std::move(*ruleset));
@@ -333,6 +338,7 @@ Result finish_run(PreparedRun& run, const RunEnd& end, StreamCapture& out, Strea
       }
     }
   }
+  if (run.workspace && run.request.on_workspace) run.request.on_workspace(*run.workspace, r);
   if (run.workspace) {
     if (auto st = run.workspace->remove(); !st) detail += "; workspace not fully removed: " + st.error().message();
     run.workspace.reset();
