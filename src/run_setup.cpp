@@ -103,6 +103,10 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
       spec.allow_writes("/dev/null");
       if (req.cwd) spec.allow_writes(*req.cwd);
       for (const auto& p : req.write_paths) spec.allow_writes(p);
+    } else {
+      // A LandlockSpec confines writes by default (to an empty set): a
+      // ruleset made only for the TCP rules must leave the filesystem alone.
+      spec.confine_writes(false);
     }
     if (tcp) spec.restrict_tcp(true);
     if (allow_tcp)
