@@ -16,6 +16,7 @@ const char kUsage[] =
     "commands:\n"
     "  run [options] -- PROGRAM [ARGS...]   run one program in a tier (see corral run --help)\n"
     "  enforcement [--tier T] [--json]       what this host enforces, and how\n"
+    "  check --routes FILE                   build every route of a routes file through the gate\n"
     "  batch [--parallel N] [--json]         run JSON jobs from stdin, results as JSON lines\n"
     "  --version                             print the version\n"
     "  --help                                this text\n"
