@@ -138,6 +138,10 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
     return who(Error::invalid("program payload needs an interpreter argv (e.g. [\"python3\"])"));
   if (!(req.grace_seconds >= 0 && req.grace_seconds <= 3600))
     return who(Error::invalid("grace_seconds must be between 0 and 3600"));
+  // The ports narrow a closed network; with the host's network they would
+  // read as an allow-list that allows everything.
+  if (!req.tcp_connect_ports.empty() && req.net != NetworkAccess::none)
+    return who(Error::invalid("tcp_connect_ports need net none (they open ports in a closed network)"));
 
   Limits defaults = default_limits();
   run.limits = defaults;

@@ -225,6 +225,16 @@ Test(route_run, the_network_follows_the_tiers_egress) {
   cr_assert_str_eq(agent.provenance.c_str(), "untrusted");
 }
 
+Test(route_run, an_allow_list_on_the_hosts_network_is_refused_by_the_run_layer) {
+  Harness h;
+  Request r = base();
+  r.tier = Tier::os_process;
+  r.tcp_connect_ports = {443};
+  auto refused = h.sup->run(std::move(r));
+  cr_assert(!refused.ok(), "ports on an open network were accepted");
+  assert_mentions(refused.error().message(), {"tcp_connect_ports need net none"});
+}
+
 // ---- the workspace as an OutputSource
 
 Test(route_run, workspace_source_lists_stats_and_reads_only_regular_files) {
