@@ -30,6 +30,10 @@ namespace {
 
 bool contains(const std::string& text, std::string_view word) { return text.find(word) != std::string::npos; }
 
+// Compares through a named copy: no pointer into a temporary reaches the
+// assertion macro (sanitizer builds catch that).
+void expect_text(const std::string& got, const char* want) { cr_assert_str_eq(got.c_str(), want); }
+
 // One tier under test: its declaration, a supervisor, and staged helpers.
 struct Subject {
   std::string name;
@@ -285,7 +289,7 @@ void check_egress(std::string_view tier) {
       // The host's network, and no way to close it.
       cr_assert(s.declared.network);
       Route open = route("acknowledge_network_egress = true\n");
-      cr_assert_str_eq(attempt(open, {"connect", allowed.port_text()}).c_str(), "connected\n");
+      expect_text(attempt(open, {"connect", allowed.port_text()}), "connected\n");
       Request closed = s.staged("claims", {"udp"});
       closed.net = NetworkAccess::none;
       auto refused = s.sup->run(std::move(closed));
@@ -296,7 +300,7 @@ void check_egress(std::string_view tier) {
     }
     case Egress::allowlist: {
       Route fetch = route("egress_allow = [\"*:" + allowed.port_text() + "\"]\n");
-      cr_assert_str_eq(attempt(fetch, {"connect", allowed.port_text()}).c_str(), "connected\n");
+      expect_text(attempt(fetch, {"connect", allowed.port_text()}), "connected\n");
       std::string elsewhere = attempt(fetch, {"connect", other.port_text()});
       cr_assert(contains(elsewhere, "connect: Permission denied"), "port %d: %s", other.port, elsewhere.c_str());
       std::string datagram = attempt(fetch, {"udp"});
