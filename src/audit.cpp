@@ -94,6 +94,25 @@ std::string scrub_secrets(std::string_view text, std::span<const std::string> se
   return out;
 }
 
+AuditRecord audit_record(const Request& request, const Result& result) {
+  AuditRecord record;
+  record.route = request.route;
+  if (auto provenance = parse_provenance(request.provenance)) record.provenance = *provenance;
+  record.tier = result.tier;
+  record.limits = result.limits;
+  record.enforcement = result.enforcement;
+  record.outcome = std::string(to_string(result.outcome));
+  record.timings = {
+      {"wall_seconds", result.wall_seconds},     {"cpu_seconds", result.cpu_seconds},
+      {"plan_seconds", result.timings.plan},     {"clone_seconds", result.timings.clone},
+      {"child_setup_seconds", result.timings.child_setup},
+  };
+  record.stdout_sha256 = result.stdout_capture.sha256;
+  record.stderr_sha256 = result.stderr_capture.sha256;
+  for (const auto& a : result.artifacts) record.artifacts.push_back({a.name, a.bytes, a.sha256});
+  return record;
+}
+
 std::string audit_json_line(const AuditRecord& record, std::span<const std::string> secrets) {
   // error_handler_t::replace: a string that is not UTF-8 (an artifact name
   // made of raw bytes) becomes U+FFFD instead of throwing out of dump().

@@ -70,13 +70,17 @@ Expected<UniqueFd> stdin_memfd(const std::string& text) {
   return fd;
 }
 
+// The tier's filter: `default`, plus `no-network` when the network is
+// closed, or `tcp-only` when it is closed but for an allow-list of ports.
 Expected<std::shared_ptr<const SeccompProgram>> seccomp_for(const Request& req, MechanismCache* cache) {
-  std::string key = req.net == NetworkAccess::none ? "default,no-network" : "default";
+  const char* net = req.net != NetworkAccess::none ? nullptr
+                    : (req.tcp_connect_ports.empty() ? "no-network" : "tcp-only");
+  std::string key = net ? std::string("default,") + net : "default";
   if (cache)
     if (auto it = cache->seccomp.find(key); it != cache->seccomp.end()) return it->second;
   SeccompSpec spec;
   spec.profile("default");
-  if (req.net == NetworkAccess::none) spec.profile("no-network");
+  if (net) spec.profile(net);
   auto program = prepare(spec);
   if (!program) return std::move(program).error();
   auto shared = std::make_shared<const SeccompProgram>(std::move(*program));
@@ -110,12 +114,15 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
     plan.privilege.emplace(std::move(*drop));
   }
 
+  // An egress allow-list (tcp_connect_ports) is seccomp's tcp-only profile
+  // plus Landlock connect rules; without ABI 4 Landlock's prepare refuses it.
+  const bool allow_tcp = req.net == NetworkAccess::none && !req.tcp_connect_ports.empty();
   auto program = seccomp_for(req, cache);
   if (!program) return std::move(program).error();
   plan.seccomp = std::move(*program);
 
   bool confine = req.confine_writes || !req.write_paths.empty();
-  bool tcp = req.net == NetworkAccess::none && host.landlock_abi >= 4;
+  bool tcp = req.net == NetworkAccess::none && (host.landlock_abi >= 4 || allow_tcp);
   if (confine || tcp) {
     LandlockSpec spec;
     if (confine) {
@@ -124,8 +131,14 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
       spec.allow_writes("/dev/null");
       if (req.cwd) spec.allow_writes(*req.cwd);
       for (const auto& p : req.write_paths) spec.allow_writes(p);
+    } else {
+      // A LandlockSpec confines writes by default (to an empty set): a
+      // ruleset made only for the TCP rules must leave the filesystem alone.
+      spec.confine_writes(false);
     }
     if (tcp) spec.restrict_tcp(true);
+    if (allow_tcp)
+      for (auto port : req.tcp_connect_ports) spec.tcp_connect_allow(port);
     auto ruleset = prepare(spec);
     if (!ruleset) return std::move(ruleset).error();
     plan.landlock.emplace(std::move(*ruleset));
@@ -153,6 +166,10 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
     return who(Error::invalid("program payload needs an interpreter argv (e.g. [\"python3\"])"));
   if (!(req.grace_seconds >= 0 && req.grace_seconds <= 3600))
     return who(Error::invalid("grace_seconds must be between 0 and 3600"));
+  // The ports narrow a closed network; with the host's network they would
+  // read as an allow-list that allows everything.
+  if (!req.tcp_connect_ports.empty() && req.net != NetworkAccess::none)
+    return who(Error::invalid("tcp_connect_ports need net none (they open ports in a closed network)"));
 
   Limits defaults = default_limits();
   run.limits = defaults;
@@ -364,6 +381,7 @@ Result finish_run(PreparedRun& run, const RunEnd& end, StreamCapture& out, Strea
       }
     }
   }
+  if (run.workspace && run.request.on_workspace) run.request.on_workspace(*run.workspace, r);
   if (run.workspace) {
     if (auto st = run.workspace->remove(); !st) detail += "; workspace not fully removed: " + st.error().message();
     run.workspace.reset();

@@ -6,6 +6,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -32,6 +33,7 @@ enum class When {
   clone_new_namespace,  // clone(2) flags (arg 0 on x86_64 and aarch64) with a CLONE_NEW* bit
   personality_change,   // persona other than the harmless ones below
   socket_not_unix,      // socket(2) domain other than AF_UNIX
+  socket_not_unix_tcp,  // socket(2) other than AF_UNIX or TCP over AF_INET/AF_INET6
   tty_injection,        // ioctl(2) TIOCSTI / TIOCLINUX: typing into the controlling terminal
 };
 
@@ -103,7 +105,15 @@ const std::vector<Profile>& profiles_table() {
 
     std::vector<Row> nonet{{"socket", EACCES, When::socket_not_unix}};
     append(nonet, rows_always(EPERM, {"io_uring_setup", "io_uring_enter", "io_uring_register"}));
-    return std::vector<Profile>{{"default", std::move(def)}, {"no-network", std::move(nonet)}};
+
+    // For an egress allow-list: Landlock's TCP rules (ABI >= 4) bound
+    // where TCP may connect, and cover nothing else, so every other socket
+    // (UDP, raw, SCTP, MPTCP, packet, netlink, ...) is closed here.
+    std::vector<Row> tcponly{{"socket", EACCES, When::socket_not_unix_tcp}};
+    append(tcponly, rows_always(EPERM, {"io_uring_setup", "io_uring_enter", "io_uring_register"}));
+    return std::vector<Profile>{{"default", std::move(def)},
+                                {"no-network", std::move(nonet)},
+                                {"tcp-only", std::move(tcponly)}};
   }();
   return table;
 }
@@ -127,6 +137,9 @@ std::string_view condition_text(When when) {
     case When::clone_new_namespace: return "flags include CLONE_NEW*";
     case When::personality_change: return "persona other than 0, 0x8 (PER_LINUX32), 0xffffffff (query)";
     case When::socket_not_unix: return "domain other than AF_UNIX";
+    case When::socket_not_unix_tcp:
+      return "domain other than AF_UNIX, AF_INET, AF_INET6, or an AF_INET/AF_INET6 socket other than "
+             "SOCK_STREAM with protocol 0 or IPPROTO_TCP";
     case When::tty_injection: return "request TIOCSTI or TIOCLINUX";
   }
   return "";
@@ -183,6 +196,20 @@ std::vector<std::vector<scmp_arg_cmp>> rules_for(When when) {
     case When::socket_not_unix:
       // All 64 bits compared: a domain with high bits set is denied too.
       return {{cmp(0, SCMP_CMP_NE, AF_UNIX)}};
+    case When::socket_not_unix_tcp: {
+      // Denied: any domain but AF_UNIX, AF_INET, AF_INET6; and for the two
+      // inet domains, a type (low 4 bits; the rest are SOCK_NONBLOCK and
+      // SOCK_CLOEXEC) other than SOCK_STREAM or a protocol other than 0 or
+      // IPPROTO_TCP (SOCK_STREAM also carries SCTP and MPTCP).
+      auto rules = low32_not_in(0, {AF_UNIX, AF_INET, AF_INET6});
+      for (std::uint32_t domain : {AF_INET, AF_INET6}) {
+        for (std::uint32_t type = 0; type < 16; ++type)
+          if (type != SOCK_STREAM) rules.push_back({low32_eq(0, domain), low32_eq(1, type, 0xf)});
+        for (auto& protocol : low32_not_in(2, {0, IPPROTO_TCP}))
+          rules.push_back({low32_eq(0, domain), protocol.front()});
+      }
+      return rules;
+    }
     case When::tty_injection: return {{low32_eq(1, TIOCSTI)}, {low32_eq(1, TIOCLINUX)}};
   }
   return {};

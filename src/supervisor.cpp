@@ -14,6 +14,7 @@
 #include <deque>
 #include <unordered_map>
 
+#include "corral/audit.hpp"
 #include "corral/reaper.hpp"
 #include "corral/run_setup.hpp"
 
@@ -296,6 +297,12 @@ struct Supervisor::Impl {
     emit(run, StreamId::stdout_stream, run.out_capture->finish());
     if (run.err_capture) emit(run, StreamId::stderr_stream, run.err_capture->finish());
     auto result = finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get());
+    if (options.audit) {
+      std::span<const std::string> secrets;
+      if (run.prep.secrets) secrets = run.prep.secrets->values();
+      if (Status st = options.audit->record(audit_record(run.prep.request, result), secrets); !st)
+        result.warnings.push_back("audit line not written: " + st.error().message());
+    }
     --in_flight;
     if (run.callbacks.on_result) run.callbacks.on_result(result);
   }

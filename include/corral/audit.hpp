@@ -19,6 +19,8 @@
 #include "corral/fd.hpp"
 #include "corral/isolation.hpp"
 #include "corral/limits.hpp"
+#include "corral/request.hpp"
+#include "corral/result.hpp"
 #include "corral/status.hpp"
 
 namespace corral {
@@ -42,6 +44,14 @@ struct AuditRecord {
   std::string stderr_sha256;
   std::vector<AuditArtifact> artifacts;
 };
+
+// The record of a finished run: the request's route and provenance (empty
+// and null for a run without a route), the result's tier, limits,
+// enforcement, outcome, timings (wall, cpu, plan, clone, child setup),
+// stream hashes and artifacts. The supervisor appends one for every run
+// when SupervisorOptions::audit is set, with the run's secret values to
+// scrub.
+AuditRecord audit_record(const Request& request, const Result& result);
 
 // The record as one line of JSON (no trailing newline). Every string (keys
 // included) has each occurrence of each non-empty secret replaced by "***";

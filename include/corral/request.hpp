@@ -18,6 +18,9 @@
 
 namespace corral {
 
+class Workspace;
+struct Result;
+
 // corral's tiers. The CLI says `process` for os_process.
 enum class Tier { none, os_process, container };
 std::string_view to_string(Tier tier);
@@ -69,10 +72,23 @@ struct Request {
   bool confine_writes = false;             // Landlock: writes only to the workspace + write_paths
   std::vector<std::string> write_paths;
   NetworkAccess net = NetworkAccess::host;
+  // With net none on os_process: TCP connect(2) is allowed to these ports
+  // and nothing else leaves (Landlock TCP rules, ABI >= 4, plus a seccomp
+  // profile that keeps sockets to AF_UNIX and TCP). Ignored on other tiers.
+  std::vector<std::uint16_t> tcp_connect_ports;
   std::optional<uid_t> user;               // pin the run's uid (root only)
   std::optional<std::string> artifact_root;
   std::set<std::string> acknowledged;      // limits/guarantees the caller accepts as unenforced
   double grace_seconds = 2.0;              // SIGTERM → SIGKILL
+  // Set by request_for_route (route_run.hpp): which route the run went
+  // through and its provenance ("trusted"/"untrusted"), for the audit line.
+  std::string route;
+  std::string provenance;
+  // Called by finish_run in the parent after the program ended (exited,
+  // killed or cancelled) and before the workspace is removed: it may read
+  // the workspace (hostile by then; see WorkspaceOutputSource) and add to
+  // the Result. Route outputs are collected this way.
+  std::function<void(const Workspace&, Result&)> on_workspace;
 };
 
 // The limits a run gets when the request does not say: generous enough for

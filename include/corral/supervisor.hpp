@@ -24,6 +24,8 @@
 
 namespace corral {
 
+class AuditSink;
+
 enum class StreamId { stdout_stream, stderr_stream };
 
 struct RunCallbacks {
@@ -42,6 +44,10 @@ struct SupervisorOptions {
   // Per run after the leader exits: how long to wait for the pipes to reach
   // EOF (a straggler holding them open is killed with the group first).
   double drain_seconds = 0.5;
+  // When set, every finished run appends one JSON line here (audit.hpp),
+  // with the run's secret values scrubbed; a failed append becomes a
+  // warning on that run's Result. Shared: batch and run use the same sink.
+  std::shared_ptr<AuditSink> audit;
 };
 
 class Supervisor;

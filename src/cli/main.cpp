@@ -19,6 +19,7 @@ const char kUsage[] =
     "  enforcement [--tier T] [--json]       what this host enforces, and how; T is\n"
     "                                        none|process|container (repeatable;\n"
     "                                        default: process); --json: one object\n"
+    "  check --routes FILE                   build every route of a routes file through the gate\n"
     "  batch [--parallel N] [--json]         run JSON jobs from stdin, results as JSON lines\n"
     "  --version                             print the version\n"
     "  --help                                this text\n"

@@ -9,7 +9,10 @@
 #include <string>
 
 #include "cli.hpp"
+#include "corral/audit.hpp"
 #include "corral/json.hpp"
+#include "corral/route_run.hpp"
+#include "corral/routes_file.hpp"
 #include "corral/supervisor.hpp"
 #include "output.hpp"
 
@@ -61,7 +64,11 @@ const char kRunHelp[] =
     "                                 fractions allowed (default: 2)\n"
     "  --stdin-text TEXT              the program's stdin (default: /dev/null)\n"
     "  --merge-output                 stderr goes to the stdout pipe (fd level)\n"
-    "  --json                         print the Result as one JSON object on stdout\n";
+    "  --json                         print the Result as one JSON object on stdout\n"
+    "  --routes FILE --route NAME     run through route NAME of a routes file: its tier,\n"
+    "                                 limits, network, env, secrets and outputs; --limit\n"
+    "                                 may tighten its limits, never loosen them\n"
+    "  --audit FILE                   append one JSON line about the run to FILE\n";
 
 const char kRunHelpTail[] =
     "\n"
@@ -100,6 +107,8 @@ struct Options {
   Request request;
   bool json = false;
   bool untrusted = false;
+  std::string routes_file, route_name, audit_path;
+  RouteOverrides route_flags;  // the flags a route owns, when given
 };
 
 bool split_kv(const std::string& text, std::string& k, std::string& v) {
@@ -151,6 +160,7 @@ int parse(int argc, char** argv, Options& o) {
       auto t = parse_tier(v);
       if (!t) return say("--tier: %s", t.error().message().c_str()), 2;
       o.request.tier = *t;
+      o.route_flags.tier = *t;
     } else if (a == "--limit") {
       auto l = parse_limit_assignment(v);
       if (!l) return say("--limit: %s", l.error().message().c_str()), 2;
@@ -161,11 +171,17 @@ int parse(int argc, char** argv, Options& o) {
       if (std::strcmp(v, "none") == 0) o.request.net = NetworkAccess::none;
       else if (std::strcmp(v, "host") == 0) o.request.net = NetworkAccess::host;
       else return say("--net: '%s' is neither none nor host", v), 2;
+      o.route_flags.net = o.request.net;
     } else if (a == "--env") {
       std::string k, val;
       if (!split_kv(v, k, val)) return say("--env: expected K=V, got '%s'", v), 2;
       o.request.env[k] = val;
-    } else if (a == "--pass-env") o.request.pass_env.push_back(v);
+    } else if (a == "--pass-env") {
+      o.request.pass_env.push_back(v);
+      o.route_flags.pass_env.push_back(v);
+    } else if (a == "--routes") o.routes_file = v;
+    else if (a == "--route") o.route_name = v;
+    else if (a == "--audit") o.audit_path = v;
     else if (a == "--secret-env") o.request.secrets.push_back(SecretRef{v, v, {}});
     else if (a == "--input") {
       std::string spec = v;
@@ -211,11 +227,25 @@ void report_end(const Result& r) {
   if (r.outcome != Outcome::exited) say("%s", r.detail.c_str());
 }
 
+// --routes FILE --route NAME: the request becomes the route's.
+int apply_route(Options& o) {
+  if (o.routes_file.empty() != o.route_name.empty())
+    return say("--routes FILE and --route NAME go together"), 2;
+  auto route = load_route(o.routes_file, o.route_name, probe_host());
+  if (!route) return say("%s", route.error().message().c_str()), 2;
+  auto request = request_for_route(*route, std::move(o.request), o.route_flags);
+  if (!request) return say("%s", request.error().message().c_str()), 2;
+  o.request = std::move(*request);
+  return -1;
+}
+
 }  // namespace
 
 int run_main(int argc, char** argv) {
   Options o;
   if (int rc = parse(argc, argv, o); rc >= 0) return rc;
+  if (!o.routes_file.empty() || !o.route_name.empty())
+    if (int rc = apply_route(o); rc >= 0) return rc;
   if (o.untrusted && o.request.tier != Tier::container) {
     say("--untrusted needs tier container or above; tier %s gives %s (use --tier container)",
         std::string(to_string(o.request.tier)).c_str(), std::string(to_string(o.request.tier)).c_str());
@@ -224,6 +254,11 @@ int run_main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   SupervisorOptions sopts;
   if (const char* base = std::getenv("CORRAL_WORKSPACE_BASE")) sopts.workspace_base = base;
+  if (!o.audit_path.empty()) {
+    auto audit = FileAuditSink::open(o.audit_path);
+    if (!audit) return say("%s", audit.error().message().c_str()), exit_code_for_error(audit.error().code());
+    sopts.audit = std::make_shared<FileAuditSink>(std::move(*audit));
+  }
   auto sup = Supervisor::create(sopts);
   if (!sup) {
     say("%s", sup.error().message().c_str());

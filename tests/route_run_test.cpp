@@ -1,0 +1,430 @@
+// Running through a route: the Request a route gives (limits tighten,
+// never loosen; the route owns tier, network, env, secrets, outputs), the
+// workspace as an OutputSource, declared outputs landing through transfer()
+// after real runs, and the audit line of a real run that printed a secret.
+#include "corral/route_run.hpp"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include "cli_runner.hpp"
+#include "corral/audit.hpp"
+#include "corral/supervisor.hpp"
+#include "support.hpp"
+
+using namespace corral;
+using corral_test::TempDir;
+
+namespace {
+
+bool contains(const std::string& text, std::string_view word) { return text.find(word) != std::string::npos; }
+
+// Compares through a named copy: no pointer into a temporary reaches the
+// assertion macro (sanitizer builds catch that).
+void expect_text(const std::string& got, const char* want) { cr_assert_str_eq(got.c_str(), want); }
+
+void assert_mentions(const std::string& text, std::initializer_list<std::string_view> words) {
+  for (auto word : words)
+    cr_assert(contains(text, word), "'%.*s' not in: %s", (int)word.size(), word.data(), text.c_str());
+}
+
+RouteSpec spec(std::string name, std::string tier, Provenance provenance = Provenance::trusted) {
+  RouteSpec s;
+  s.name = std::move(name);
+  s.tier = std::move(tier);
+  s.provenance = provenance;
+  return s;
+}
+
+DeclaredOutput output(std::string path, Disposition disposition = Disposition::land, std::string name = "",
+                      bool required = false) {
+  DeclaredOutput o;
+  o.path = std::move(path);
+  o.media_type = "text/plain";
+  o.name = std::move(name);
+  o.disposition = disposition;
+  o.required = required;
+  return o;
+}
+
+Route built(RouteSpec s) {
+  MapEnforcementView view;
+  for (const auto& t : corral_tiers()) view.set_all(std::string(t.name), "hard");
+  Router router;
+  auto caps = tier_capabilities(s.tier);
+  cr_assert(caps.ok());
+  auto route = router.add(std::move(s), *caps, view);
+  cr_assert(route.ok(), "%s", route.error().message().c_str());
+  return std::move(route).value();
+}
+
+Request base(std::vector<std::string> argv = {"true"}) {
+  Request r;
+  r.argv = std::move(argv);
+  return r;
+}
+
+void assert_refused(const Expected<Request>& r, std::initializer_list<std::string_view> words) {
+  cr_assert(!r.ok(), "the request was accepted");
+  assert_mentions(r.error().message(), words);
+}
+
+// One supervisor with its workspaces under a private base (as run_test).
+struct Harness {
+  TempDir base;
+  std::unique_ptr<Supervisor> sup;
+  explicit Harness(std::shared_ptr<AuditSink> audit = nullptr) {
+    chmod(base.path().c_str(), 0755);  // dropped uids must reach their workspace
+    SupervisorOptions o;
+    o.workspace_base = base.path();
+    o.audit = std::move(audit);
+    auto s = Supervisor::create(o);
+    cr_assert(s.ok(), "supervisor: %s", s.ok() ? "" : s.error().message().c_str());
+    sup = std::move(*s);
+  }
+  Result run(Request r) {
+    auto res = sup->run(std::move(r));
+    cr_assert(res.ok(), "run refused: %s", res.ok() ? "" : res.error().message().c_str());
+    return std::move(*res);
+  }
+};
+
+Request routed(const Route& route, Request b, const RouteOverrides& o = {}) {
+  auto r = request_for_route(route, std::move(b), o);
+  cr_assert(r.ok(), "%s", r.error().message().c_str());
+  return std::move(r).value();
+}
+
+std::string notes(const Result& r) {
+  std::string out;
+  for (const auto& n : r.artifact_notes) out += n + "\n";
+  return out;
+}
+
+std::size_t entries(const std::string& dir) {
+  std::size_t n = 0;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+}  // namespace
+
+// ---- the Request a route gives
+
+Test(route_run, the_request_is_the_routes) {
+  RouteSpec s = spec("grader", "os_process");
+  s.limits.set(Limit::cpu_seconds, 5);
+  s.env_passthrough = {"PATH", "LANG"};
+  s.secrets = {"CORRAL_TEST_GRADER_TOKEN"};
+  s.acknowledged_unenforced = {Limit::process_count};
+  Request b = base({"prog", "arg"});
+  b.env["MODE"] = "fast";
+  b.tier = Tier::none;  // not the caller's to choose: replaced
+  Request r = routed(built(std::move(s)), std::move(b));
+  cr_assert_eq(r.tier, Tier::os_process);
+  cr_assert(r.argv == std::vector<std::string>({"prog", "arg"}));
+  cr_assert_str_eq(r.env.at("MODE").c_str(), "fast");
+  cr_assert_eq(*r.limits.get(Limit::cpu_seconds), 5u);
+  cr_assert(r.pass_env == std::vector<std::string>({"PATH", "LANG"}));
+  cr_assert_eq(r.secrets.size(), 1u);
+  cr_assert_str_eq(r.secrets[0].name.c_str(), "CORRAL_TEST_GRADER_TOKEN");
+  cr_assert_str_eq(r.secrets[0].from_env.c_str(), "CORRAL_TEST_GRADER_TOKEN");
+  cr_assert(r.acknowledged == std::set<std::string>({"process_count"}));
+  cr_assert_eq(r.net, NetworkAccess::none, "no egress_allow: no network");
+  cr_assert(r.tcp_connect_ports.empty());
+  cr_assert_str_eq(r.route.c_str(), "grader");
+  cr_assert_str_eq(r.provenance.c_str(), "trusted");
+  cr_assert(!r.on_workspace, "no outputs declared, no hook");
+}
+
+Test(route_run, limits_may_be_tightened_never_loosened) {
+  RouteSpec s = spec("grader", "os_process");
+  s.limits.set(Limit::cpu_seconds, 5);
+  Route route = built(std::move(s));
+  Request tight = base();
+  tight.limits.set(Limit::cpu_seconds, 3).set(Limit::memory_bytes, 1u << 30);
+  Request r = routed(route, std::move(tight));
+  cr_assert_eq(*r.limits.get(Limit::cpu_seconds), 3u);
+  cr_assert_eq(*r.limits.get(Limit::memory_bytes), 1u << 30, "a limit neither sets nor defaults is a tightening");
+
+  Request loose = base();
+  loose.limits.set(Limit::cpu_seconds, 6);
+  auto refused = request_for_route(route, std::move(loose));
+  cr_assert(!refused.ok());
+  cr_assert_str_eq(refused.error().message().c_str(),
+                   "route 'grader': limit cpu_seconds=6 is looser than the route's cpu_seconds=5; a route's "
+                   "limits may be tightened, never loosened");
+  Request past_default = base();
+  past_default.limits.set(Limit::wall_seconds, 601);
+  assert_refused(request_for_route(route, std::move(past_default)),
+                 {"limit wall_seconds=601 is looser than the route's wall_seconds=600 (corral's default; the route "
+                  "sets none)"});
+}
+
+Test(route_run, the_caller_cannot_take_what_the_route_owns) {
+  RouteSpec s = spec("grader", "os_process");
+  s.env_passthrough = {"PATH"};
+  s.secrets = {"TOKEN"};
+  Route route = built(std::move(s));
+  RouteOverrides tier;
+  tier.tier = Tier::none;
+  assert_refused(request_for_route(route, base(), tier),
+                 {"route 'grader': runs in tier os_process; it cannot be run in tier none"});
+  RouteOverrides same;
+  same.tier = Tier::os_process;
+  cr_assert(request_for_route(route, base(), same).ok());
+  RouteOverrides net;
+  net.net = NetworkAccess::host;
+  assert_refused(request_for_route(route, base(), net), {"route 'grader': network host would open what the route closes"});
+  RouteOverrides env;
+  env.pass_env = {"HOME"};
+  assert_refused(request_for_route(route, base(), env), {"env passthrough 'HOME' is not in the route's env_passthrough"});
+  env.pass_env = {"PATH"};
+  cr_assert(request_for_route(route, base(), env).ok());
+  Request other_secret = base();
+  other_secret.secrets.push_back(SecretRef{"OTHER", "", {}});
+  assert_refused(request_for_route(route, std::move(other_secret)), {"secret 'OTHER' is not one of the route's secrets"});
+  Request ack = base();
+  ack.acknowledged.insert("memory_bytes");
+  assert_refused(request_for_route(route, std::move(ack)), {"acknowledgements belong to the route", "'memory_bytes'"});
+  Request outputs = base();
+  outputs.outputs = {"*.txt"};
+  assert_refused(request_for_route(route, std::move(outputs)), {"declares its own outputs; '*.txt' cannot be added"});
+}
+
+Test(route_run, landing_outputs_need_an_artifact_root) {
+  RouteSpec s = spec("grader", "os_process");
+  s.outputs = {output("report.json", Disposition::land, "grades/report.json"), output("n.txt", Disposition::consume)};
+  Route route = built(std::move(s));
+  assert_refused(request_for_route(route, base()),
+                 {"route 'grader': outputs 'grades/report.json' land in a sink, and no artifact root was given"});
+  Request b = base();
+  b.artifact_root = "/tmp";
+  Request r = routed(route, std::move(b));
+  cr_assert(r.on_workspace);
+  cr_assert(r.outputs.empty(), "route outputs are not the workspace's glob collection");
+}
+
+Test(route_run, the_network_follows_the_tiers_egress) {
+  RouteSpec fetch = spec("fetch", "os_process");
+  fetch.egress_allow = {"*:443", "api.example.com:443", "[::1]:8080"};
+  Route allow = built(std::move(fetch));
+  Request r = routed(allow, base());
+  cr_assert_eq(r.net, NetworkAccess::none);
+  cr_assert(r.tcp_connect_ports == std::vector<std::uint16_t>({443, 8080}));
+  RouteOverrides closed;
+  closed.net = NetworkAccess::none;
+  Request c = routed(allow, base(), closed);
+  cr_assert(c.tcp_connect_ports.empty(), "--net none closes even the allow-list");
+
+  RouteSpec plain = spec("script", "none");
+  plain.acknowledge_network_egress = true;
+  cr_assert_eq(routed(built(std::move(plain)), base()).net, NetworkAccess::host);
+  Request agent = routed(built(spec("agent", "container", Provenance::untrusted)), base());
+  cr_assert_eq(agent.net, NetworkAccess::none);
+  cr_assert_eq(agent.tier, Tier::container);
+  cr_assert_str_eq(agent.provenance.c_str(), "untrusted");
+}
+
+Test(route_run, an_allow_list_on_the_hosts_network_is_refused_by_the_run_layer) {
+  Harness h;
+  Request r = base();
+  r.tier = Tier::os_process;
+  r.tcp_connect_ports = {443};
+  auto refused = h.sup->run(std::move(r));
+  cr_assert(!refused.ok(), "ports on an open network were accepted");
+  assert_mentions(refused.error().message(), {"tcp_connect_ports need net none"});
+}
+
+// ---- the workspace as an OutputSource
+
+Test(route_run, workspace_source_lists_stats_and_reads_only_regular_files) {
+  TempDir base_dir;
+  WorkspaceOptions o;
+  o.base_dir = base_dir.path();
+  auto ws = Workspace::create(o);
+  cr_assert(ws.ok());
+  const std::string root = ws->path();
+  cr_assert(ws->stage_bytes("a.txt", "alpha").ok());
+  cr_assert(ws->stage_bytes(".hidden.txt", "h").ok());
+  cr_assert(ws->stage_bytes("d/b.txt", "bravo!").ok());
+  cr_assert(ws->stage_bytes("d/c.log", "c").ok());
+  cr_assert(ws->stage_bytes("linked", "x").ok());
+  cr_assert_eq(symlink("/etc/passwd", (root + "/passwd.txt").c_str()), 0);
+  cr_assert_eq(symlink(root.c_str(), (root + "/loop").c_str()), 0);
+  cr_assert_eq(mkfifo((root + "/pipe.txt").c_str(), 0644), 0);
+  cr_assert_eq(mkdir((root + "/dir.txt").c_str(), 0755), 0);
+  cr_assert_eq(link((root + "/linked").c_str(), (root + "/hard.dat").c_str()), 0);
+
+  WorkspaceOutputSource source(*ws);
+  auto txt = source.list("*.txt");
+  cr_assert(txt.ok(), "%s", txt.error().message().c_str());
+  cr_assert(*txt == std::vector<std::string>({".hidden.txt", "a.txt"}), "symlink, fifo, directory are never listed");
+  auto nested = source.list("*/*");
+  cr_assert(nested.ok());
+  cr_assert(*nested == std::vector<std::string>({"d/b.txt", "d/c.log"}), "symlinked dirs are not walked");
+
+  cr_assert_eq(**source.stat("d/b.txt"), 6u);
+  for (const char* unknown : {"passwd.txt", "pipe.txt", "dir.txt", "loop"}) {
+    auto size = source.stat(unknown);
+    cr_assert(size.ok(), "%s: %s", unknown, size.error().message().c_str());
+    cr_assert(!size->has_value(), "%s has a size", unknown);
+  }
+  auto missing = source.stat("nope");
+  cr_assert(!missing.ok());
+  cr_assert_eq(missing.error().code(), ENOENT);
+  auto hard = source.stat("hard.dat");
+  cr_assert(!hard.ok());
+  cr_assert_eq(hard.error().code(), EPERM);
+  assert_mentions(hard.error().message(), {"'hard.dat' is a hard link (st_nlink=2)"});
+  auto through = source.stat("loop/a.txt");
+  cr_assert(!through.ok());
+  assert_mentions(through.error().message(), {"'loop/a.txt'", "a symlink is in the way"});
+
+  expect_text(*source.read("d/b.txt", 100), "bravo!");
+  expect_text(*source.read("d/b.txt", 3), "bra");
+  auto link_read = source.read("passwd.txt", 100);
+  cr_assert(!link_read.ok(), "a symlink was read");
+  auto fifo_read = source.read("pipe.txt", 100);
+  cr_assert(!fifo_read.ok(), "a fifo was read");
+  assert_mentions(fifo_read.error().message(), {"no longer a regular file"});
+}
+
+// ---- real runs through a route
+
+Test(route_run, declared_outputs_land_in_the_sink_and_consumed_ones_are_hashed) {
+  Harness h;
+  TempDir artifacts;
+  RouteSpec s = spec("grader", "os_process");
+  s.outputs = {output("report.json", Disposition::land, "grades/report.json", true),
+               output("*.log", Disposition::land, "logs"), output("answer.txt", Disposition::consume),
+               output("optional.bin")};
+  Request b = base({"sh", "-c", "echo '{}' > report.json; echo one > a.log; echo two > b.log; echo 42 > answer.txt"});
+  b.artifact_root = artifacts.path();
+  Result res = h.run(routed(built(std::move(s)), std::move(b)));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  cr_assert(res.artifact_notes.empty(), "%s", notes(res).c_str());
+  cr_assert_eq(res.artifacts.size(), 4u);
+  const std::string dir = artifacts / res.run_id;
+  cr_assert_str_eq(res.artifacts[0].name.c_str(), "grades/report.json");
+  const std::string report = dir + "/grades/report.json";
+  cr_assert_str_eq(res.artifacts[0].path.c_str(), report.c_str());
+  expect_text(corral_test::read_file(dir + "/grades/report.json"), "{}\n");
+  expect_text(corral_test::read_file(dir + "/logs/b.log"), "two\n");
+  cr_assert_str_eq(res.artifacts[3].name.c_str(), "answer.txt");
+  cr_assert(res.artifacts[3].path.empty(), "a consumed output lands nowhere");
+  const std::string answer = sha256_hex("42\n");
+  cr_assert_str_eq(res.artifacts[3].sha256.c_str(), answer.c_str());
+  cr_assert_eq(entries(h.base.path()), 0u, "workspace left behind");
+}
+
+Test(route_run, a_cap_breach_on_the_third_output_delivers_nothing) {
+  Harness h;
+  TempDir artifacts;
+  RouteSpec s = spec("grader", "os_process");
+  s.transfer.max_bytes_per_file = 10;
+  s.outputs = {output("a.txt"), output("b.txt"), output("c.txt")};
+  Request b = base({"sh", "-c", "echo a > a.txt; echo b > b.txt; echo ccccccccccccccc > c.txt"});
+  b.artifact_root = artifacts.path();
+  Result res = h.run(routed(built(std::move(s)), std::move(b)));
+  cr_assert_eq(res.outcome, Outcome::exited);
+  cr_assert(res.artifacts.empty());
+  assert_mentions(notes(res), {"outputs refused (cap_exceeded)", "'c.txt' has 16 bytes, over max_bytes_per_file (10)"});
+  cr_assert_eq(entries(artifacts.path()), 0u, "something was delivered");
+}
+
+Test(route_run, outputs_are_collected_after_a_kill_and_symlinks_are_not_followed) {
+  Harness h;
+  TempDir artifacts;
+  RouteSpec s = spec("grader", "os_process");
+  s.limits.set(Limit::wall_seconds, 1);
+  s.outputs = {output("partial.txt", Disposition::land, "", true)};
+  Request b = base({"sh", "-c", "echo so-far > partial.txt; exec sleep 30"});
+  b.artifact_root = artifacts.path();
+  b.grace_seconds = 0.2;
+  Result killed = h.run(routed(built(s), std::move(b)));
+  cr_assert_eq(killed.outcome, Outcome::killed_timeout);
+  cr_assert_eq(killed.artifacts.size(), 1u, "%s", notes(killed).c_str());
+  expect_text(corral_test::read_file(killed.artifacts[0].path), "so-far\n");
+
+  Request planted = base({"ln", "-s", "/etc/passwd", "partial.txt"});
+  planted.artifact_root = artifacts.path();
+  s.limits.clear(Limit::wall_seconds);
+  Result res = h.run(routed(built(s), std::move(planted)));
+  cr_assert(res.artifacts.empty());
+  assert_mentions(notes(res), {"outputs refused (size_unknown)", "'partial.txt'"});
+}
+
+// ---- audit
+
+Test(route_run, the_audit_line_of_a_real_run_never_holds_the_secret) {
+  const std::string secret = "corral-audit-secret-4711";
+  setenv("CORRAL_TEST_AUDIT_TOKEN", secret.c_str(), 1);
+  TempDir dir;
+  auto file = FileAuditSink::open(dir / "audit.jsonl");
+  cr_assert(file.ok());
+  Harness h(std::make_shared<FileAuditSink>(std::move(*file)));
+  RouteSpec s = spec("grader", "os_process");
+  s.secrets = {"CORRAL_TEST_AUDIT_TOKEN"};
+  s.limits.set(Limit::cpu_seconds, 7);
+  // The secret reaches stdout, stderr and an artifact's name.
+  s.outputs = {output("*.txt", Disposition::consume)};
+  Request b = base({"sh", "-c",
+                    "echo $CORRAL_TEST_AUDIT_TOKEN; echo $CORRAL_TEST_AUDIT_TOKEN >&2; "
+                    "echo x > \"$CORRAL_TEST_AUDIT_TOKEN.txt\""});
+  Result res = h.run(routed(built(std::move(s)), std::move(b)));
+  cr_assert_str_eq(res.stdout_capture.text.c_str(), "***\n");
+  cr_assert_eq(res.artifacts.size(), 1u, "%s", notes(res).c_str());
+  Result plain = h.run(base({"true"}));
+  cr_assert_eq(plain.outcome, Outcome::exited);
+
+  std::string lines = corral_test::read_file(dir / "audit.jsonl");
+  cr_assert(!contains(lines, secret), "the secret reached the audit file: %s", lines.c_str());
+  std::string first = lines.substr(0, lines.find('\n'));
+  assert_mentions(first, {"\"route\":\"grader\"", "\"provenance\":\"trusted\"", "\"tier\":\"os_process\"",
+                          "\"cpu_seconds\":7", "\"outcome\":\"exited\"", "\"wall_seconds\":",
+                          "\"enforcement\":{", "\"cpu_seconds\":\"hard\"", "\"name\":\"***.txt\"", "\"bytes\":2",
+                          ("\"stdout_sha256\":\"" + res.stdout_capture.sha256 + "\"").c_str()});
+  std::string second = lines.substr(first.size() + 1);
+  assert_mentions(second, {"\"route\":\"\"", "\"provenance\":null"});
+  cr_assert_eq(std::count(lines.begin(), lines.end(), '\n'), 2, "one line per run");
+}
+
+// ---- the CLI
+
+Test(route_run, cli_runs_through_a_route_and_refuses_a_looser_limit) {
+  const std::vector<std::string> route = {"run", "--routes", "examples/routes.toml", "--route", "grader"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = route;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  auto loose = corral_test::run_cli(with({"--limit", "cpu_seconds=11", "--", "true"}), {"GRADER_TOKEN=t0k3n-value"});
+  cr_assert_eq(loose.code, 2);
+  cr_assert_str_eq(loose.err.c_str(),
+                   "corral: route 'grader': limit cpu_seconds=11 is looser than the route's cpu_seconds=10; a "
+                   "route's limits may be tightened, never loosened\n");
+  auto tier = corral_test::run_cli(with({"--tier", "none", "--", "true"}));
+  cr_assert_eq(tier.code, 2);
+  assert_mentions(tier.err, {"corral: route 'grader': runs in tier os_process; it cannot be run in tier none"});
+  auto unknown = corral_test::run_cli({"run", "--routes", "examples/routes.toml", "--route", "nope", "--", "true"});
+  cr_assert_eq(unknown.code, 2);
+  assert_mentions(unknown.err, {"no route 'nope' in examples/routes.toml (routes: grader, agent, fetch)"});
+  auto untrusted = corral_test::run_cli(with({"--untrusted", "--artifact-root", "/tmp", "--", "true"}));
+  cr_assert_eq(untrusted.code, 2);
+  assert_mentions(untrusted.err, {"--untrusted needs"});
+
+  TempDir dir;
+  auto ok = corral_test::run_cli(with({"--limit", "cpu_seconds=2", "--artifact-root", dir.path(), "--audit",
+                                       dir / "audit.jsonl", "--", "sh", "-c",
+                                       "echo $GRADER_TOKEN; echo '[]' > report.json"}),
+                                 {"GRADER_TOKEN=t0k3n-value"});
+  cr_assert_eq(ok.code, 0, "exit %d: %s", ok.code, ok.err.c_str());
+  cr_assert_str_eq(ok.out.c_str(), "***\n");
+  std::string audit = corral_test::read_file(dir / "audit.jsonl");
+  cr_assert(!contains(audit, "t0k3n-value"), "%s", audit.c_str());
+  assert_mentions(audit, {"\"route\":\"grader\"", "\"cpu_seconds\":2", "\"name\":\"grades/report.json\""});
+}
