@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli.hpp"
+#include "corral/container.hpp"
 #include "corral/json.hpp"
 #include "corral/supervisor.hpp"
 #include "output.hpp"
@@ -23,7 +24,10 @@ const char kRunHelp[] =
     "\n"
     "  --tier none|process|container  isolation tier (default: process)\n"
     "      none: a plain child with the ceilings; process: + uid drop (root), no\n"
-    "      capabilities, no_new_privs, seccomp 'default', Landlock when asked\n"
+    "      capabilities, no_new_privs, seccomp 'default', Landlock when asked;\n"
+    "      container: + user/pid/net/mount/ipc/uts/cgroup namespaces, a fresh\n"
+    "      read-only root with the workspace at /workspace, no network, a cgroup\n"
+    "      for memory_bytes and process_count, a non-root uid inside\n"
     "  --untrusted                    the program is untrusted: refused below container\n"
     "  --limit NAME=VALUE             repeatable; integers, '_' separators allowed:\n"
     "      cpu_seconds (s), memory_bytes, process_count, file_bytes, open_files (default\n"
@@ -44,7 +48,12 @@ const char kRunHelp[] =
     "  --artifact-root DIR            copy collected files to DIR/<run-id>/\n"
     "  --cwd DIR                      run in DIR instead of the workspace\n"
     "  --user UID                     run as UID (root only; default: a uid per run\n"
-    "                                 from 200000-265535 when root)\n"
+    "                                 from 200000-265535 when root); tier container:\n"
+    "                                 the uid inside (default 65534, never 0)\n"
+    "  --rootfs DIR                   tier container: DIR's entries (read-only) instead\n"
+    "                                 of the host's /usr, /bin, /lib* and a minimal /etc\n"
+    "  --ro-bind SRC[:DST]            tier container: bind host SRC read-only at DST\n"
+    "  --bind SRC[:DST]               tier container: bind host SRC read-write at DST\n"
     "  --grace SECONDS                SIGTERM to SIGKILL after the deadline (default 2)\n"
     "  --stdin-text TEXT              the program's stdin (default /dev/null)\n"
     "  --merge-output                 stderr goes to the stdout pipe (fd level)\n"
@@ -57,6 +66,7 @@ struct Options {
   Request request;
   bool json = false;
   bool untrusted = false;
+  bool net_host_given = false;
 };
 
 bool split_kv(const std::string& text, std::string& k, std::string& v) {
@@ -116,7 +126,10 @@ int parse(int argc, char** argv, Options& o) {
     else if (a == "--write-path") o.request.write_paths.push_back(v);
     else if (a == "--net") {
       if (std::strcmp(v, "none") == 0) o.request.net = NetworkAccess::none;
-      else if (std::strcmp(v, "host") == 0) o.request.net = NetworkAccess::host;
+      else if (std::strcmp(v, "host") == 0) {
+        o.request.net = NetworkAccess::host;
+        o.net_host_given = true;
+      }
       else return say("--net: '%s' is neither none nor host", v), 2;
     } else if (a == "--env") {
       std::string k, val;
@@ -133,6 +146,11 @@ int parse(int argc, char** argv, Options& o) {
       auto slash = name.rfind('/');
       in.name = (colon == std::string::npos && slash != std::string::npos) ? name.substr(slash + 1) : name;
       o.request.inputs.push_back(std::move(in));
+    } else if (a == "--rootfs") o.request.rootfs = v;
+    else if (a == "--ro-bind" || a == "--bind") {
+      auto b = parse_bind_spec(v, a == "--bind");
+      if (!b) return say("%s: %s", a.c_str(), b.error().message().c_str()), 2;
+      o.request.binds.push_back(std::move(*b));
     } else if (a == "--output") o.request.outputs.push_back(v);
     else if (a == "--artifact-root") o.request.artifact_root = v;
     else if (a == "--cwd") o.request.cwd = v;
@@ -176,6 +194,10 @@ int run_main(int argc, char** argv) {
   if (o.untrusted && o.request.tier != Tier::container) {
     say("--untrusted needs tier container or above; tier %s gives %s (use --tier container)",
         std::string(to_string(o.request.tier)).c_str(), std::string(to_string(o.request.tier)).c_str());
+    return 2;
+  }
+  if (o.net_host_given && o.request.tier == Tier::container) {
+    say("--net host: tier container always runs in an empty network namespace (use --tier process --net host)");
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
