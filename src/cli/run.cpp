@@ -192,8 +192,8 @@ int run_main(int argc, char** argv) {
   Options o;
   if (int rc = parse(argc, argv, o); rc >= 0) return rc;
   if (o.untrusted && o.request.tier != Tier::container) {
-    say("--untrusted needs tier container or above; tier %s gives %s (use --tier container)",
-        std::string(to_string(o.request.tier)).c_str(), std::string(to_string(o.request.tier)).c_str());
+    say("--untrusted needs tier container or above; tier %s is below it (use --tier container)",
+        std::string(to_string(o.request.tier)).c_str());
     return 2;
   }
   if (o.net_host_given && o.request.tier == Tier::container) {
