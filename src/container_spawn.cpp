@@ -239,6 +239,7 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
   error_write.reset();
   report_write.reset();
   plan.stdin_fd.reset();
+  c.devnull.reset();
   if (!pidfd) {
     c.ns.abandon();
     return std::move(pidfd).error().context("container: spawn");

@@ -17,6 +17,7 @@
 #include "corral/cgroup.hpp"
 #include "corral/container.hpp"
 #include "corral/enforcement.hpp"
+#include "corral/json.hpp"
 #include "corral/supervisor.hpp"
 #include "corral/syscalls.hpp"
 #include "support.hpp"
@@ -353,6 +354,23 @@ Test(container, a_plain_sigkill_is_not_an_oom_and_exit_137_is_an_exit) {
   cr_assert_eq(t.signal, SIGTERM);
 }
 
+Test(container, rlimit_kills_are_mapped_through_pid_1) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  Request cpu = boxed({"/helpers/hostile", "spin"});
+  cpu.limits.set(Limit::cpu_seconds, 1);
+  Result c = h.run(std::move(cpu));
+  cr_assert_eq(c.outcome, Outcome::killed_resource, "%s", c.detail.c_str());
+  cr_assert_eq(c.resource, "cpu_seconds");
+  cr_assert_eq(c.signal, SIGXCPU);
+  cr_assert_geq(c.cpu_seconds, 0.9, "cpu %.3f (the cgroup's count)", c.cpu_seconds);
+  Request file = boxed({"/helpers/hostile", "write-file", "big", "5000"});
+  file.limits.set(Limit::file_bytes, 1000);
+  Result f = h.run(std::move(file));
+  cr_assert_eq(f.outcome, Outcome::killed_resource, "%s", f.detail.c_str());
+  cr_assert_eq(f.resource, "file_bytes");
+}
+
 Test(container, a_fork_bomb_is_contained_by_the_pids_ceiling) {
   SKIP_UNLESS_CONTAINER();
   SKIP_UNLESS_CGROUP(pids);
@@ -506,6 +524,50 @@ Test(container, bad_requests_are_refused_naming_the_field) {
   cr_assert(contains(w.error().message(), "--bind"), "%s", w.error().message().c_str());
   cr_assert_eq(h.leftovers(), 0u);
   cr_assert_eq(my_run_cgroups(), 0u);
+}
+
+Test(container, a_rootfs_replaces_the_host_system_binds) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  TempDir rootfs;
+  chmod(rootfs.path().c_str(), 0755);
+  mkdir((rootfs / "usr").c_str(), 0755);
+  mkdir((rootfs / "data").c_str(), 0755);
+  corral_test::write_file(rootfs / "data/marker", "from the rootfs\n");
+  chmod((rootfs / "data/marker").c_str(), 0644);
+  for (const char* link : {"bin", "lib", "lib64"})
+    symlink((std::string("usr/") + link).c_str(), (rootfs / link).c_str());
+  Request r = boxed({"sh", "-c", "cat /data/marker; test -e /etc && echo etc-present; ls /"});
+  r.rootfs = rootfs.path();
+  r.binds.push_back(MountBind{"/usr", "/usr", false});  // the rootfs's empty usr/ gets the host's
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s: %s", res.detail.c_str(), res.stderr_capture.text.c_str());
+  cr_assert(contains(res.stdout_capture.text, "from the rootfs"), "%s", res.stdout_capture.text.c_str());
+  cr_assert(!contains(res.stdout_capture.text, "etc-present"), "the generated /etc appeared with a rootfs");
+  cr_assert(contains(res.stdout_capture.text, "workspace"), "%s", res.stdout_capture.text.c_str());
+}
+
+Test(container, batch_jobs_carry_the_container_fields) {
+  auto job = request_from_json(R"({"argv":["true"],"tier":"container","rootfs":"/srv/root",)"
+                               R"("ro_binds":["/data:/in"],"binds":["/out"],"user":1000})");
+  cr_assert(job.ok(), "%s", job.ok() ? "" : job.error().message().c_str());
+  cr_assert_eq(job->tier, Tier::container);
+  cr_assert_eq(*job->rootfs, "/srv/root");
+  cr_assert_eq(job->binds.size(), 2u);
+  // JSON object keys come in sorted order: "binds" before "ro_binds".
+  cr_assert(job->binds[0].writable && job->binds[0].target == "/out");
+  cr_assert(!job->binds[1].writable && job->binds[1].target == "/in" && job->binds[1].source == "/data");
+  cr_assert_eq(*job->user, 1000u);
+  auto host_net = request_from_json(R"({"argv":["true"],"tier":"container","net":"host"})");
+  cr_assert(!host_net.ok());
+  cr_assert(contains(host_net.error().message(), "empty network namespace"), "%s",
+            host_net.error().message().c_str());
+  auto bad_bind = request_from_json(R"({"argv":["true"],"binds":["relative"]})");
+  cr_assert(!bad_bind.ok());
+  cr_assert(contains(bad_bind.error().message(), "'relative'"), "%s", bad_bind.error().message().c_str());
+  auto bad_user = request_from_json(R"({"argv":["true"],"user":-1})");
+  cr_assert(!bad_user.ok());
+  cr_assert(contains(bad_user.error().message(), "user"), "%s", bad_user.error().message().c_str());
 }
 
 Test(container, bind_specs_parse_and_bad_ones_are_named) {
