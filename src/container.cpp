@@ -97,6 +97,9 @@ Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_
   // v1: the child joins the cgroup after clone and unshares the cgroup
   // namespace itself, so its root is the run's group.
   spec.cgroup(!c->join_in_child);
+  // A killed supervisor takes its sandboxes with it (the Supervisor is
+  // single-threaded: the cloning thread lives as long as its runs).
+  spec.die_with_parent(true);
   auto ns = prepare_namespaces(spec);
   if (!ns) return std::move(ns).error().context("container");
   c->ns = std::move(*ns);

@@ -145,14 +145,15 @@ Result observe(Harness& h) {
   return r;
 }
 
-// Run groups this test process made, in every hierarchy the probe uses.
-std::size_t my_run_cgroups() {
+// Run groups the process `pid` made (default: this test process), in every
+// hierarchy the probe uses.
+std::size_t my_run_cgroups(pid_t pid = getpid()) {
   const CgroupProbe& p = host().cgroups;
   std::vector<std::string> parents;
   if (p.backend == CgroupVersion::v2) parents.push_back(p.v2_own_dir + "/corral");
   for (const auto& h : p.v1)
     if (!h.own_dir.empty()) parents.push_back(h.own_dir + "/corral");
-  std::string mine = "-" + std::to_string(getpid()) + "-";
+  std::string mine = "-" + std::to_string(pid) + "-";
   std::size_t n = 0;
   for (const auto& dir : parents) {
     DIR* d = opendir(dir.c_str());
@@ -418,6 +419,42 @@ Test(container, a_deadline_forwards_sigterm_then_kills_everything) {
   cr_assert_lt(s.wall_seconds, 2.0);
   cr_assert_eq(my_run_cgroups(), 0u);
   cr_assert_eq(h.leftovers(), 0u);
+}
+
+Test(container, a_killed_supervisor_takes_its_sandboxes_with_it) {
+  SKIP_UNLESS_CONTAINER();
+  TempDir base;
+  chmod(base.path().c_str(), 0755);
+  std::string marker = "orphan-marker-" + std::to_string(getpid());
+  int ready[2];
+  cr_assert_eq(pipe2(ready, O_CLOEXEC), 0);
+  pid_t sup_pid = fork();
+  if (sup_pid == 0) {
+    SupervisorOptions o;
+    o.workspace_base = base.path();
+    auto sup = Supervisor::create(o);
+    if (!sup) _exit(1);
+    auto h = (*sup)->submit(boxed({"/helpers/hostile", "ignore-term", marker}));
+    if (!h) _exit(2);
+    (void)!write(ready[1], "x", 1);  // the program has exec'd: submit waits for that
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char byte;
+  cr_assert_eq(read(ready[0], &byte, 1), 1, "the supervisor child did not start its run");
+  close(ready[0]);
+  cr_assert_eq(host_processes_with(marker), 1u, "the sandboxed program is not running");
+  kill(sup_pid, SIGKILL);
+  waitpid(sup_pid, nullptr, 0);
+  std::size_t left = 1;
+  for (int i = 0; i < 100 && (left = host_processes_with(marker)) != 0; ++i) usleep(20000);
+  cr_assert_eq(left, 0u, "the sandbox outlived its supervisor");
+  // Its cgroup stays until a sweep: the supervisor died before removing it.
+  for (int i = 0; i < 100 && my_run_cgroups(sup_pid) != 0; ++i) {
+    (void)sweep_stale_run_cgroups(host().cgroups, CgroupSpec{});
+    usleep(20000);
+  }
+  cr_assert_eq(my_run_cgroups(sup_pid), 0u, "the dead supervisor's cgroup was not swept");
 }
 
 Test(container, outputs_are_collected_after_exit_and_after_a_kill) {
