@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,13 +22,11 @@
 namespace corral {
 namespace {
 
-// What a child that failed before exec writes to the error pipe, and what
-// the program writes just before execve (stage none) so the parent learns
-// how long the setup took. One write each, under PIPE_BUF: atomic.
+// What a child that failed before exec writes to the error pipe. One write,
+// under PIPE_BUF: atomic.
 struct ChildRecord {
   SpawnStage stage = SpawnStage::none;
   std::int32_t err = 0;
-  std::uint64_t setup_ns = 0;
   NsFailure ns;
 };
 
@@ -51,6 +50,9 @@ struct ChildArgs {
   int report_fd;                 // write end of pid 1's report pipe
   std::uint64_t reset_mask;      // signals the parent ignores: back to SIG_DFL
   std::uint64_t start_ns;
+  // A MAP_SHARED word the program sets just before execve: the setup time
+  // reaches the parent without a pipe write that would wake it once more.
+  std::uint64_t* setup_ns_out;
   ChildRecord record;
 };
 
@@ -136,8 +138,7 @@ int container_child(void* p) noexcept {
   if (plan.seccomp)
     if (int e = apply_seccomp_in_child(*plan.seccomp)) return fail_in_child(a, SpawnStage::seccomp, e);
 
-  a->record.setup_ns = monotonic_ns_raw() - a->start_ns;
-  sys::write_all(a->error_fd, &a->record, sizeof a->record);
+  if (a->setup_ns_out) *a->setup_ns_out = monotonic_ns_raw() - a->start_ns;
   int err = ENOENT;
   for (const char* path : plan.exec_path_ptrs) {
     long r = sys::call(SYS_execve, reinterpret_cast<long>(path), reinterpret_cast<long>(plan.argv.data()),
@@ -172,11 +173,10 @@ Status make_pipe(UniqueFd& read_end, UniqueFd& write_end, const char* what, bool
   return {};
 }
 
-// Parent: read the child's records until the error pipe reaches EOF (the
-// program exec'd, or everything that held the pipe is gone). The last
-// failure record wins; a stage-none record only carries the setup time.
-// Returns false on timeout.
-bool read_child_records(int fd, ChildRecord& failure, std::uint64_t& setup_ns) {
+// Parent: read the error pipe until EOF (the program exec'd, or everything
+// that held the pipe is gone). A record means the child failed; the last
+// one wins. Returns false on timeout.
+bool read_child_records(int fd, ChildRecord& failure) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kExecTimeoutMs);
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -189,9 +189,7 @@ bool read_child_records(int fd, ChildRecord& failure, std::uint64_t& setup_ns) {
     ssize_t n = read(fd, &rec, sizeof rec);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return true;
-    if (static_cast<std::size_t>(n) != sizeof rec) continue;  // cannot happen: one atomic write
-    if (rec.stage == SpawnStage::none) setup_ns = rec.setup_ns;
-    else failure = rec;
+    if (static_cast<std::size_t>(n) == sizeof rec) failure = rec;  // one atomic write each
   }
 }
 
@@ -217,6 +215,14 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
   args.error_fd = error_write.get();
   args.report_fd = report_write.get();
   args.reset_mask = ignored_signal_mask();
+  void* shared = mmap(nullptr, sizeof(std::uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  args.setup_ns_out = shared == MAP_FAILED ? nullptr : static_cast<std::uint64_t*>(shared);
+  struct Unmap {
+    void* p;
+    ~Unmap() {
+      if (p != MAP_FAILED) munmap(p, sizeof(std::uint64_t));
+    }
+  } unmap{shared};
 
   CloneSpec spec;
   spec.flags = c.ns.clone_flags() | CLONE_CLEAR_SIGHAND;
@@ -258,13 +264,12 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
     return fail(SpawnStage::namespaces, st.error().code(), st.error().message());
 
   ChildRecord failure;
-  std::uint64_t setup_ns = 0;
-  if (!read_child_records(error_read.get(), failure, setup_ns))
+  if (!read_child_records(error_read.get(), failure))
     return fail(SpawnStage::namespaces, ETIMEDOUT,
                 "container: the child did not exec within " + std::to_string(kExecTimeoutMs / 1000) + " s");
   c.exec_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  c.setup_ns = setup_ns;
-  child.report.setup_ns = setup_ns;
+  c.setup_ns = args.setup_ns_out ? *args.setup_ns_out : 0;
+  child.report.setup_ns = c.setup_ns;
   if (failure.stage != SpawnStage::none) {
     std::string message =
         failure.stage == SpawnStage::namespaces && failure.ns.stage != NsStage::none
