@@ -1,15 +1,16 @@
 #include "corral/enforcement.hpp"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
+#include <cstring>
 
 #include "corral/capabilities.hpp"
 #include "corral/landlock.hpp"
@@ -19,50 +20,65 @@
 namespace corral {
 namespace {
 
-std::string read_first_line(const char* path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
+// What `container` needs first, tried in a throwaway child rather than
+// trusted from sysctls (distributions gate user namespaces differently):
+// a user namespace with a private mount namespace, a tmpfs mounted in it
+// (on /tmp, the mount tree's staging directory) and pivot_root into that
+// tmpfs. The child reports the first step that failed and its errno.
+struct ContainerProbe {
+  bool user_namespaces = false;
+  bool pivot_root = false;
+  std::string failed;  // "" or "pivot_root: Operation not permitted"
+};
 
-// A user namespace is what `container` needs first; try one in a throwaway
-// child rather than trusting sysctls (distributions gate it differently).
-bool probe_user_namespaces() {
+ContainerProbe probe_container() {
+  ContainerProbe out;
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) {
+    out.failed = std::string("probe: pipe: ") + strerror(errno);
+    return out;
+  }
   pid_t pid = fork();
-  if (pid == 0) _exit(unshare(CLONE_NEWUSER) == 0 ? 0 : 1);
-  if (pid < 0) return false;
+  if (pid == 0) {
+    // The forked child: raw steps, a record {step, errno} on failure.
+    int rec[2] = {0, 0};
+    auto fail = [&](int step) {
+      rec[0] = step;
+      rec[1] = errno;
+      (void)!write(p[1], rec, sizeof rec);
+      _exit(1);
+    };
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) fail(1);
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(2);
+    if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k") != 0) fail(3);
+    if (chdir("/tmp") != 0 || syscall(SYS_pivot_root, ".", ".") != 0) fail(4);
+    _exit(0);
+  }
+  close(p[1]);
+  int rec[2] = {0, 0};
+  ssize_t n = pid < 0 ? -1 : read(p[0], rec, sizeof rec);
+  close(p[0]);
   int status = 0;
-  if (waitpid(pid, &status, 0) != pid) return false;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (pid > 0) waitpid(pid, &status, 0);
+  static const char* const kSteps[] = {"", "unshare(CLONE_NEWUSER|CLONE_NEWNS)", "make / private",
+                                       "mount tmpfs on /tmp", "pivot_root into it"};
+  if (pid < 0) {
+    out.failed = std::string("probe: fork: ") + strerror(errno);
+  } else if (n == static_cast<ssize_t>(sizeof rec) && rec[0] >= 1 && rec[0] <= 4) {
+    out.user_namespaces = rec[0] > 1;
+    out.failed = std::string(kSteps[rec[0]]) + ": " + strerror(rec[1]);
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    out.user_namespaces = out.pivot_root = true;
+  } else {
+    out.failed = "probe: the child ended without a report";
+  }
+  return out;
 }
 
 bool probe_io_uring() {
   // io_uring_setup with bad arguments: EFAULT means the call exists.
   long r = sys::call(SYS_io_uring_setup, 1, 0);
   return r == -EFAULT || r >= 0;
-}
-
-// Which cgroup hierarchy holds a controller: "v1" (its own mount), "v2", or "".
-std::string controller_home(const std::string& controller, std::string& summary_v1, std::string& summary_v2) {
-  std::ifstream mounts("/proc/self/mounts");
-  std::string line;
-  std::string home;
-  while (std::getline(mounts, line)) {
-    std::istringstream fields(line);
-    std::string dev, dir, type, opts;
-    fields >> dev >> dir >> type >> opts;
-    if (type == "cgroup") {
-      std::string o = "," + opts + ",";
-      if (o.find("," + controller + ",") != std::string::npos) home = "v1";
-    } else if (type == "cgroup2") {
-      std::string ctl = read_first_line((dir + "/cgroup.controllers").c_str());
-      if (summary_v2.empty()) summary_v2 = ctl.empty() ? "(none)" : ctl;
-      if ((" " + ctl + " ").find(" " + controller + " ") != std::string::npos) home = "v2";
-    }
-  }
-  if (home == "v1") summary_v1 += (summary_v1.empty() ? "" : ",") + controller;
-  return home;
 }
 
 }  // namespace
@@ -77,16 +93,41 @@ HostFacts probe_host() {
   long pidfd = sys::call(SYS_pidfd_open, getpid(), 0);
   h.pidfd = pidfd >= 0;
   if (pidfd >= 0) close(static_cast<int>(pidfd));
-  h.user_namespaces = probe_user_namespaces();
-  std::string v1, v2;
-  // Per-run cgroups need root (or a delegated subtree, not probed yet).
-  h.cgroup_memory = !controller_home("memory", v1, v2).empty() && h.root;
-  h.cgroup_pids = !controller_home("pids", v1, v2).empty() && h.root;
-  h.cgroup_summary = "v1: " + (v1.empty() ? std::string("(none)") : v1) + "; v2: " + (v2.empty() ? "(not mounted)" : v2);
+  ContainerProbe c = probe_container();
+  h.user_namespaces = c.user_namespaces;
+  h.pivot_root = c.pivot_root;
+  h.container_probe = c.failed;
+  // The cgroup module decides: a backend exists only where we may create
+  // groups (root, or a delegated subtree), and has() says which controllers.
+  h.cgroups = probe_cgroups();
+  h.cgroup_memory = h.cgroups.backend != CgroupVersion::none && h.cgroups.has("memory");
+  h.cgroup_pids = h.cgroups.backend != CgroupVersion::none && h.cgroups.has("pids");
+  h.cgroup_summary = h.cgroups.describe();
   struct utsname u;
   if (uname(&u) == 0) h.kernel = u.release;
   return h;
 }
+
+namespace {
+
+// Why a per-run cgroup with `controller` cannot be had here, and how to get it.
+std::string cgroup_missing(const HostFacts& h, const char* controller) {
+  std::string why = h.cgroups.backend == CgroupVersion::none
+                        ? h.cgroups.why_none
+                        : std::string("the ") + std::string(cgroup_version_name(h.cgroups.backend)) +
+                              " hierarchy we may write has no " + controller + " controller";
+  return "no per-run cgroup with the " + std::string(controller) + " controller (" + why +
+         "); run as root, or in a delegated cgroup (e.g. systemd-run --user --scope -p Delegate=yes)";
+}
+
+std::string namespaces_note(const HostFacts& h) {
+  if (h.user_namespaces && h.pivot_root) return "user, pid, net, mount (pivot_root), ipc, uts, cgroup namespaces";
+  return "this host refused " + h.container_probe +
+         " (user namespaces may be disabled: sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone, "
+         "or an AppArmor/SELinux policy)";
+}
+
+}  // namespace
 
 std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   std::vector<EnforcementEntry> m;
@@ -98,13 +139,19 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   add("cpu_seconds", "hard", "RLIMIT_CPU: SIGXCPU at the limit, SIGKILL one second later");
   if (container)
     add("memory_bytes", h.cgroup_memory ? "cgroup" : "unsupported",
-        h.cgroup_memory ? "memory cgroup ceiling for the whole tree, swap off"
-                        : "needs root or a delegated cgroup with the memory controller");
+        h.cgroup_memory ? std::string("memory cgroup (") + std::string(cgroup_version_name(h.cgroups.backend)) +
+                              ") ceiling for the whole tree, swap " +
+                              (h.cgroups.backend == CgroupVersion::v2 || h.cgroups.v1_memsw ? "capped at 0"
+                                                                                            : "not accounted") +
+                              "; an OOM kill is killed_oom"
+                        : cgroup_missing(h, "memory"));
   else
     add("memory_bytes", "hard_per_process", "RLIMIT_AS: address space of each process, not the tree");
   if (container)
     add("process_count", h.cgroup_pids ? "cgroup" : "unsupported",
-        h.cgroup_pids ? "pids cgroup" : "needs root or a delegated cgroup with the pids controller");
+        h.cgroup_pids ? std::string("pids.max (") + std::string(cgroup_version_name(h.cgroups.backend)) +
+                            ") over every process and thread of the run"
+                      : cgroup_missing(h, "pids"));
   else if (h.root && tier != Tier::none)
     add("process_count", "hard_per_run", "RLIMIT_NPROC on a uid of the run's own");
   else
@@ -127,7 +174,9 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   if (process)
     add(kGuaranteeWriteConfinement, landlock_how(), "Landlock ABI " + std::to_string(h.landlock_abi));
   else if (container)
-    add(kGuaranteeWriteConfinement, "container", "read-only mount tree; only /workspace and /tmp writable");
+    add(kGuaranteeWriteConfinement, h.pivot_root ? "container" : "unsupported",
+        "fresh read-only root (pivot_root); only /workspace, --bind targets, /tmp and /dev/shm (size-capped tmpfs) "
+        "writable; /root, /home and the rest of the host invisible");
   else
     add(kGuaranteeWriteConfinement, "unsupported", "tier none has no boundary: use --tier process");
 
@@ -135,14 +184,17 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
     add(kGuaranteeNetworkNone, (h.landlock_abi >= 4 && h.seccomp) ? "hard" : (h.seccomp ? "seccomp_only" : "unsupported"),
         "seccomp no-network (socket() only for AF_UNIX) + Landlock TCP rules (ABI >= 4)");
   else if (container)
-    add(kGuaranteeNetworkNone, h.user_namespaces ? "container" : "unsupported", "empty network namespace");
+    add(kGuaranteeNetworkNone, h.user_namespaces ? "container" : "unsupported",
+        "empty network namespace (loopback only): neither the host's network nor its loopback");
   else
     add(kGuaranteeNetworkNone, "unsupported", "tier none has no boundary: use --tier process");
 
   if (tier == Tier::none)
     add(kGuaranteePrivilegeDrop, "unsupported", "tier none runs as the caller");
   else if (container)
-    add(kGuaranteePrivilegeDrop, h.user_namespaces ? "container" : "unsupported", "non-root uid in a user namespace");
+    add(kGuaranteePrivilegeDrop, h.user_namespaces ? "container" : "unsupported",
+        std::string("non-root uid inside a user namespace (default 65534), mapped to ") +
+            (h.root ? "a host uid of the run's own" : "the caller's own uid"));
   else
     add(kGuaranteePrivilegeDrop, h.root ? "hard_per_run" : "unsupported",
         h.root ? "a uid of its own per run in flight" : "not root: the program runs as the caller's uid");
@@ -154,11 +206,21 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
     add(kGuaranteeCapabilityDrop, "no_new_privs", "not root: no capabilities to drop; no_new_privs stops exec gaining any");
   add(kGuaranteeSeccomp, tier == Tier::none ? "unsupported" : (h.seccomp ? "hard" : "unsupported"),
       tier == Tier::none ? "tier none installs no filter" : "profile default (deny-list, EPERM)");
-  add(kGuaranteeGroupKill, "hard", "killpg + pidfd_send_signal on the session the program leads");
+  if (container && h.cgroups.backend != CgroupVersion::none)
+    add(kGuaranteeGroupKill, "cgroup", "SIGKILL to pid 1 ends the pid namespace; every task in the run's cgroup killed");
+  else if (container)
+    add(kGuaranteeGroupKill, "container", "SIGKILL to pid 1 ends the pid namespace (no cgroup here)");
+  else
+    add(kGuaranteeGroupKill, "hard", "killpg + pidfd_send_signal on the session the program leads");
   add(kGuaranteeReapsDescendants, container ? "container" : "process_group",
       container ? "pid namespace: nothing survives pid 1"
                 : "the program's group is killed; a setsid escapee leaves it (use --tier container)");
   add(kGuaranteeSecretMasking, "supervisor", "*** in every captured and streamed byte");
+  if (container)
+    add(kGuaranteeNamespaces, h.user_namespaces && h.pivot_root ? "hard" : "unsupported", namespaces_note(h));
+  else
+    add(kGuaranteeNamespaces, "unsupported", "tier " + std::string(to_string(tier)) +
+                                                 " shares the host's namespaces (use --tier container)");
   return m;
 }
 
@@ -176,6 +238,10 @@ Status check_enforceable(const HostFacts& host, const Request& request, const Li
       if (e.name == name) return &e;
     return nullptr;
   };
+  // The container tier is its namespaces: no acknowledgement runs it without them.
+  if (request.tier == Tier::container)
+    if (const EnforcementEntry* e = find(kGuaranteeNamespaces); e && e->how == "unsupported")
+      return Error(ENOTSUP, "tier container is not available on this host: " + e->note);
   auto refuse = [&](std::string_view name, const EnforcementEntry& e) {
     return Error(ENOTSUP, std::string(name) + " is not enforceable in tier " + std::string(to_string(request.tier)) +
                               " on this host (" + e.note + "); acknowledge it to run anyway");
@@ -186,6 +252,11 @@ Status check_enforceable(const HostFacts& host, const Request& request, const Li
     bool asked = request.limits.has(info.limit);
     bool acked = request.acknowledged.count(std::string(info.name)) > 0;
     if (asked && !acked) return refuse(info.name, *e);
+    // The result's detail says what an acknowledgement let through.
+    if (asked && acked)
+      warnings.push_back(std::string(info.name) + "=" + std::to_string(*request.limits.get(info.limit)) +
+                         " (acknowledged) is not enforced in tier " + std::string(to_string(request.tier)) + ": " +
+                         e->note);
     if (!asked && defaults.has(info.limit) && !acked)
       warnings.push_back(std::string(info.name) + " (default) is not enforced in tier " +
                          std::string(to_string(request.tier)) + ": " + e->note);
@@ -193,12 +264,17 @@ Status check_enforceable(const HostFacts& host, const Request& request, const Li
   auto guarantee = [&](bool asked, std::string_view name) -> Status {
     if (!asked) return {};
     const EnforcementEntry* e = find(name);
-    if (e && e->how == "unsupported" && request.acknowledged.count(std::string(name)) == 0) return refuse(name, *e);
+    if (!e || e->how != "unsupported") return {};
+    if (request.acknowledged.count(std::string(name)) == 0) return refuse(name, *e);
+    warnings.push_back(std::string(name) + " (acknowledged) is not enforced in tier " +
+                       std::string(to_string(request.tier)) + ": " + e->note);
     return {};
   };
   if (auto st = guarantee(request.confine_writes || !request.write_paths.empty(), kGuaranteeWriteConfinement); !st) return st;
   if (auto st = guarantee(request.net == NetworkAccess::none, kGuaranteeNetworkNone); !st) return st;
   if (auto st = guarantee(request.user.has_value(), kGuaranteePrivilegeDrop); !st) return st;
+  // The container tier promises a seccomp filter whether or not one was asked for.
+  if (auto st = guarantee(request.tier == Tier::container, kGuaranteeSeccomp); !st) return st;
   return {};
 }
 
@@ -213,6 +289,7 @@ std::vector<std::pair<std::string, std::string>> host_fact_lines(const HostFacts
       {"io_uring", yes(h.io_uring)},
       {"pidfd", yes(h.pidfd)},
       {"user_namespaces", yes(h.user_namespaces)},
+      {"pivot_root", h.pivot_root ? std::string("yes") : "no (" + h.container_probe + ")"},
       {"cgroups", h.cgroup_summary},
       {"cgroup_memory_per_run", yes(h.cgroup_memory)},
       {"cgroup_pids_per_run", yes(h.cgroup_pids)},

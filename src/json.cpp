@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "corral/capture.hpp"
+#include "corral/container.hpp"
 
 namespace corral {
 namespace {
@@ -43,6 +44,7 @@ Expected<Request> request_from_json(std::string_view text) {
   Request r;
   std::optional<std::string> source;
   std::vector<std::string> interpreter;
+  bool net_host_given = false;
   for (const auto& [key, v] : j.items()) {
     Status st;
     if (key == "id") {
@@ -117,7 +119,10 @@ Expected<Request> request_from_json(std::string_view text) {
       r.write_paths = std::move(*s);
     } else if (key == "net") {
       if (v == "none") r.net = NetworkAccess::none;
-      else if (v == "host") r.net = NetworkAccess::host;
+      else if (v == "host") {
+        r.net = NetworkAccess::host;
+        net_host_given = true;
+      }
       else return Error::invalid("field 'net' must be \"none\" or \"host\"");
     } else if (key == "acknowledge") {
       auto s = strings(v, "acknowledge");
@@ -126,6 +131,21 @@ Expected<Request> request_from_json(std::string_view text) {
     } else if (key == "grace_seconds") {
       if (!v.is_number()) return Error::invalid("field 'grace_seconds' must be a number");
       r.grace_seconds = v.get<double>();
+    } else if (key == "rootfs") {
+      if (!v.is_string()) return Error::invalid("field 'rootfs' must be a string");
+      r.rootfs = v.get<std::string>();
+    } else if (key == "ro_binds" || key == "binds") {
+      auto s = strings(v, key.c_str());
+      if (!s) return std::move(s).error();
+      for (const auto& spec : *s) {
+        auto b = parse_bind_spec(spec, key == "binds");
+        if (!b) return std::move(b).error();
+        r.binds.push_back(std::move(*b));
+      }
+    } else if (key == "user") {
+      if (!v.is_number_unsigned() || v.get<std::uint64_t>() >= 4294967295ull)
+        return Error::invalid("field 'user' must be a uid (a non-negative integer)");
+      r.user = static_cast<uid_t>(v.get<std::uint64_t>());
     } else if (key == "artifact_root") {
       if (!v.is_string()) return Error::invalid("field 'artifact_root' must be a string");
       r.artifact_root = v.get<std::string>();
@@ -141,6 +161,8 @@ Expected<Request> request_from_json(std::string_view text) {
     return Error::invalid("field 'interpreter' needs 'source'");
   }
   if (r.argv.empty() && !r.payload) return Error::invalid("field 'argv' is missing or empty");
+  if (net_host_given && r.tier == Tier::container)
+    return Error::invalid("field 'net': tier container always runs in an empty network namespace");
   return r;
 }
 

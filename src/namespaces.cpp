@@ -280,6 +280,7 @@ Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec) {
   if (spec.uts())
     if (auto st = check_hostname(spec.hostname()); !st) return std::move(st).error();
   p.hostname_ = spec.hostname();
+  p.die_with_parent_ = spec.die_with_parent();
 
   if (spec.mount()) {
     // proc(5): mounting proc needs CAP_SYS_ADMIN over the pid namespace's
@@ -323,6 +324,7 @@ const char* ns_stage_name(NsStage stage) noexcept {
     case NsStage::loopback: return "bring up lo";
     case NsStage::mount_tree: return "mount tree";
     case NsStage::pid1: return "fork the program under pid 1";
+    case NsStage::parent_death: return "prctl(PR_SET_PDEATHSIG)";
   }
   return "?";
 }
@@ -360,6 +362,11 @@ int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, 
     long g = ns.map_.inside_gid, u = ns.map_.inside_uid;
     if ((ret = sys::call(SYS_setresgid, g, g, g)) < 0) return fail(NsStage::setgid, sys::error_of(ret));
     if ((ret = sys::call(SYS_setresuid, u, u, u)) < 0) return fail(NsStage::setuid, sys::error_of(ret));
+  }
+  // After the id switch, which clears it (commit_creds); pid 1 keeps it.
+  if (ns.die_with_parent_) {
+    if (long ret = sys::call(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0); ret < 0)
+      return fail(NsStage::parent_death, sys::error_of(ret));
   }
   if (ns.flags_ & CLONE_NEWUTS) {
     if ((err = set_hostname_in_child(ns.hostname_.data(), ns.hostname_.size())))

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "corral/capabilities.hpp"
+#include "corral/container.hpp"
 #include "corral/landlock.hpp"
 #include "corral/rlimits.hpp"
 #include "corral/seccomp.hpp"
@@ -72,9 +73,11 @@ Expected<UniqueFd> stdin_memfd(const std::string& text) {
 
 // The tier's filter: `default`, plus `no-network` when the network is
 // closed, or `tcp-only` when it is closed but for an allow-list of ports.
+// In a container the network namespace is already empty: `default` only.
 Expected<std::shared_ptr<const SeccompProgram>> seccomp_for(const Request& req, MechanismCache* cache) {
-  const char* net = req.net != NetworkAccess::none ? nullptr
-                    : (req.tcp_connect_ports.empty() ? "no-network" : "tcp-only");
+  const char* net = (req.tier == Tier::container || req.net != NetworkAccess::none)
+                        ? nullptr
+                        : (req.tcp_connect_ports.empty() ? "no-network" : "tcp-only");
   std::string key = net ? std::string("default,") + net : "default";
   if (cache)
     if (auto it = cache->seccomp.find(key); it != cache->seccomp.end()) return it->second;
@@ -93,6 +96,15 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
   const Request& req = run.request;
   ChildPlan& plan = run.plan;
   if (req.tier == Tier::none) return {};
+  // Namespaces, mount tree, cgroup, seccomp; the host id is the run's own
+  // uid when root, ours when rootless.
+  if (req.tier == Tier::container) {
+    auto program = seccomp_for(req, cache);
+    if (!program) return std::move(program).error();
+    run.plan.seccomp = std::move(*program);
+    return owner ? prepare_container(run, host, owner->uid, owner->gid)
+                 : prepare_container(run, host, geteuid(), getegid());
+  }
 
   // Not root: there is nothing to drop and the bounding set cannot shrink;
   // no_new_privs (set by the seccomp and Landlock steps) keeps exec from
@@ -160,8 +172,9 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   auto who = [&](const Error& e) { return e.context("run " + (req.id.empty() ? run.run_id : "'" + req.id + "'")); };
 
   if (req.argv.empty() && !req.payload) return who(Error::invalid("argv is empty"));
-  if (req.tier == Tier::container)
-    return who(Error(ENOTSUP, "tier container is not available in this build (use none or process)"));
+  const bool container = req.tier == Tier::container;
+  if (!container && (req.rootfs || !req.binds.empty()))
+    return who(Error::invalid("rootfs and binds need tier container (tier " + std::string(to_string(req.tier)) + ")"));
   if (req.payload && req.payload->interpreter.empty())
     return who(Error::invalid("program payload needs an interpreter argv (e.g. [\"python3\"])"));
   if (!(req.grace_seconds >= 0 && req.grace_seconds <= 3600))
@@ -199,7 +212,14 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   // One uid per run in flight when we can: RLIMIT_NPROC then binds per run
   // and runs cannot signal or read each other.
   std::optional<WorkspaceOwner> owner;
-  if (req.tier == Tier::os_process && host.root) {
+  if (container && host.root) {
+    // The host id the sandbox's uid maps to (request.user is the inside uid).
+    if (!ctx.uids) return who(Error::invalid("tier container as root needs a uid pool for the runs' host ids"));
+    auto lease = ctx.uids->acquire();
+    if (!lease) return who(std::move(lease).error());
+    owner = WorkspaceOwner{lease->uid(), lease->gid()};
+    run.uid_lease.emplace(std::move(*lease));
+  } else if (req.tier == Tier::os_process && host.root) {
     if (req.user) {
       owner = WorkspaceOwner{*req.user, *req.user};
     } else if (ctx.uids) {
@@ -239,8 +259,9 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   std::map<std::string, std::string> env;
   for (const auto& name : req.pass_env)
     if (const char* v = find_env(name.c_str())) env[name] = v;
-  env["HOME"] = w.home();
-  env["TMPDIR"] = w.tmp();
+  // In a container the workspace is at /workspace and /tmp is a private tmpfs.
+  env["HOME"] = container ? std::string(kContainerWorkspace) + "/home" : w.home();
+  env["TMPDIR"] = container ? std::string("/tmp") : w.tmp();
   for (const auto& [k, v] : req.env) env[k] = v;
   for (auto& [k, v] : secret_env) env[k] = v;
   for (const auto& [k, v] : env) {
@@ -250,7 +271,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   }
   auto path_it = env.find("PATH");
   plan.exec_paths = exec_candidates(plan.argv_storage.front(), path_it == env.end() ? "" : path_it->second);
-  plan.cwd = req.cwd ? *req.cwd : w.path();
+  plan.cwd = container ? "" : (req.cwd ? *req.cwd : w.path());  // container: the mount tree's chdir
   plan.merge_output = req.merge_output;
   if (req.stdin_text) {
     auto fd = stdin_memfd(*req.stdin_text);
@@ -258,7 +279,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
     plan.stdin_fd = std::move(*fd);
   }
 
-  auto rl = rlimits_from_limits(run.limits);
+  auto rl = rlimits_from_limits(container ? container_rlimit_limits(run.limits) : run.limits);
   if (!rl) return who(std::move(rl).error());
   if (auto st = check_rlimits_allowed(*rl); !st) return who(st.error());
   plan.rlimits.emplace(*rl);
@@ -365,7 +386,11 @@ Result finish_run(PreparedRun& run, const RunEnd& end, StreamCapture& out, Strea
   r.timings.child_setup = static_cast<double>(end.report.setup_ns) / 1e9;
   r.timings.exec = end.clone_seconds;  // CLONE_VFORK: the parent resumes once exec is done
 
+  std::vector<std::string> container_notes;
+  if (run.container) container_notes = finish_container(run, end, r);
+
   std::string detail = describe_end(r);
+  for (const auto& note : container_notes) detail += "; " + note;
   if (run.workspace && !run.request.outputs.empty()) {
     auto collected = run.workspace->collect(run.request.outputs, CollectLimits::from(run.limits));
     if (!collected) {

@@ -27,6 +27,8 @@ std::string_view to_string(SpawnStage stage) {
     case SpawnStage::chdir: return "chdir";
     case SpawnStage::seccomp: return "seccomp";
     case SpawnStage::execve: return "execve";
+    case SpawnStage::namespaces: return "namespaces";
+    case SpawnStage::cgroup: return "cgroup";
   }
   return "unknown";
 }

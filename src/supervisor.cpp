@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "corral/audit.hpp"
+#include "corral/container.hpp"
 #include "corral/reaper.hpp"
 #include "corral/run_setup.hpp"
 
@@ -242,7 +243,9 @@ struct Supervisor::Impl {
 
   void request_kill(std::uint32_t slot, Run& run, int sig) {
     (void)slot;
-    if (!run.exited && run.pidfd.valid()) kill_group(run.pidfd, sig);
+    if (run.exited || !run.pidfd.valid()) return;
+    if (run.prep.container) kill_container(*run.prep.container, run.pidfd, sig);  // pid 1 + cgroup
+    else kill_group(run.pidfd, sig);
   }
 
   void on_timer(std::uint32_t slot, Run& run, int res) {
@@ -495,7 +498,8 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
                                                       SecretMasker(run.prep.secrets));
   ++s.in_flight;
 
-  auto child = s.spawner->spawn(run.prep.plan);
+  auto child = run.prep.container ? spawn_container(run.prep.plan, *run.prep.container)
+                                  : s.spawner->spawn(run.prep.plan);
   if (!child) {
     // corral's own failure (pipe, clone3): nothing runs; undo.
     --s.in_flight;

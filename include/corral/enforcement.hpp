@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "corral/cgroup.hpp"
 #include "corral/limits.hpp"
 #include "corral/request.hpp"
 #include "corral/status.hpp"
@@ -25,9 +26,14 @@ struct HostFacts {
   bool io_uring = false;
   bool pidfd = false;
   bool user_namespaces = false;   // creating a user namespace works here
-  bool cgroup_memory = false;     // a per-run memory cgroup can be created
+  // In a user + mount namespace: a private tmpfs can be mounted and
+  // pivot_root'ed into (what the container tier's mount tree does first).
+  bool pivot_root = false;
+  std::string container_probe;    // the step that failed ("" when all worked)
+  CgroupProbe cgroups;            // the cgroup module's probe (backend, controllers, delegation)
+  bool cgroup_memory = false;     // a per-run memory cgroup can be created (root or delegated)
   bool cgroup_pids = false;
-  std::string cgroup_summary;     // e.g. "v1: memory,pids; v2: hugetlb"
+  std::string cgroup_summary;     // cgroups.describe()
   std::string kernel;             // uname release
 };
 
@@ -42,6 +48,9 @@ inline constexpr std::string_view kGuaranteeSeccomp = "seccomp";
 inline constexpr std::string_view kGuaranteeGroupKill = "group_kill";
 inline constexpr std::string_view kGuaranteeReapsDescendants = "reaps_descendants";
 inline constexpr std::string_view kGuaranteeSecretMasking = "secret_masking";
+// The container tier itself: user, pid, net, mount (pivot_root), ipc, uts
+// and cgroup namespaces. A container-tier run is refused without it.
+inline constexpr std::string_view kGuaranteeNamespaces = "namespaces";
 
 struct EnforcementEntry {
   std::string name;   // limit or guarantee

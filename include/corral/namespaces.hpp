@@ -134,6 +134,13 @@ class NamespaceSpec {
   NamespaceSpec& map(UserNsMap m) { map_ = m; return *this; }
   NamespaceSpec& hostname(std::string name) { hostname_ = std::move(name); return *this; }
   NamespaceSpec& mounts(MountTreeSpec tree) { mounts_ = std::move(tree); return *this; }
+  // PR_SET_PDEATHSIG SIGKILL once the child has its inside ids (the id switch
+  // would clear it): the sandbox, and with pid 1 everything in it, dies with
+  // the thread that cloned it. Off by default: only for a spawner whose
+  // cloning thread lives as long as its children (a single-threaded
+  // supervisor). A parent that dies between releasing the child and this
+  // step is not noticed.
+  NamespaceSpec& die_with_parent(bool on) { die_with_parent_ = on; return *this; }
 
   bool user() const { return user_; }
   bool pid() const { return pid_; }
@@ -145,8 +152,10 @@ class NamespaceSpec {
   const std::optional<UserNsMap>& map() const { return map_; }
   const std::string& hostname() const { return hostname_; }
   const MountTreeSpec& mounts() const { return mounts_; }
+  bool die_with_parent() const { return die_with_parent_; }
 
  private:
+  bool die_with_parent_ = false;
   bool user_ = true, pid_ = true, net_ = true, mount_ = true, ipc_ = true, uts_ = true, cgroup_ = true;
   std::optional<UserNsMap> map_;
   std::string hostname_ = "corral";
@@ -155,7 +164,7 @@ class NamespaceSpec {
 
 // Which stage of apply_namespaces_in_child failed.
 enum class NsStage : std::uint8_t {
-  none, sync, setgroups, setgid, setuid, hostname, loopback, mount_tree, pid1,
+  none, sync, setgroups, setgid, setuid, hostname, loopback, mount_tree, pid1, parent_death,
 };
 
 // The fixed record a failing child hands back (e.g. through its error pipe).
@@ -194,6 +203,7 @@ class PreparedNamespaces {
 
   std::uint64_t flags_ = 0;
   bool rootless_ = false;
+  bool die_with_parent_ = false;
   UserNsMap map_;
   std::string hostname_;
   bool has_tree_ = false;

@@ -55,6 +55,14 @@ struct ProgramPayload {
   std::string filename = "program";
 };
 
+// Tier container: a host path bound into the sandbox's filesystem
+// (read-only unless `writable`). `target` is absolute inside.
+struct MountBind {
+  std::string source;
+  std::string target;
+  bool writable = false;
+};
+
 struct Request {
   std::string id;                          // caller's label (batch jobs)
   std::vector<std::string> argv;           // never a shell string
@@ -76,7 +84,10 @@ struct Request {
   // and nothing else leaves (Landlock TCP rules, ABI >= 4, plus a seccomp
   // profile that keeps sockets to AF_UNIX and TCP). Ignored on other tiers.
   std::vector<std::uint16_t> tcp_connect_ports;
-  std::optional<uid_t> user;               // pin the run's uid (root only)
+  std::optional<uid_t> user;               // pin the run's uid (root only); in tier
+                                           // container: the uid inside (default 65534)
+  std::optional<std::string> rootfs;       // tier container: a prepared root instead of the host's /usr...
+  std::vector<MountBind> binds;            // tier container: extra binds (--ro-bind, --bind)
   std::optional<std::string> artifact_root;
   std::set<std::string> acknowledged;      // limits/guarantees the caller accepts as unenforced
   double grace_seconds = 2.0;              // SIGTERM → SIGKILL

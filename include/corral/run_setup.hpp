@@ -32,6 +32,8 @@ struct MechanismCache {
   std::map<Tier, std::map<std::string, std::string>> enforcement;
 };
 
+struct ContainerRun;  // container.hpp
+
 struct RunContext {
   UidPool* uids = nullptr;          // per-run uids when root; may be null
   std::string workspace_base;       // "" → $TMPDIR or /tmp
@@ -47,6 +49,7 @@ struct PreparedRun {
   std::shared_ptr<const SecretSet> secrets;    // values masked in every output byte
   std::optional<Workspace> workspace;
   std::optional<UidPool::Lease> uid_lease;
+  std::shared_ptr<ContainerRun> container;     // tier container only (container.hpp)
   std::map<std::string, std::string> enforcement;
   std::vector<std::string> warnings;           // defaults this host cannot enforce
   std::chrono::steady_clock::time_point started;

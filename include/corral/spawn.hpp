@@ -39,6 +39,8 @@ enum class SpawnStage : std::uint8_t {
   chdir,
   seccomp,
   execve,
+  namespaces,  // container tier: namespaces.hpp's apply (the full message is in the detail)
+  cgroup,      // container tier: joining the run's cgroup
 };
 std::string_view to_string(SpawnStage stage);
 

@@ -10,6 +10,7 @@
 
 #include "cli.hpp"
 #include "corral/audit.hpp"
+#include "corral/container.hpp"
 #include "corral/json.hpp"
 #include "corral/route_run.hpp"
 #include "corral/routes_file.hpp"
@@ -32,7 +33,10 @@ const char kRunHelp[] =
     "\n"
     "  --tier none|process|container  isolation tier (default: process)\n"
     "      none: a plain child with the ceilings; process: + uid drop (root), no\n"
-    "      capabilities, no_new_privs, seccomp 'default', Landlock when asked\n"
+    "      capabilities, no_new_privs, seccomp 'default', Landlock when asked;\n"
+    "      container: + user/pid/net/mount/ipc/uts/cgroup namespaces, a fresh\n"
+    "      read-only root with the workspace at /workspace, no network, a cgroup\n"
+    "      for memory_bytes and process_count, a non-root uid inside\n"
     "  --untrusted                    the program is untrusted: refused below\n"
     "                                 container\n"
     "  --limit NAME=VALUE             set a limit (repeatable; see the table below)\n"
@@ -59,7 +63,14 @@ const char kRunHelp[] =
     "                                 the write set under --confine-writes\n"
     "  --user UID                     run as UID and gid UID (tier process, as root;\n"
     "                                 default: a uid per run from 200000-265535 when\n"
-    "                                 root, else the caller's uid)\n"
+    "                                 root, else the caller's uid); tier container:\n"
+    "                                 the uid inside (default 65534, never 0)\n"
+    "  --rootfs DIR                   tier container: DIR's entries (read-only) instead\n"
+    "                                 of the host's /usr, /bin, /lib* and a minimal /etc\n"
+    "  --ro-bind SRC[:DST]            tier container: bind host SRC read-only at DST\n"
+    "                                 (repeatable)\n"
+    "  --bind SRC[:DST]               tier container: bind host SRC read-write at DST\n"
+    "                                 (repeatable)\n"
     "  --grace SECONDS                SIGTERM to SIGKILL after the deadline, 0-3600,\n"
     "                                 fractions allowed (default: 2)\n"
     "  --stdin-text TEXT              the program's stdin (default: /dev/null)\n"
@@ -109,6 +120,7 @@ struct Options {
   bool untrusted = false;
   std::string routes_file, route_name, audit_path;
   RouteOverrides route_flags;  // the flags a route owns, when given
+  bool net_host_given = false;
 };
 
 bool split_kv(const std::string& text, std::string& k, std::string& v) {
@@ -169,7 +181,10 @@ int parse(int argc, char** argv, Options& o) {
     else if (a == "--write-path") o.request.write_paths.push_back(v);
     else if (a == "--net") {
       if (std::strcmp(v, "none") == 0) o.request.net = NetworkAccess::none;
-      else if (std::strcmp(v, "host") == 0) o.request.net = NetworkAccess::host;
+      else if (std::strcmp(v, "host") == 0) {
+        o.request.net = NetworkAccess::host;
+        o.net_host_given = true;
+      }
       else return say("--net: '%s' is neither none nor host", v), 2;
       o.route_flags.net = o.request.net;
     } else if (a == "--env") {
@@ -192,6 +207,11 @@ int parse(int argc, char** argv, Options& o) {
       auto slash = name.rfind('/');
       in.name = (colon == std::string::npos && slash != std::string::npos) ? name.substr(slash + 1) : name;
       o.request.inputs.push_back(std::move(in));
+    } else if (a == "--rootfs") o.request.rootfs = v;
+    else if (a == "--ro-bind" || a == "--bind") {
+      auto b = parse_bind_spec(v, a == "--bind");
+      if (!b) return say("%s: %s", a.c_str(), b.error().message().c_str()), 2;
+      o.request.binds.push_back(std::move(*b));
     } else if (a == "--output") o.request.outputs.push_back(v);
     else if (a == "--artifact-root") o.request.artifact_root = v;
     else if (a == "--cwd") o.request.cwd = v;
@@ -247,8 +267,12 @@ int run_main(int argc, char** argv) {
   if (!o.routes_file.empty() || !o.route_name.empty())
     if (int rc = apply_route(o); rc >= 0) return rc;
   if (o.untrusted && o.request.tier != Tier::container) {
-    say("--untrusted needs tier container or above; tier %s gives %s (use --tier container)",
-        std::string(to_string(o.request.tier)).c_str(), std::string(to_string(o.request.tier)).c_str());
+    say("--untrusted needs tier container or above; tier %s is below it (use --tier container)",
+        std::string(to_string(o.request.tier)).c_str());
+    return 2;
+  }
+  if (o.net_host_given && o.request.tier == Tier::container) {
+    say("--net host: tier container always runs in an empty network namespace (use --tier process --net host)");
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);

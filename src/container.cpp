@@ -1,0 +1,180 @@
+// The container tier's parent side around the spawn (container.hpp):
+// preparing a run's namespaces, mount tree and cgroup from its Request, and
+// turning how pid 1 ended plus the cgroup's counters into the Result.
+#include "corral/container.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "corral/enforcement.hpp"
+#include "corral/run_setup.hpp"
+#include "corral/seccomp.hpp"
+
+namespace corral {
+
+Expected<MountBind> parse_bind_spec(std::string_view text, bool writable) {
+  std::string what = std::string(writable ? "bind" : "ro-bind") + " '" + std::string(text) + "'";
+  MountBind b;
+  b.writable = writable;
+  auto split = text.rfind(":/");
+  if (split == std::string_view::npos) {
+    b.source = b.target = std::string(text);
+  } else {
+    b.source = std::string(text.substr(0, split));
+    b.target = std::string(text.substr(split + 1));
+  }
+  if (b.source.empty()) return Error::invalid(what + ": the source is empty (expected SRC[:DST])");
+  if (b.target.front() != '/')
+    return Error::invalid(what + ": the target must be an absolute path (expected SRC[:DST], DST absolute)");
+  return b;
+}
+
+Limits container_rlimit_limits(const Limits& limits) {
+  Limits out = limits;
+  // The cgroup's: a tree-wide ceiling, not RLIMIT_AS (an address-space
+  // failure is the program's own MemoryError and says nothing) nor
+  // RLIMIT_NPROC (per uid in each user namespace).
+  out.clear(Limit::memory_bytes).clear(Limit::process_count);
+  return out;
+}
+
+namespace {
+
+Status check_container_request(const Request& req, uid_t inside) {
+  if (inside == 0)
+    return Error::invalid("user 0: tier container runs the program as a non-root uid inside (default " +
+                          std::to_string(kContainerDefaultUid) + ")");
+  if (inside == static_cast<uid_t>(-1)) return Error::invalid("user -1 is not a uid");
+  if (!req.write_paths.empty())
+    return Error::invalid("write_paths: in tier container the root is read-only but for /workspace and /tmp; "
+                          "bind a host directory with --bind SRC[:DST] instead");
+  return {};
+}
+
+// The run's cgroup, when the host lets us make one. Ceilings the host cannot
+// give were refused by check_enforceable unless acknowledged; the
+// acknowledgement's warning is already in run.warnings.
+Status add_cgroup(PreparedRun& run, const HostFacts& host, ContainerRun& c) {
+  if (host.cgroups.backend == CgroupVersion::none) return {};
+  CgroupSpec spec;
+  if (host.cgroup_memory) spec.memory_bytes = run.limits.get(Limit::memory_bytes);
+  if (host.cgroup_pids) spec.pids_max = run.limits.get(Limit::process_count);
+  auto cg = create_run_cgroup(host.cgroups, spec, run.run_id);
+  if (!cg) return std::move(cg).error().context("container");
+  c.join_in_child = cg->version() == CgroupVersion::v1;
+  c.cgroup.emplace(std::move(*cg));
+  return {};
+}
+
+}  // namespace
+
+Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_uid, gid_t outside_gid) {
+  const Request& req = run.request;
+  const uid_t inside = req.user.value_or(kContainerDefaultUid);
+  if (auto st = check_container_request(req, inside); !st) return st;
+
+  MountTreeSpec tree;
+  tree.workspace(run.workspace->path(), std::string(kContainerWorkspace));
+  if (req.rootfs) tree.rootfs(*req.rootfs);
+  for (const auto& b : req.binds) {
+    if (b.writable) tree.bind(b.source, b.target);
+    else tree.ro_bind(b.source, b.target);
+  }
+  if (req.cwd) {
+    // A project tree to run in: bound read-write at the same path.
+    tree.bind(*req.cwd, *req.cwd);
+    tree.cwd(*req.cwd);
+  }
+
+  auto c = std::make_shared<ContainerRun>();
+  if (auto st = add_cgroup(run, host, *c); !st) return st;
+
+  NamespaceSpec spec;
+  spec.map(UserNsMap{inside, inside, outside_uid, outside_gid});
+  spec.mounts(std::move(tree));
+  // v1: the child joins the cgroup after clone and unshares the cgroup
+  // namespace itself, so its root is the run's group.
+  spec.cgroup(!c->join_in_child);
+  // A killed supervisor takes its sandboxes with it (the Supervisor is
+  // single-threaded: the cloning thread lives as long as its runs).
+  spec.die_with_parent(true);
+  auto ns = prepare_namespaces(spec);
+  if (!ns) return std::move(ns).error().context("container");
+  c->ns = std::move(*ns);
+
+  c->devnull.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!c->devnull) return Error::from_errno(errno, "container: open /dev/null");
+
+  // The seccomp filter (`default`: io_uring, namespace creation, mount and
+  // the other host-wide calls denied; no `no-network`, the network namespace
+  // is empty) is the run layer's: plan.seccomp is set before this is called.
+  if (!run.plan.seccomp) return Error::invalid("container: the plan has no seccomp filter");
+  run.container = std::move(c);
+  return {};
+}
+
+namespace {
+
+// The program's own end from pid 1's report: pid 1 exits 128+N for signal
+// N, which a program can also exit with; the record is exact. No record:
+// pid 1 itself was killed (a deadline, a cancel, an OOM kill of pid 1).
+std::optional<ExitStatus> program_status(ContainerRun& c, const ExitStatus& pid1) {
+  Pid1Report report;
+  if (!c.pid1_report) return std::nullopt;
+  ssize_t n = ::read(c.pid1_report.get(), &report, sizeof report);
+  c.pid1_report.reset();
+  if (n != static_cast<ssize_t>(sizeof report) || report.magic != kPid1ReportMagic) return std::nullopt;
+  ExitStatus st = pid1;  // rusage: pid 1 and every process it reaped
+  st.exited = WIFEXITED(report.wait_status);
+  st.exit_code = st.exited ? WEXITSTATUS(report.wait_status) : -1;
+  st.signal = WIFSIGNALED(report.wait_status) ? WTERMSIG(report.wait_status) : 0;
+  st.core_dumped = WIFSIGNALED(report.wait_status) && WCOREDUMP(report.wait_status);
+  return st;
+}
+
+bool ended_by_sigkill(const Result& r) {
+  return (r.outcome == Outcome::signaled || r.outcome == Outcome::killed_resource) && r.signal == SIGKILL;
+}
+
+}  // namespace
+
+std::vector<std::string> finish_container(PreparedRun& run, const RunEnd& end, Result& r) {
+  ContainerRun& c = *run.container;
+  std::vector<std::string> notes;
+  if (!c.failure.empty()) notes.push_back(c.failure);
+  r.timings.exec = c.exec_seconds;
+
+  if (end.status && end.report.stage == SpawnStage::none) {
+    if (auto program = program_status(c, *end.status)) {
+      RunEnd mapped = end;
+      mapped.status = *program;
+      classify_outcome(mapped, run.limits, r);
+    }
+  }
+
+  if (c.cgroup) {
+    auto stats = c.cgroup->stats();
+    if (!stats) {
+      notes.push_back("cgroup stats: " + stats.error().message());
+    } else {
+      // The whole tree, pid 1 and escapees included, as the cgroup counted it.
+      if (stats->cpu_usage_ns) r.cpu_seconds = static_cast<double>(*stats->cpu_usage_ns) / 1e9;
+      if (stats->memory_peak_bytes) r.max_rss_bytes = *stats->memory_peak_bytes;
+      std::uint64_t ooms = stats->oom_kills.value_or(0);
+      if (ooms > 0 && !end.timed_out && !end.cancelled && ended_by_sigkill(r)) {
+        r.outcome = Outcome::killed_oom;
+        r.resource = "memory_bytes";
+      } else if (ooms > 0) {
+        notes.push_back("the kernel OOM-killed " + std::to_string(ooms) + " process(es) of the run under memory_bytes");
+      }
+      if (stats->pids_limit_hits.value_or(0) > 0)
+        notes.push_back("process_count: pids.max refused " + std::to_string(*stats->pids_limit_hits) + " fork(s)");
+    }
+    if (auto st = c.cgroup->remove(); !st) notes.push_back("cgroup not fully removed: " + st.error().message());
+  }
+  return notes;
+}
+
+}  // namespace corral

@@ -1,0 +1,296 @@
+// The container tier's spawn path (see container.hpp): a fork-like clone3
+// into new namespaces, the parent writing the uid/gid maps while the child
+// waits, pid 1 splitting off the program, and the program's last steps
+// before execve. Everything named *_child runs in the cloned process and is
+// async-signal-safe: raw syscalls only, no allocation, no locks, no stdio.
+// It runs on a copy of the parent's memory (no CLONE_VM), so it may write
+// to its own copy of the arguments.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "corral/container.hpp"
+#include "corral/syscalls.hpp"
+
+namespace corral {
+namespace {
+
+// What a child that failed before exec writes to the error pipe. One write,
+// under PIPE_BUF: atomic.
+struct ChildRecord {
+  SpawnStage stage = SpawnStage::none;
+  std::int32_t err = 0;
+  NsFailure ns;
+};
+
+// The fd numbers the program sees before exec: 0-2 its stdio, 3 the error
+// pipe (CLOEXEC: execve closes it, which is how the parent knows).
+constexpr int kProgramErrorFd = 3;
+// Where the program's fds are lifted before they are dup'ed into 0-3, so no
+// source is overwritten while it is still needed.
+constexpr long kLiftAbove = 10;
+// How long the parent waits for the program to exec before giving up on a
+// child stuck in its setup (a hung bind source, say).
+constexpr int kExecTimeoutMs = 30000;
+
+struct ChildArgs {
+  const ChildPlan* plan;
+  const PreparedNamespaces* ns;
+  const RunCgroup* join_cgroup;  // v1: join from the child; null otherwise
+  bool unshare_cgroup_ns;        // v1: the cgroup namespace after the join
+  int sources[3];                // stdin, stdout, stderr in the child's copy of the table
+  int error_fd;                  // write end of the error pipe
+  int report_fd;                 // write end of pid 1's report pipe
+  std::uint64_t reset_mask;      // signals the parent ignores: back to SIG_DFL
+  std::uint64_t start_ns;
+  // A MAP_SHARED word the program sets just before execve: the setup time
+  // reaches the parent without a pipe write that would wake it once more.
+  std::uint64_t* setup_ns_out;
+  ChildRecord record;
+};
+
+// The kernel's struct sigaction (not glibc's): handler, flags, restorer, mask.
+struct KernelSigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  std::uint64_t mask;
+};
+
+std::uint64_t monotonic_ns_raw() noexcept {
+  struct timespec ts;
+  sys::call(SYS_clock_gettime, CLOCK_MONOTONIC, reinterpret_cast<long>(&ts));
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+int fail_in_child(ChildArgs* a, SpawnStage stage, int err) noexcept {
+  a->record.stage = stage;
+  a->record.err = err;
+  sys::write_all(a->error_fd, &a->record, sizeof a->record);
+  return 127;
+}
+
+// The program's process (pid 2 inside): 0-2 from the sources, the error
+// pipe at 3, nothing else open.
+int install_fds_in_child(ChildArgs* a) noexcept {
+  const int srcs[4] = {a->sources[0], a->sources[1], a->sources[2], a->error_fd};
+  long lifted[4];
+  for (int i = 0; i < 4; ++i) {
+    lifted[i] = sys::call(SYS_fcntl, srcs[i], F_DUPFD_CLOEXEC, kLiftAbove);
+    if (lifted[i] < 0) return sys::error_of(lifted[i]);
+  }
+  a->error_fd = static_cast<int>(lifted[3]);
+  for (int i = 0; i < 3; ++i)
+    if (int e = sys::error_of(sys::call(SYS_dup3, lifted[i], i, 0))) return e;
+  if (int e = sys::error_of(sys::call(SYS_dup3, lifted[3], kProgramErrorFd, O_CLOEXEC))) return e;
+  a->error_fd = kProgramErrorFd;
+  return sys::error_of(sys::call(SYS_close_range, kProgramErrorFd + 1, ~0u, 0));
+}
+
+// Entry of the cloned child. Returns only to fail (the trampoline then
+// exit_group()s with 127); pid 1 never returns from the namespace step.
+int container_child(void* p) noexcept {
+  auto* a = static_cast<ChildArgs*>(p);
+  const ChildPlan& plan = *a->plan;
+
+  // CLONE_CLEAR_SIGHAND reset every handler; what the parent ignored stays
+  // ignored unless we reset it. Unblocked here, so the mask pid 1 restores
+  // in the program is empty.
+  for (int sig = 1; sig < 64; ++sig) {
+    if (!(a->reset_mask & (std::uint64_t{1} << sig))) continue;
+    KernelSigaction dfl{SIG_DFL, 0, nullptr, 0};
+    sys::call(SYS_rt_sigaction, sig, reinterpret_cast<long>(&dfl), 0, 8);
+  }
+  std::uint64_t empty = 0;
+  if (int e = sys::error_of(sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&empty), 0, 8)))
+    return fail_in_child(a, SpawnStage::signals, e);
+  // pgid = our host pid: the supervisor's killpg reaches pid 1 and the program.
+  if (int e = become_session_leader_in_child()) return fail_in_child(a, SpawnStage::setsid, e);
+
+  if (a->join_cgroup)
+    if (int e = join_cgroup_in_child(*a->join_cgroup)) return fail_in_child(a, SpawnStage::cgroup, e);
+  // After the join, so the new cgroup namespace is rooted at the run's group.
+  // CAP_SYS_ADMIN: we hold every capability in the user namespace clone made.
+  if (a->unshare_cgroup_ns)
+    if (int e = sys::error_of(sys::call(SYS_unshare, CLONE_NEWCGROUP)))
+      return fail_in_child(a, SpawnStage::namespaces, e);
+
+  // Waits for the maps, switches to the inside ids, hostname, lo, the mount
+  // tree (cwd /workspace), then forks: returns 0 in the program only.
+  if (int e = apply_namespaces_in_child(*a->ns, a->report_fd, &a->record.ns))
+    return fail_in_child(a, SpawnStage::namespaces, e);
+
+  if (int e = install_fds_in_child(a)) return fail_in_child(a, SpawnStage::fds, e);
+  if (plan.rlimits)
+    if (int e = apply_rlimits_in_child(*plan.rlimits)) return fail_in_child(a, SpawnStage::rlimits, e);
+  // The inside uid 0 is unmapped, so the uid switch kept our capabilities in
+  // the namespace (only a move away from the namespace's root clears them):
+  // empty the bounding and ambient sets while CAP_SETPCAP is still ours, then
+  // permitted/effective/inheritable, then no_new_privs.
+  if (int e = drop_all_capabilities_now()) return fail_in_child(a, SpawnStage::capabilities, e);
+  if (plan.seccomp)
+    if (int e = apply_seccomp_in_child(*plan.seccomp)) return fail_in_child(a, SpawnStage::seccomp, e);
+
+  if (a->setup_ns_out) *a->setup_ns_out = monotonic_ns_raw() - a->start_ns;
+  int err = ENOENT;
+  for (const char* path : plan.exec_path_ptrs) {
+    long r = sys::call(SYS_execve, reinterpret_cast<long>(path), reinterpret_cast<long>(plan.argv.data()),
+                       reinterpret_cast<long>(plan.envp.data()));
+    int e = sys::error_of(r);
+    if (e == EACCES) err = EACCES;
+    else if (e != ENOENT && e != ENOTDIR) { err = e; break; }
+  }
+  return fail_in_child(a, SpawnStage::execve, err);
+}
+
+std::uint64_t ignored_signal_mask() {
+  std::uint64_t mask = 0;
+  for (int sig = 1; sig < 32; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    struct sigaction sa;
+    if (sigaction(sig, nullptr, &sa) == 0 && sa.sa_handler == SIG_IGN) mask |= std::uint64_t{1} << sig;
+  }
+  return mask;
+}
+
+Status make_pipe(UniqueFd& read_end, UniqueFd& write_end, const char* what, bool nonblocking_read) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return Error::from_errno(errno, std::string("container: pipe for ") + what);
+  read_end.reset(fds[0]);
+  write_end.reset(fds[1]);
+  if (nonblocking_read) {
+    int flags = fcntl(fds[0], F_GETFL);
+    if (flags < 0 || fcntl(fds[0], F_SETFL, flags | O_NONBLOCK) != 0)
+      return Error::from_errno(errno, std::string("container: fcntl O_NONBLOCK on ") + what);
+  }
+  return {};
+}
+
+// Parent: read the error pipe until EOF (the program exec'd, or everything
+// that held the pipe is gone). A record means the child failed; the last
+// one wins. Returns false on timeout.
+bool read_child_records(int fd, ChildRecord& failure) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kExecTimeoutMs);
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd pfd{fd, POLLIN, 0};
+    int r = poll(&pfd, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    ChildRecord rec;
+    ssize_t n = read(fd, &rec, sizeof rec);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return true;
+    if (static_cast<std::size_t>(n) == sizeof rec) failure = rec;  // one atomic write each
+  }
+}
+
+}  // namespace
+
+Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
+  Spawner::Child child;
+  UniqueFd out_write, err_write, error_read, error_write, report_write;
+  if (auto st = make_pipe(child.stdout_read, out_write, "stdout", true); !st) return std::move(st).error();
+  if (!plan.merge_output)
+    if (auto st = make_pipe(child.stderr_read, err_write, "stderr", true); !st) return std::move(st).error();
+  if (auto st = make_pipe(error_read, error_write, "the exec report", false); !st) return std::move(st).error();
+  if (auto st = make_pipe(c.pid1_report, report_write, "pid 1's report", true); !st) return std::move(st).error();
+
+  ChildArgs args{};
+  args.plan = &plan;
+  args.ns = &c.ns;
+  args.join_cgroup = (c.cgroup && c.join_in_child) ? &*c.cgroup : nullptr;
+  args.unshare_cgroup_ns = c.join_in_child;
+  args.sources[0] = plan.stdin_fd ? plan.stdin_fd.get() : c.devnull.get();
+  args.sources[1] = out_write.get();
+  args.sources[2] = plan.merge_output ? out_write.get() : err_write.get();
+  args.error_fd = error_write.get();
+  args.report_fd = report_write.get();
+  args.reset_mask = ignored_signal_mask();
+  void* shared = mmap(nullptr, sizeof(std::uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  args.setup_ns_out = shared == MAP_FAILED ? nullptr : static_cast<std::uint64_t*>(shared);
+  struct Unmap {
+    void* p;
+    ~Unmap() {
+      if (p != MAP_FAILED) munmap(p, sizeof(std::uint64_t));
+    }
+  } unmap{shared};
+
+  CloneSpec spec;
+  spec.flags = c.ns.clone_flags() | CLONE_CLEAR_SIGHAND;
+  if (c.cgroup && !c.join_in_child) spec.cgroup_fd = c.cgroup->cgroup_fd();
+  // No handler of ours may run in the child before it resets them; the
+  // child sets its own mask.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  auto t0 = std::chrono::steady_clock::now();
+  args.start_ns = monotonic_ns_raw();
+  auto pidfd = clone_child(spec, container_child, &args);
+  child.clone_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+
+  // Our copies of the child's ends: holding them would keep EOF from ever
+  // coming on stdout, the error pipe and pid 1's report.
+  out_write.reset();
+  err_write.reset();
+  error_write.reset();
+  report_write.reset();
+  plan.stdin_fd.reset();
+  c.devnull.reset();
+  if (!pidfd) {
+    c.ns.abandon();
+    return std::move(pidfd).error().context("container: spawn");
+  }
+  child.pidfd = std::move(*pidfd);
+
+  auto fail = [&](SpawnStage stage, int err, std::string message) {
+    child.report.stage = stage;
+    child.report.error = err;
+    c.failure = std::move(message);
+    kill_group(child.pidfd, SIGKILL);
+    (void)wait_exit(child.pidfd, true);
+    return std::move(child);
+  };
+  if (auto st = c.ns.finish_in_parent(child.pidfd.pid()); !st)
+    return fail(SpawnStage::namespaces, st.error().code(), st.error().message());
+
+  ChildRecord failure;
+  if (!read_child_records(error_read.get(), failure))
+    return fail(SpawnStage::namespaces, ETIMEDOUT,
+                "container: the child did not exec within " + std::to_string(kExecTimeoutMs / 1000) + " s");
+  c.exec_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c.setup_ns = args.setup_ns_out ? *args.setup_ns_out : 0;
+  child.report.setup_ns = c.setup_ns;
+  if (failure.stage != SpawnStage::none) {
+    std::string message =
+        failure.stage == SpawnStage::namespaces && failure.ns.stage != NsStage::none
+            ? c.ns.error_for(failure.ns).message()
+            : Error::from_errno(failure.err, "container: " + std::string(to_string(failure.stage))).message();
+    return fail(failure.stage, failure.err, std::move(message));
+  }
+  return child;
+}
+
+void kill_container(ContainerRun& c, const Pidfd& pid1, int sig) {
+  if (sig != SIGKILL) {
+    // pid 1 forwards it; sent to the program's group directly it would
+    // arrive twice.
+    (void)pid1.send_signal(sig);
+    return;
+  }
+  // The namespace ends with its init; the cgroup kill catches anything
+  // caught mid-fork and waits (bounded) until the group is empty.
+  (void)pid1.send_signal(SIGKILL);
+  if (c.cgroup) (void)c.cgroup->kill_all();
+}
+
+}  // namespace corral

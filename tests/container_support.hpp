@@ -1,0 +1,241 @@
+// Support for the container tier's integration tests (container_test,
+// container_setup_test): a Supervisor per test with a private workspace base,
+// container requests with tests/helpers bound at /helpers, observations as
+// key=value lines, host-side checks (run cgroups, mounts, processes), the
+// CLI, and running a body as uid 65534 for the rootless cases.
+#pragma once
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <climits>
+#include <functional>
+#include <map>
+
+#include "corral/cgroup.hpp"
+#include "corral/container.hpp"
+#include "corral/enforcement.hpp"
+#include "corral/json.hpp"
+#include "corral/supervisor.hpp"
+#include "corral/syscalls.hpp"
+#include "support.hpp"
+
+namespace container_test {
+
+using namespace corral;
+using corral_test::TempDir;
+
+inline bool contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+// The host facts, probed once per test process.
+inline const HostFacts& host() {
+  static HostFacts h = probe_host();
+  return h;
+}
+
+#define SKIP_UNLESS_CONTAINER()                                                               \
+  do {                                                                                        \
+    if (!host().user_namespaces || !host().pivot_root)                                        \
+      cr_skip_test("no container tier on this host: %s", host().container_probe.c_str());     \
+  } while (0)
+
+#define SKIP_UNLESS_CGROUP(ctl)                                                                \
+  do {                                                                                         \
+    if (!host().cgroup_##ctl) cr_skip_test("no per-run " #ctl " cgroup: %s", host().cgroup_summary.c_str()); \
+  } while (0)
+
+inline std::string helpers_dir() {
+  char buf[PATH_MAX];
+  return realpath(corral_test::helper("").c_str(), buf) ? std::string(buf) : corral_test::helper("");
+}
+
+// One supervisor per test, workspaces under a private base (mode 0755: the
+// run's host uid must reach its workspace).
+struct Harness {
+  TempDir base;
+  std::unique_ptr<Supervisor> sup;
+  Harness() {
+    chmod(base.path().c_str(), 0755);
+    SupervisorOptions o;
+    o.workspace_base = base.path();
+    auto s = Supervisor::create(o);
+    cr_assert(s.ok(), "supervisor: %s", s.ok() ? "" : s.error().message().c_str());
+    sup = std::move(*s);
+  }
+  Result run(Request r) {
+    auto res = sup->run(std::move(r));
+    cr_assert(res.ok(), "run refused: %s", res.ok() ? "" : res.error().message().c_str());
+    return std::move(*res);
+  }
+  std::size_t leftovers() const {
+    std::size_t n = 0;
+    DIR* d = opendir(base.path().c_str());
+    while (dirent* e = d ? readdir(d) : nullptr) n += std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..");
+    if (d) closedir(d);
+    return n;
+  }
+};
+
+// A container-tier request with the test helpers at /helpers.
+inline Request boxed(std::vector<std::string> argv) {
+  Request r;
+  r.tier = Tier::container;
+  r.argv = std::move(argv);
+  r.binds.push_back(MountBind{helpers_dir(), "/helpers", false});
+  return r;
+}
+
+inline std::map<std::string, std::string> kv(const std::string& text) {
+  std::map<std::string, std::string> m;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    std::size_t nl = text.find('\n', i);
+    if (nl == std::string::npos) nl = text.size();
+    std::string line = text.substr(i, nl - i);
+    if (auto eq = line.find('='); eq != std::string::npos) m[line.substr(0, eq)] = line.substr(eq + 1);
+    i = nl + 1;
+  }
+  return m;
+}
+
+// "" or the list of observations that differ from `want`.
+inline std::string mismatches(const Result& r, const std::map<std::string, std::string>& want) {
+  if (r.outcome != Outcome::exited || r.exit_code != 0)
+    return "the run ended " + std::string(to_string(r.outcome)) + ": " + r.detail + "\nstdout: " +
+           r.stdout_capture.text + "\nstderr: " + r.stderr_capture.text;
+  auto got = kv(r.stdout_capture.text);
+  std::string bad;
+  for (const auto& [k, v] : want) {
+    auto it = got.find(k);
+    std::string g = it == got.end() ? "<missing>" : it->second;
+    if (g != v) bad += "\n  " + k + ": expected '" + v + "', got '" + g + "'";
+  }
+  return bad.empty() ? "" : "unexpected observations:" + bad + "\nstdout:\n" + r.stdout_capture.text;
+}
+
+#define EXPECT_EMPTY(expr)                                     \
+  do {                                                         \
+    std::string msg_ = (expr);                                 \
+    cr_assert(msg_.empty(), "%s", msg_.c_str());               \
+  } while (0)
+
+// A listener on the host's 127.0.0.1; the port in *port.
+inline int host_listener(in_port_t* port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (s < 0 || bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) || listen(s, 4) ||
+      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len))
+    return -1;
+  *port = ntohs(a.sin_port);
+  return s;
+}
+
+// Everything the sandbox shows one program, observed once.
+inline Result observe(Harness& h) {
+  in_port_t port = 0;
+  int listener = host_listener(&port);
+  cr_assert(listener >= 0, "host listener: %s", strerror(errno));
+  Result r = h.run(boxed({"/helpers/inside", "observe", std::to_string(port)}));
+  close(listener);
+  return r;
+}
+
+// Run groups the process `pid` made (default: this test process), in every
+// hierarchy the probe uses.
+inline std::size_t my_run_cgroups(pid_t pid = getpid()) {
+  const CgroupProbe& p = host().cgroups;
+  std::vector<std::string> parents;
+  if (p.backend == CgroupVersion::v2) parents.push_back(p.v2_own_dir + "/corral");
+  for (const auto& h : p.v1)
+    if (!h.own_dir.empty()) parents.push_back(h.own_dir + "/corral");
+  std::string mine = "-" + std::to_string(pid) + "-";
+  std::size_t n = 0;
+  for (const auto& dir : parents) {
+    DIR* d = opendir(dir.c_str());
+    while (dirent* e = d ? readdir(d) : nullptr) n += contains(e->d_name, mine);
+    if (d) closedir(d);
+  }
+  return n;
+}
+
+inline std::size_t mount_count() {
+  std::string text = corral_test::read_file("/proc/self/mountinfo");
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+// Host processes whose command line contains `marker`.
+inline std::size_t host_processes_with(const std::string& marker) {
+  std::size_t n = 0;
+  DIR* d = opendir("/proc");
+  while (dirent* e = d ? readdir(d) : nullptr) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::string cmd = corral_test::read_file("/proc/" + std::string(e->d_name) + "/cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    n += contains(cmd, marker);
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+// The CLI's exit code for `corral ARGS...` (output discarded).
+inline int cli(const std::vector<std::string>& args) {
+  std::string bin = corral_test::build_dir() + "/bin/corral";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    std::vector<char*> argv{bin.data()};
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Run body as uid/gid 65534 in a forked child (dumpable again, as a process
+// that never changed ids is, so it may write its own child's id maps).
+// Returns what body returned: "" means fine.
+inline std::string as_nobody(const std::function<std::string()>& body) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC)) return "pipe2 failed";
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(p[0]);
+    std::string r;
+    if (setgroups(0, nullptr) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534) ||
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0))
+      r = std::string("dropping to 65534: ") + strerror(errno);
+    else
+      r = body();
+    corral::sys::write_all(p[1], r.data(), r.size());
+    _exit(0);
+  }
+  close(p[1]);
+  std::string r;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(p[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) r.append(buf, static_cast<std::size_t>(n));
+  close(p[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status)) return "the rootless test child died (signal " + std::to_string(WTERMSIG(status)) + ")";
+  return r;
+}
+
+}  // namespace container_test

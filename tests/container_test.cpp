@@ -1,0 +1,281 @@
+// Integration tests of the container tier, part 1: each guarantee observed
+// from inside the sandbox by tests/helpers/inside.c (bound read-only at
+// /helpers) through real Supervisor runs, and how runs end (OOM, signals,
+// rlimits, pids, escapees, deadlines, cancel, a killed supervisor).
+#include "container_support.hpp"
+
+using namespace corral;
+using namespace container_test;
+using corral_test::TempDir;
+
+// ---- what the program sees -------------------------------------------------------
+
+Test(container, no_capabilities_and_no_new_privs_inside) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  EXPECT_EMPTY(mismatches(observe(h), {{"CapEff", "0000000000000000"},
+                                       {"CapBnd", "0000000000000000"},
+                                       {"CapPrm", "0000000000000000"},
+                                       {"CapAmb", "0000000000000000"},
+                                       {"NoNewPrivs", "1"},
+                                       {"Seccomp", "2"}}));
+}
+
+Test(container, runs_as_a_non_root_uid_in_its_own_pid_and_uts_namespaces) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  EXPECT_EMPTY(mismatches(observe(h), {{"uid", "65534"},
+                                       {"gid", "65534"},
+                                       {"proc_pids", "1,2"},
+                                       {"hostname", "corral"},
+                                       {"cwd", "/workspace"}}));
+}
+
+Test(container, network_is_loopback_only_and_cannot_reach_the_hosts_listener) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  // The listener is on the host's 127.0.0.1; the sandbox's own lo has none.
+  EXPECT_EMPTY(mismatches(observe(h), {{"net_devices", "lo"}, {"connect", "ECONNREFUSED"}}));
+}
+
+Test(container, the_root_is_read_only_and_the_host_is_invisible) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  EXPECT_EMPTY(mismatches(observe(h), {{"write_usr", "EROFS"},
+                                       {"write_etc", "EROFS"},
+                                       {"write_root", "EROFS"},
+                                       {"write_tmp", "ok"},
+                                       {"write_workspace", "ok"},
+                                       {"see_root_home", "ENOENT"},
+                                       {"see_home", "ENOENT"},
+                                       {"see_sys", "ENOENT"}}));
+}
+
+Test(container, unshare_mount_and_io_uring_are_denied) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  EXPECT_EMPTY(mismatches(observe(h), {{"unshare_user", "EPERM"},
+                                       {"unshare_ns", "EPERM"},
+                                       {"mount", "EPERM"},
+                                       {"io_uring_setup", "EPERM"}}));
+}
+
+Test(container, files_it_writes_belong_to_an_unprivileged_host_uid) {
+  SKIP_UNLESS_CONTAINER();
+  CORRAL_SKIP_UNLESS_ROOT();
+  Harness h;
+  TempDir shared;
+  chmod(shared.path().c_str(), 0777);
+  Request r = boxed({"/helpers/inside", "write", "/shared/out.txt", "hello"});
+  r.binds.push_back(MountBind{shared.path(), "/shared", true});
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  cr_assert_eq(res.exit_code, 0, "%s", res.stdout_capture.text.c_str());
+  struct stat st;
+  cr_assert_eq(stat((shared / "out.txt").c_str(), &st), 0);
+  cr_assert_neq(st.st_uid, 0u, "the sandbox wrote as host root");
+  cr_assert_geq(st.st_uid, 200000u, "host owner %u is not one of the run uids", st.st_uid);
+  cr_assert_eq(corral_test::read_file(shared / "out.txt"), "hello");
+}
+
+Test(container, user_names_the_uid_inside_and_root_is_refused) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  Request r = boxed({"/helpers/inside", "observe", "1"});
+  r.user = 1000;
+  auto got = kv(h.run(std::move(r)).stdout_capture.text);
+  cr_assert_eq(got["uid"], "1000");
+  cr_assert_eq(got["CapEff"], "0000000000000000");
+  Request root = boxed({"true"});
+  root.user = 0;
+  auto refused = h.sup->run(std::move(root));
+  cr_assert(!refused.ok());
+  cr_assert(contains(refused.error().message(), "user 0"), "%s", refused.error().message().c_str());
+}
+
+// ---- how runs end ---------------------------------------------------------------------
+
+Test(container, an_allocation_over_the_memory_ceiling_is_killed_oom) {
+  SKIP_UNLESS_CONTAINER();
+  SKIP_UNLESS_CGROUP(memory);
+  Harness h;
+  Request r = boxed({"/helpers/inside", "alloc", std::to_string(1ull << 30)});
+  r.limits.set(Limit::memory_bytes, 128ull << 20);
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::killed_oom, "%s: %s", std::string(to_string(res.outcome)).c_str(),
+               res.detail.c_str());
+  cr_assert_eq(res.signal, SIGKILL);
+  cr_assert(!contains(res.stdout_capture.text, "allocated"));
+  cr_assert_leq(res.max_rss_bytes, (128ull << 20) + (4ull << 20), "peak %llu", (unsigned long long)res.max_rss_bytes);
+  cr_assert_geq(res.max_rss_bytes, 64ull << 20, "peak %llu", (unsigned long long)res.max_rss_bytes);
+  cr_assert_eq(cli_exit_code(res), 137);
+}
+
+Test(container, a_plain_sigkill_is_not_an_oom_and_exit_137_is_an_exit) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  Request killed = boxed({"sh", "-c", "kill -9 $$"});
+  killed.limits.set(Limit::memory_bytes, 128ull << 20);
+  Result k = h.run(std::move(killed));
+  cr_assert_eq(k.outcome, Outcome::signaled, "%s", k.detail.c_str());
+  cr_assert_eq(k.signal, SIGKILL);
+  // pid 1 exits 137 both times; only its report tells them apart.
+  Result e = h.run(boxed({"/helpers/inside", "exit", "137"}));
+  cr_assert_eq(e.outcome, Outcome::exited, "%s", e.detail.c_str());
+  cr_assert_eq(e.exit_code, 137);
+  Result t = h.run(boxed({"sh", "-c", "kill -TERM $$"}));
+  cr_assert_eq(t.outcome, Outcome::signaled, "%s", t.detail.c_str());
+  cr_assert_eq(t.signal, SIGTERM);
+}
+
+Test(container, rlimit_kills_are_mapped_through_pid_1) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  Request cpu = boxed({"/helpers/hostile", "spin"});
+  cpu.limits.set(Limit::cpu_seconds, 1);
+  Result c = h.run(std::move(cpu));
+  cr_assert_eq(c.outcome, Outcome::killed_resource, "%s", c.detail.c_str());
+  cr_assert_eq(c.resource, "cpu_seconds");
+  cr_assert_eq(c.signal, SIGXCPU);
+  // The cgroup's count (cpuacct.usage) and RLIMIT_CPU's sampling disagree by
+  // a little on this VM; what matters is that the spin was counted.
+  cr_assert_geq(c.cpu_seconds, 0.5, "cpu %.3f (the cgroup's count)", c.cpu_seconds);
+  Request file = boxed({"/helpers/hostile", "write-file", "big", "5000"});
+  file.limits.set(Limit::file_bytes, 1000);
+  Result f = h.run(std::move(file));
+  cr_assert_eq(f.outcome, Outcome::killed_resource, "%s", f.detail.c_str());
+  cr_assert_eq(f.resource, "file_bytes");
+}
+
+Test(container, a_fork_bomb_is_contained_by_the_pids_ceiling) {
+  SKIP_UNLESS_CONTAINER();
+  SKIP_UNLESS_CGROUP(pids);
+  Harness h;
+  Request r = boxed({"/helpers/hostile", "fork-bomb", "500"});
+  r.limits.set(Limit::process_count, 16);
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  int forked = -1;
+  std::sscanf(res.stdout_capture.text.c_str(), "forked %d", &forked);
+  // pid 1 and the program count too.
+  cr_assert(forked >= 1 && forked <= 14, "forked %d: %s", forked, res.stdout_capture.text.c_str());
+  cr_assert(contains(res.detail, "pids.max refused"), "%s", res.detail.c_str());
+}
+
+Test(container, a_setsid_double_fork_escapee_is_gone_when_the_run_returns) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  std::string marker = "escape-marker-" + std::to_string(getpid());
+  Result res = h.run(boxed({"/helpers/hostile", "setsid-escape", marker}));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  cr_assert(contains(res.stdout_capture.text, "escapee"), "%s", res.stdout_capture.text.c_str());
+  cr_assert_eq(host_processes_with(marker), 0u, "the escapee survived the run");
+  cr_assert_eq(my_run_cgroups(), 0u);
+}
+
+Test(container, a_deadline_forwards_sigterm_then_kills_everything) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  Request r = boxed({"sh", "-c", "trap 'echo got-term; exit 3' TERM; sleep 30 & wait"});
+  r.limits.set(Limit::wall_seconds, 1);
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::killed_timeout, "%s", res.detail.c_str());
+  cr_assert(contains(res.stdout_capture.text, "got-term"), "pid 1 did not forward SIGTERM: '%s'",
+            res.stdout_capture.text.c_str());
+  cr_assert_lt(res.wall_seconds, 1.9);
+  cr_assert_eq(cli_exit_code(res), 124);
+  Request stubborn = boxed({"/helpers/hostile", "ignore-term"});
+  stubborn.limits.set(Limit::wall_seconds, 1);
+  stubborn.grace_seconds = 0.2;
+  Result s = h.run(std::move(stubborn));
+  cr_assert_eq(s.outcome, Outcome::killed_timeout, "%s", s.detail.c_str());
+  cr_assert_lt(s.wall_seconds, 2.0);
+  cr_assert_eq(my_run_cgroups(), 0u);
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
+Test(container, a_killed_supervisor_takes_its_sandboxes_with_it) {
+  SKIP_UNLESS_CONTAINER();
+  TempDir base;
+  chmod(base.path().c_str(), 0755);
+  std::string marker = "orphan-marker-" + std::to_string(getpid());
+  int ready[2];
+  cr_assert_eq(pipe2(ready, O_CLOEXEC), 0);
+  pid_t sup_pid = fork();
+  if (sup_pid == 0) {
+    SupervisorOptions o;
+    o.workspace_base = base.path();
+    auto sup = Supervisor::create(o);
+    if (!sup) _exit(1);
+    auto h = (*sup)->submit(boxed({"/helpers/hostile", "ignore-term", marker}));
+    if (!h) _exit(2);
+    (void)!write(ready[1], "x", 1);  // the program has exec'd: submit waits for that
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char byte;
+  cr_assert_eq(read(ready[0], &byte, 1), 1, "the supervisor child did not start its run");
+  close(ready[0]);
+  cr_assert_eq(host_processes_with(marker), 1u, "the sandboxed program is not running");
+  kill(sup_pid, SIGKILL);
+  waitpid(sup_pid, nullptr, 0);
+  std::size_t left = 1;
+  for (int i = 0; i < 100 && (left = host_processes_with(marker)) != 0; ++i) usleep(20000);
+  cr_assert_eq(left, 0u, "the sandbox outlived its supervisor");
+  // Its cgroup stays until a sweep: the supervisor died before removing it.
+  for (int i = 0; i < 100 && my_run_cgroups(sup_pid) != 0; ++i) {
+    (void)sweep_stale_run_cgroups(host().cgroups, CgroupSpec{});
+    usleep(20000);
+  }
+  cr_assert_eq(my_run_cgroups(sup_pid), 0u, "the dead supervisor's cgroup was not swept");
+}
+
+Test(container, outputs_are_collected_after_exit_and_after_a_kill) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  Request done = boxed({"sh", "-c", "echo data > out.txt"});
+  done.outputs = {"out.txt"};
+  Result d = h.run(std::move(done));
+  cr_assert_eq(d.outcome, Outcome::exited, "%s", d.detail.c_str());
+  cr_assert_eq(d.artifacts.size(), 1u, "%s", d.detail.c_str());
+  Request killed = boxed({"sh", "-c", "echo data > out.txt; sleep 30"});
+  killed.outputs = {"out.txt"};
+  killed.limits.set(Limit::wall_seconds, 1);
+  killed.grace_seconds = 0.1;
+  Result k = h.run(std::move(killed));
+  cr_assert_eq(k.outcome, Outcome::killed_timeout);
+  cr_assert_eq(k.artifacts.size(), 1u);
+  cr_assert_eq(k.artifacts[0].name, "out.txt");
+  cr_assert_eq(k.artifacts[0].bytes, 5u);
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
+Test(container, stdin_env_and_secrets_work_as_in_the_process_tier) {
+  SKIP_UNLESS_CONTAINER();
+  setenv("CORRAL_CONTAINER_SECRET", "s3cr3t-value-xyz", 1);
+  Harness h;
+  Request r = boxed({"sh", "-c", "read line; echo \"$line $GREETING $CORRAL_CONTAINER_SECRET $HOME $TMPDIR\""});
+  r.stdin_text = "from-stdin\n";
+  r.env["GREETING"] = "hi";
+  r.secrets.push_back(SecretRef{"CORRAL_CONTAINER_SECRET", "", {}});
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.stdout_capture.text, "from-stdin hi *** /workspace/home /tmp\n", "%s",
+               res.stdout_capture.text.c_str());
+}
+
+Test(container, cancel_ends_the_run_and_removes_its_cgroup) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  std::shared_ptr<Result> result;
+  RunCallbacks cb;
+  cb.on_result = [&](const Result& r) { result = std::make_shared<Result>(r); };
+  auto handle = h.sup->submit(boxed({"sleep", "30"}), cb);
+  cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+  (void)h.sup->run_once(0.1);
+  handle->cancel();
+  cr_assert(h.sup->run_until_idle().ok());
+  cr_assert(result);
+  cr_assert_eq(result->outcome, Outcome::cancelled, "%s", result->detail.c_str());
+  cr_assert_eq(my_run_cgroups(), 0u);
+  cr_assert_eq(h.leftovers(), 0u);
+}

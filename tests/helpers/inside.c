@@ -1,0 +1,162 @@
+/* inside: what a program sees from inside a sandbox, one mode per argv[1].
+ * Prints "key=value" lines; a failed call prints its errno name.
+ *
+ *   observe PORT      ids, capabilities, no_new_privs, /proc pids, network
+ *                     devices, a TCP connect to 127.0.0.1:PORT, writes to
+ *                     /usr /etc /tmp /workspace, /root /home visibility,
+ *                     unshare, mount, io_uring_setup, hostname
+ *   alloc BYTES       allocate BYTES and touch every page; print "allocated"
+ *   write FILE TEXT   write TEXT to FILE (created 0644)
+ *   exit CODE         exit with CODE (128+N codes too: pid 1 must not confuse them)
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static const char *err_name(int e) {
+  const char *n = strerrorname_np(e);
+  return n ? n : "E?";
+}
+
+static void result(const char *key, int rc) { printf("%s=%s\n", key, rc == 0 ? "ok" : err_name(errno)); }
+
+static void status_field(const char *field) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  size_t n = strlen(field);
+  while (f && fgets(line, sizeof line, f)) {
+    if (strncmp(line, field, n) == 0 && line[n] == ':') {
+      char *v = line + n + 1;
+      while (*v == '\t' || *v == ' ') v++;
+      v[strcspn(v, "\n")] = 0;
+      printf("%s=%s\n", field, v);
+    }
+  }
+  if (f) fclose(f);
+}
+
+/* Sorted numeric entries of /proc, comma-separated. */
+static void proc_pids(void) {
+  int pids[64], n = 0;
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  while (d && (e = readdir(d)) && n < 64)
+    if (e->d_name[0] >= '0' && e->d_name[0] <= '9') pids[n++] = atoi(e->d_name);
+  if (d) closedir(d);
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++)
+      if (pids[j] < pids[i]) { int t = pids[i]; pids[i] = pids[j]; pids[j] = t; }
+  printf("proc_pids=");
+  for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", pids[i]);
+  printf("\n");
+}
+
+/* Interface names from /proc/net/dev, comma-separated. */
+static void net_devices(void) {
+  FILE *f = fopen("/proc/net/dev", "r");
+  char line[512];
+  int first = 1;
+  printf("net_devices=");
+  while (f && fgets(line, sizeof line, f)) {
+    char *colon = strchr(line, ':');
+    if (!colon) continue;
+    *colon = 0;
+    char *name = line;
+    while (*name == ' ') name++;
+    printf("%s%s", first ? "" : ",", name);
+    first = 0;
+  }
+  printf("\n");
+  if (f) fclose(f);
+}
+
+static void try_connect(int port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) { result("connect", -1); return; }
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((unsigned short)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  result("connect", connect(s, (struct sockaddr *)&a, sizeof a));
+  close(s);
+}
+
+static void try_write(const char *key, const char *path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) { close(fd); unlink(path); }
+  result(key, fd < 0 ? -1 : 0);
+}
+
+static void visible(const char *key, const char *path) {
+  struct stat st;
+  result(key, stat(path, &st));
+}
+
+static int observe(int port) {
+  printf("uid=%d\ngid=%d\n", (int)getuid(), (int)getgid());
+  status_field("CapEff");
+  status_field("CapBnd");
+  status_field("CapPrm");
+  status_field("CapAmb");
+  status_field("NoNewPrivs");
+  status_field("Seccomp");
+  proc_pids();
+  net_devices();
+  try_connect(port);
+  try_write("write_usr", "/usr/corral-probe");
+  try_write("write_etc", "/etc/corral-probe");
+  try_write("write_root", "/corral-probe");
+  try_write("write_tmp", "/tmp/corral-probe");
+  try_write("write_workspace", "/workspace/corral-probe");
+  visible("see_root_home", "/root");
+  visible("see_home", "/home");
+  visible("see_sys", "/sys/class/net");
+  result("unshare_user", unshare(CLONE_NEWUSER));
+  result("unshare_ns", unshare(CLONE_NEWNS));
+  result("mount", mount("tmpfs", "/tmp", "tmpfs", 0, NULL));
+  long ring = syscall(SYS_io_uring_setup, 1, NULL);
+  result("io_uring_setup", ring >= 0 ? 0 : (errno == EFAULT ? 0 : -1));
+  char host[128] = "";
+  gethostname(host, sizeof host);
+  char cwd[256] = "";
+  if (!getcwd(cwd, sizeof cwd)) strcpy(cwd, "?");
+  printf("hostname=%s\ncwd=%s\n", host, cwd);
+  return 0;
+}
+
+static int alloc(long long bytes) {
+  char *p = malloc((size_t)bytes);
+  if (!p) { printf("malloc failed\n"); return 3; }
+  for (long long i = 0; i < bytes; i += 4096) p[i] = 1;
+  printf("allocated\n");
+  return 0;
+}
+
+static int write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) { printf("open %s: %s\n", path, err_name(errno)); return 3; }
+  fputs(text, f);
+  return fclose(f) == 0 ? 0 : 4;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc < 2) return 2;
+  const char *m = argv[1];
+  if (!strcmp(m, "observe") && argc > 2) return observe(atoi(argv[2]));
+  if (!strcmp(m, "alloc") && argc > 2) return alloc(atoll(argv[2]));
+  if (!strcmp(m, "write") && argc > 3) return write_text(argv[2], argv[3]);
+  if (!strcmp(m, "exit") && argc > 2) return atoi(argv[2]);
+  return 2;
+}
