@@ -29,7 +29,7 @@ struct StreamQueue {
 
 namespace {
 
-enum Op : std::uint8_t { kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4 };
+enum Op : std::uint8_t { kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4, kOpOom = 5 };
 constexpr std::size_t kFdsPerRun = 3;       // pidfd + two pipe read ends
 constexpr std::size_t kFdReserve = 64;      // the host's own fds, ring, slots
 constexpr std::size_t kReadBudget = 16;     // reads per wakeup before yielding to others
@@ -54,6 +54,7 @@ struct Run {
   Pipe out, err;
   std::unique_ptr<StreamCapture> out_capture, err_capture;
   bool pid_armed = false;
+  bool oom_armed = false;  // container on cgroup v1: the OOM eventfd
   bool exited = false;
   bool timer_armed = false;
   TimerPhase phase = TimerPhase::none;
@@ -282,12 +283,13 @@ struct Supervisor::Impl {
   }
 
   bool ops_pending(const Run& run) const {
-    return run.pid_armed || run.timer_armed || run.out.armed || run.err.armed;
+    return run.pid_armed || run.oom_armed || run.timer_armed || run.out.armed || run.err.armed;
   }
 
   void maybe_finish(std::uint32_t slot, Run& run) {
     if (!run.delivered && run.exited && run.out.eof && run.err.eof) {
       if (run.timer_armed) remove_op(slot, run, kOpTimer);
+      if (run.oom_armed) remove_op(slot, run, kOpOom);
       run.next_phase = TimerPhase::none;
       deliver(run);
     }
@@ -357,6 +359,12 @@ struct Supervisor::Impl {
       }
       case kOpTimer:
         on_timer(slot, run, cqe->res);
+        break;
+      case kOpOom:
+        // An OOM kill inside the run's cgroup (v1): the run is over, as a
+        // whole; the outcome is read from the cgroup's counter at the end.
+        run.oom_armed = false;
+        if (cqe->res > 0 && !run.exited) request_kill(slot, run, SIGKILL);
         break;
     }
     maybe_finish(slot, run);
@@ -525,6 +533,12 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   s.arm_pid(slot, run);
   s.arm_poll(slot, run, run.out, kOpOut);
   if (run.err_capture) s.arm_poll(slot, run, run.err, kOpErr);
+  if (run.prep.container && run.prep.container->oom_event) {
+    io_uring_sqe* e = s.sqe();
+    io_uring_prep_poll_add(e, run.prep.container->oom_event.get(), POLLIN);
+    io_uring_sqe_set_data64(e, Impl::user_data(slot, run.gen, kOpOom));
+    run.oom_armed = true;
+  }
   if (auto wall = limits.get(Limit::wall_seconds))
     s.arm_timer(slot, run, TimerPhase::deadline, static_cast<double>(*wall));
   io_uring_submit(&s.ring);

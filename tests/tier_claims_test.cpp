@@ -229,6 +229,7 @@ void check_enforces_memory(std::string_view tier) {
     cr_skip_test("the helper is built with AddressSanitizer, whose shadow memory does not fit under memory_bytes");
   Request r = s.staged("claims", {"tree-alloc", "3", "48"});
   r.limits.set(Limit::memory_bytes, 64u << 20);
+  r.limits.set(Limit::wall_seconds, 60);  // a hang fails here, not at the binary timeout
   auto ran = s.sup->run(std::move(r));
   if (!ran.ok() && s.declared.enforces_memory)
     cr_skip_test("memory_bytes is not enforceable in tier %s on this host: %s", s.name.c_str(),

@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "corral/fd.hpp"
 #include "corral/status.hpp"
 
 namespace corral {
@@ -167,6 +168,14 @@ class RunCgroup {
   Status add_process(pid_t pid);
 
   Expected<CgroupStats> stats() const;
+
+  // v1: an eventfd (EFD_CLOEXEC|EFD_NONBLOCK, owned by the caller) that
+  // becomes readable when the memory controller OOM-kills in the group
+  // (registered through cgroup.event_control on memory.oom_control). v1's
+  // OOM killer kills one victim and lets the rest run on; a supervisor that
+  // polls this fd can end the whole run, as v2's memory.oom.group does in
+  // the kernel. v2, or no memory controller: an invalid fd.
+  Expected<UniqueFd> oom_notifier() const;
 
   // Kill every process in the group, descendants that called setsid()
   // included, and wait (bounded) until the group is empty.

@@ -74,6 +74,7 @@ struct ContainerRun {
   bool join_in_child = false;
   UniqueFd devnull;      // the program's stdin when the request gives none
   UniqueFd pid1_report;  // read end of pid 1's Pid1Report pipe (spawn_container)
+  UniqueFd oom_event;    // v1: readable on an OOM kill in the run's cgroup (RunCgroup::oom_notifier)
   std::string failure;   // the full message when the child failed before exec
   std::uint64_t setup_ns = 0;  // child entry -> just before execve
   double exec_seconds = 0;     // clone3 -> the program exec'd (error pipe EOF)
