@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -27,13 +29,38 @@ struct StreamQueue {
 
 namespace {
 
-enum Op : std::uint8_t { kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4 };
-constexpr std::size_t kFdsPerRun = 3;       // pidfd + two pipe read ends
-constexpr std::size_t kFdReserve = 64;      // the host's own fds, ring, slots
+enum Op : std::uint8_t { kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4, kOpWatch = 5 };
+// What a run holds while its child runs: the pidfd and the stdout/stderr
+// read ends. The workspace holds none (its root fd is released after the
+// spawn and reopened for collection; the base fd is shared), the plan's
+// fds (stdin memfd, Landlock ruleset) are closed once the child has them.
+constexpr std::size_t kFdsPerRun = 3;
+// Above the fds open when the supervisor was made: what one submit or one
+// collection holds for a moment (workspace, staging, pipe write ends,
+// memfd, ruleset, the collection walk: about ten), the signalfd, and room
+// for the host to open a few more of its own.
+constexpr std::size_t kFdReserve = 64;
 constexpr std::size_t kReadBudget = 16;     // reads per wakeup before yielding to others
 constexpr std::size_t kScratchBytes = 256 * 1024;
 
 enum class TimerPhase { none, deadline, grace, drain };
+
+// A non-run fd watched through the ring (Supervisor::watch_fd).
+struct FdWatch {
+  int fd = -1;
+  std::uint32_t gen = 0;
+  bool armed = false;
+  std::function<void()> on_ready;
+};
+
+std::size_t count_open_fds() {
+  std::size_t n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return 0;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n > 0 ? n - 1 : 0;  // not the one opendir holds
+}
 
 struct Pipe {
   UniqueFd fd;
@@ -86,7 +113,11 @@ struct Supervisor::Impl {
   std::vector<std::uint32_t> ready_pipes;
   std::vector<std::uint32_t> to_deliver;
   std::size_t in_flight = 0;
+  std::size_t active = 0;    // slots holding a run's fds (in flight, or finishing)
   std::size_t capacity = 0;
+  std::shared_ptr<const WorkspaceBase> base;
+  std::vector<FdWatch> watches;
+  std::size_t armed_watches = 0;
   std::uint64_t run_counter = 0;
   std::string scratch;
   UniqueFd signal_fd;
@@ -303,6 +334,9 @@ struct Supervisor::Impl {
     // The maskers' held-back tails are output too: stream them first.
     emit(run, StreamId::stdout_stream, run.out_capture->finish());
     if (run.err_capture) emit(run, StreamId::stderr_stream, run.err_capture->finish());
+    // Found again by name below the shared base; a failure (the directory
+    // was moved or replaced) shows in the result's detail via remove().
+    if (run.prep.workspace) (void)run.prep.workspace->reacquire();
     auto result = finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get());
     --in_flight;
     if (run.callbacks.on_result) run.callbacks.on_result(result);
@@ -310,6 +344,7 @@ struct Supervisor::Impl {
 
   void free_slot(std::uint32_t slot, Run& run) {
     run.active = false;
+    --active;
     run.pidfd.reset();
     run.out.fd.reset();
     run.err.fd.reset();
@@ -330,6 +365,10 @@ struct Supervisor::Impl {
     std::uint32_t slot = static_cast<std::uint32_t>(data >> 32);
     std::uint32_t gen = static_cast<std::uint32_t>((data >> 8) & 0xffffff);
     Op op = static_cast<Op>(data & 0xff);
+    if (op == kOpWatch) {
+      on_watch(slot, gen);
+      return;
+    }
     if (slot >= slots.size() || !slots[slot]) return;
     Run& run = *slots[slot];
     if (!run.active || (run.gen & 0xffffff) != gen) return;
@@ -356,8 +395,30 @@ struct Supervisor::Impl {
       case kOpTimer:
         on_timer(slot, run, cqe->res);
         break;
+      case kOpWatch:
+        break;  // handled above
     }
     maybe_finish(slot, run);
+  }
+
+  void arm_watch(std::uint32_t index) {
+    FdWatch& w = watches[index];
+    io_uring_sqe* e = sqe();
+    io_uring_prep_poll_add(e, w.fd, POLLIN);
+    io_uring_sqe_set_data64(e, user_data(index, w.gen, kOpWatch));
+    w.armed = true;
+    ++armed_watches;
+  }
+
+  void on_watch(std::uint32_t index, std::uint32_t gen) {
+    if (index >= watches.size()) return;
+    FdWatch& w = watches[index];
+    if (!w.armed || (w.gen & 0xffffff) != gen) return;  // unwatched meanwhile
+    w.armed = false;
+    --armed_watches;
+    auto cb = std::move(w.on_ready);
+    w.on_ready = nullptr;
+    if (cb) cb();  // may watch the fd again
   }
 
   void process_requests() {
@@ -411,7 +472,6 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   }
   getrlimit(RLIMIT_NOFILE, &nofile);
   std::size_t soft = nofile.rlim_cur == RLIM_INFINITY ? 1 << 20 : static_cast<std::size_t>(nofile.rlim_cur);
-  impl->capacity = soft > kFdReserve ? (soft - kFdReserve) / kFdsPerRun : 0;
 
   io_uring_params params;
   std::memset(&params, 0, sizeof params);
@@ -431,6 +491,17 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   if (options.become_subreaper) {
     if (auto st = become_subreaper(); !st) return std::move(st).error().context("supervisor");
   }
+
+  // One base fd for every workspace (a private 0711 directory when the
+  // given base is writable by others; see WorkspaceBase).
+  auto base = WorkspaceBase::open(options.workspace_base);
+  if (!base) return std::move(base).error().context("supervisor");
+  impl->base = std::move(*base);
+
+  // The fd budget: what is open now (the host's fds, the ring, the
+  // spawner's slots, the base) plus the reserve, then kFdsPerRun per run.
+  std::size_t used = count_open_fds() + kFdReserve;
+  impl->capacity = soft > used ? (soft - used) / kFdsPerRun : 0;
   return std::unique_ptr<Supervisor>(new Supervisor(std::move(impl)));
 }
 
@@ -454,6 +525,49 @@ Status Supervisor::watch_signals(std::initializer_list<int> signals, std::functi
   return {};
 }
 
+Status Supervisor::watch_fd(int fd, std::function<void()> on_ready) {
+  Impl& s = *impl_;
+  if (fd < 0) return Error(EBADF, "watch_fd: invalid fd " + std::to_string(fd));
+  std::uint32_t index = static_cast<std::uint32_t>(s.watches.size());
+  for (std::uint32_t i = 0; i < s.watches.size(); ++i) {
+    if (s.watches[i].fd == fd) {
+      index = i;
+      break;
+    }
+    if (s.watches[i].fd < 0 && index == s.watches.size()) index = i;
+  }
+  if (index == s.watches.size()) s.watches.emplace_back();
+  FdWatch& w = s.watches[index];
+  w.on_ready = std::move(on_ready);
+  if (w.armed) return {};  // already in the ring: only the callback changes
+  w.fd = fd;
+  ++w.gen;
+  s.arm_watch(index);
+  io_uring_submit(&s.ring);
+  return {};
+}
+
+void Supervisor::unwatch_fd(int fd) {
+  Impl& s = *impl_;
+  for (std::uint32_t i = 0; i < s.watches.size(); ++i) {
+    FdWatch& w = s.watches[i];
+    if (w.fd != fd) continue;
+    if (w.armed) {
+      io_uring_sqe* e = s.sqe();
+      io_uring_prep_poll_remove(e, Impl::user_data(i, w.gen, kOpWatch));
+      io_uring_sqe_set_data64(e, 0);
+      // Cancelling a poll completes within the submit: once this returns
+      // the ring holds no operation on fd and the caller may close it.
+      io_uring_submit(&s.ring);
+      w.armed = false;
+      --s.armed_watches;
+    }
+    ++w.gen;  // the cancelled poll's completion no longer matches
+    w.fd = -1;
+    w.on_ready = nullptr;
+  }
+}
+
 void Supervisor::cancel_all() {
   for (std::uint32_t slot = 0; slot < impl_->slots.size(); ++slot) {
     Run* run = impl_->slots[slot].get();
@@ -464,11 +578,11 @@ std::size_t Supervisor::capacity() const { return impl_->capacity; }
 
 Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) {
   Impl& s = *impl_;
-  if (s.in_flight >= s.capacity)
-    return Error(EMFILE, "submit: " + std::to_string(s.in_flight) + " runs in flight already fill the fd limit (" +
+  if (s.active >= s.capacity)
+    return Error(EMFILE, "submit: " + std::to_string(s.active) + " runs in flight already fill the fd limit (" +
                              std::to_string(s.capacity) + " runs at " + std::to_string(kFdsPerRun) +
-                             " fds each); wait for some to finish");
-  RunContext ctx{&s.uids, s.options.workspace_base, &s.host};
+                             " fds each under RLIMIT_NOFILE); wait for some to finish");
+  RunContext ctx{&s.uids, s.options.workspace_base, &s.host, s.base};
   std::string run_id = next_run_id();
   auto prepared = prepare_run(std::move(request), ctx, run_id);
   if (!prepared) return std::move(prepared).error();
@@ -486,6 +600,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   run = Run{};
   run.gen = gen;
   run.active = true;
+  ++s.active;
   run.prep = std::move(*prepared);
   run.callbacks = std::move(callbacks);
   const Limits& limits = run.prep.limits;
@@ -507,6 +622,10 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   run.end.clone_seconds = child->clone_seconds;
   run.end.report = child->report;
   run.pidfd = std::move(child->pidfd);
+  // The child has what it needs: drop the plan (argv/env copies, BPF, the
+  // Landlock ruleset fd) and the workspace's root fd until collection.
+  run.prep.plan = ChildPlan{};
+  if (run.prep.workspace) (void)run.prep.workspace->release_fd();
   if (child->report.stage != SpawnStage::none) {
     // Exec never happened (the child is already reaped): a spawn_failed
     // result, delivered from the loop like every other result.
@@ -531,7 +650,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
 Expected<bool> Supervisor::run_once(double timeout_seconds) {
   Impl& s = *impl_;
   s.process_requests();
-  if (s.in_flight == 0) return false;
+  if (s.in_flight == 0 && s.armed_watches == 0) return false;
   bool urgent = !s.ready_pipes.empty() || !s.to_cancel.empty() || !s.to_deliver.empty();
   io_uring_cqe* cqe = nullptr;
   __kernel_timespec ts = to_timespec(urgent ? 0 : timeout_seconds);
@@ -548,7 +667,7 @@ Expected<bool> Supervisor::run_once(double timeout_seconds) {
   io_uring_cq_advance(&s.ring, seen);
   s.process_requests();
   io_uring_submit(&s.ring);
-  return s.in_flight > 0;
+  return s.in_flight > 0 || s.armed_watches > 0;
 }
 
 Status Supervisor::run_until_idle() {

@@ -25,6 +25,9 @@ struct RunContext {
   UidPool* uids = nullptr;          // per-run uids when root; may be null
   std::string workspace_base;       // "" → $TMPDIR or /tmp
   const HostFacts* host = nullptr;  // probes; null → probe_host()
+  // Shared base (the supervisor's): workspaces then hold no base fd and
+  // may release their root fd while the child runs. Overrides workspace_base.
+  std::shared_ptr<const WorkspaceBase> base;
 };
 
 struct PreparedRun {
