@@ -4,11 +4,13 @@ namespace corral::cli {
 
 int run_main(int argc, char** argv);
 int enforcement_main(int argc, char** argv);
+int batch_main(int argc, char** argv);
 
 std::span<const Command> commands() {
   static const Command kCommands[] = {
       {"run", run_main},
       {"enforcement", enforcement_main},
+      {"batch", batch_main},
   };
   return kCommands;
 }
