@@ -321,12 +321,31 @@ struct Supervisor::Impl {
   }
 
   void maybe_finish(std::uint32_t slot, Run& run) {
+    if (!run.active) return;
     if (!run.delivered && run.exited && run.out.eof && run.err.eof) {
-      if (run.timer_armed) remove_op(slot, run, kOpTimer);
       run.next_phase = TimerPhase::none;
       deliver(run);
     }
-    if (run.delivered && !ops_pending(run)) free_slot(slot, run);
+    if (run.delivered) retire(slot, run);
+  }
+
+  // A delivered run gives its slot and fds back now, not when the last
+  // completion of its ring operations comes in: otherwise a run that is
+  // over would still count against the fd budget for a loop turn. Its
+  // remaining operations are removed first and the removals submitted:
+  // cancelling a poll or a timeout completes inside that io_uring_enter
+  // (task work runs before it returns), so the ring holds nothing on the
+  // fds when they are closed. Their late completions carry the old
+  // generation and are dropped.
+  void retire(std::uint32_t slot, Run& run) {
+    if (ops_pending(run)) {
+      if (run.pid_armed) remove_op(slot, run, kOpPid);
+      if (run.timer_armed) remove_op(slot, run, kOpTimer);
+      for (auto [pipe, op] : {std::pair{&run.out, kOpOut}, std::pair{&run.err, kOpErr}})
+        if (pipe->armed && !pipe->removing) remove_op(slot, run, op);
+      io_uring_submit(&ring);
+    }
+    free_slot(slot, run);
   }
 
   void deliver(Run& run) {
