@@ -1,5 +1,6 @@
 #include "corral/supervisor.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
@@ -8,12 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <dirent.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <unordered_map>
 
 #include "corral/reaper.hpp"
@@ -86,6 +86,7 @@ struct Run {
   __kernel_timespec ts{};
   RunEnd end;
   bool delivered = false;
+  bool retiring = false;  // delivered; its slot is freed at the end of the loop turn
   bool cancel_requested = false;
 };
 
@@ -109,13 +110,16 @@ struct Supervisor::Impl {
   std::vector<std::unique_ptr<Run>> slots;
   std::vector<std::uint32_t> free_slots;
   std::unordered_map<pid_t, std::uint32_t> by_pid;
-  std::vector<std::uint32_t> to_cancel;
+  std::vector<std::uint64_t> to_cancel;  // tokens: a slot reused meanwhile is not cancelled
   std::vector<std::uint32_t> ready_pipes;
   std::vector<std::uint32_t> to_deliver;
   std::size_t in_flight = 0;
   std::size_t active = 0;    // slots holding a run's fds (in flight, or finishing)
   std::size_t capacity = 0;
   std::shared_ptr<const WorkspaceBase> base;
+  // The enforcement summary depends only on the host and the tier: one
+  // copy per tier here instead of one per run in flight (about 4 KiB each).
+  std::map<Tier, std::map<std::string, std::string>> enforcement;
   std::vector<FdWatch> watches;
   std::size_t armed_watches = 0;
   std::uint64_t run_counter = 0;
@@ -262,6 +266,22 @@ struct Supervisor::Impl {
     if (!run.out.eof || !run.err.eof) arm_timer(slot, run, TimerPhase::drain, options.drain_seconds);
   }
 
+  // waitid(P_ALL) walks every child of ours: with thousands in flight a
+  // scan per exit would make exits quadratic (about 100 us per exit at
+  // 5,000 children here). Orphans only need reaping eventually, our own
+  // leaders are reaped through their pidfds: scan at most every
+  // kOrphanScanInterval, and whenever the loop goes idle.
+  static constexpr auto kOrphanScanInterval = std::chrono::milliseconds(25);
+  std::chrono::steady_clock::time_point last_orphan_scan{};
+
+  void maybe_reap_orphans(bool force) {
+    if (!options.become_subreaper) return;
+    auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_orphan_scan < kOrphanScanInterval) return;
+    last_orphan_scan = now;
+    reap_orphans_now();
+  }
+
   void reap_orphans_now() {
     if (!options.become_subreaper) return;
     for (;;) {
@@ -326,26 +346,33 @@ struct Supervisor::Impl {
       run.next_phase = TimerPhase::none;
       deliver(run);
     }
-    if (run.delivered) retire(slot, run);
+    if (run.delivered && !run.retiring) retire(slot, run);
   }
 
-  // A delivered run gives its slot and fds back now, not when the last
-  // completion of its ring operations comes in: otherwise a run that is
-  // over would still count against the fd budget for a loop turn. Its
-  // remaining operations are removed first and the removals submitted:
-  // cancelling a poll or a timeout completes inside that io_uring_enter
-  // (task work runs before it returns), so the ring holds nothing on the
-  // fds when they are closed. Their late completions carry the old
-  // generation and are dropped.
+  // A delivered run gives its slot and fds back within the loop turn its
+  // result was delivered in, not when the last completions of its ring
+  // operations come in: a run that is over must not count against the fd
+  // budget. Its remaining operations are removed first and the removals
+  // submitted (once per turn, for every run retired in it): cancelling a
+  // poll or a timeout completes inside that io_uring_enter (task work runs
+  // before it returns), so the ring holds nothing on the fds when they are
+  // closed. Late completions carry the old generation and are dropped.
+  std::vector<std::uint32_t> retired;
+
   void retire(std::uint32_t slot, Run& run) {
-    if (ops_pending(run)) {
-      if (run.pid_armed) remove_op(slot, run, kOpPid);
-      if (run.timer_armed) remove_op(slot, run, kOpTimer);
-      for (auto [pipe, op] : {std::pair{&run.out, kOpOut}, std::pair{&run.err, kOpErr}})
-        if (pipe->armed && !pipe->removing) remove_op(slot, run, op);
-      io_uring_submit(&ring);
-    }
-    free_slot(slot, run);
+    run.retiring = true;
+    if (run.pid_armed) remove_op(slot, run, kOpPid);
+    if (run.timer_armed) remove_op(slot, run, kOpTimer);
+    for (auto [pipe, op] : {std::pair{&run.out, kOpOut}, std::pair{&run.err, kOpErr}})
+      if (pipe->armed && !pipe->removing) remove_op(slot, run, op);
+    retired.push_back(slot);
+  }
+
+  void free_retired() {
+    if (retired.empty()) return;
+    io_uring_submit(&ring);
+    for (std::uint32_t slot : retired) free_slot(slot, *slots[slot]);
+    retired.clear();
   }
 
   void deliver(Run& run) {
@@ -356,6 +383,7 @@ struct Supervisor::Impl {
     // Found again by name below the shared base; a failure (the directory
     // was moved or replaced) shows in the result's detail via remove().
     if (run.prep.workspace) (void)run.prep.workspace->reacquire();
+    run.prep.enforcement = enforcement[run.prep.request.tier];
     auto result = finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get());
     --in_flight;
     if (run.callbacks.on_result) run.callbacks.on_result(result);
@@ -363,6 +391,7 @@ struct Supervisor::Impl {
 
   void free_slot(std::uint32_t slot, Run& run) {
     run.active = false;
+    run.retiring = false;
     --active;
     run.pidfd.reset();
     run.out.fd.reset();
@@ -390,13 +419,13 @@ struct Supervisor::Impl {
     }
     if (slot >= slots.size() || !slots[slot]) return;
     Run& run = *slots[slot];
-    if (!run.active || (run.gen & 0xffffff) != gen) return;
+    if (!run.active || run.retiring || (run.gen & 0xffffff) != gen) return;
     bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
     switch (op) {
       case kOpPid:
         run.pid_armed = false;
         if (cqe->res >= 0) on_leader_exit(slot, run);
-        reap_orphans_now();
+        maybe_reap_orphans(false);
         break;
       case kOpOut:
       case kOpErr: {
@@ -443,9 +472,11 @@ struct Supervisor::Impl {
   void process_requests() {
     auto cancels = std::move(to_cancel);
     to_cancel.clear();
-    for (std::uint32_t slot : cancels) {
-      Run& run = *slots[slot];
-      if (!run.active || run.delivered) continue;
+    for (std::uint64_t tok : cancels) {
+      Run* found = lookup(tok);
+      if (found == nullptr || found->delivered) continue;
+      std::uint32_t slot = static_cast<std::uint32_t>(tok >> 32);
+      Run& run = *found;
       run.end.cancelled = true;
       request_kill(slot, run, SIGKILL);
       // A cancelled run does not wait for an escapee to let go of its pipes.
@@ -590,13 +621,14 @@ void Supervisor::unwatch_fd(int fd) {
 void Supervisor::cancel_all() {
   for (std::uint32_t slot = 0; slot < impl_->slots.size(); ++slot) {
     Run* run = impl_->slots[slot].get();
-    if (run && run->active && !run->delivered) impl_->to_cancel.push_back(slot);
+    if (run && run->active && !run->delivered) impl_->to_cancel.push_back(Impl::token(slot, run->gen));
   }
 }
 std::size_t Supervisor::capacity() const { return impl_->capacity; }
 
 Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) {
   Impl& s = *impl_;
+  if (s.active >= s.capacity) s.free_retired();  // runs already over give their fds back first
   if (s.active >= s.capacity)
     return Error(EMFILE, "submit: " + std::to_string(s.active) + " runs in flight already fill the fd limit (" +
                              std::to_string(s.capacity) + " runs at " + std::to_string(kFdsPerRun) +
@@ -645,6 +677,9 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   // Landlock ruleset fd) and the workspace's root fd until collection.
   run.prep.plan = ChildPlan{};
   if (run.prep.workspace) (void)run.prep.workspace->release_fd();
+  auto& cached = s.enforcement[run.prep.request.tier];
+  if (cached.empty()) cached = std::move(run.prep.enforcement);
+  run.prep.enforcement = {};  // restored from the cache at delivery
   if (child->report.stage != SpawnStage::none) {
     // Exec never happened (the child is already reaped): a spawn_failed
     // result, delivered from the loop like every other result.
@@ -669,6 +704,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
 Expected<bool> Supervisor::run_once(double timeout_seconds) {
   Impl& s = *impl_;
   s.process_requests();
+  s.free_retired();
   if (s.in_flight == 0 && s.armed_watches == 0) return false;
   bool urgent = !s.ready_pipes.empty() || !s.to_cancel.empty() || !s.to_deliver.empty();
   io_uring_cqe* cqe = nullptr;
@@ -686,6 +722,8 @@ Expected<bool> Supervisor::run_once(double timeout_seconds) {
   io_uring_cq_advance(&s.ring, seen);
   s.process_requests();
   io_uring_submit(&s.ring);
+  s.free_retired();
+  if (s.in_flight == 0) s.maybe_reap_orphans(true);  // idle: no zombie left behind
   return s.in_flight > 0 || s.armed_watches > 0;
 }
 
@@ -698,7 +736,7 @@ Status Supervisor::run_until_idle() {
 }
 
 void Supervisor::cancel(std::uint64_t token) {
-  if (impl_->lookup(token)) impl_->to_cancel.push_back(static_cast<std::uint32_t>(token >> 32));
+  if (impl_->lookup(token)) impl_->to_cancel.push_back(token);
 }
 
 bool Supervisor::finished(std::uint64_t token) const {
