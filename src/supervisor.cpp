@@ -233,8 +233,16 @@ struct Supervisor::Impl {
     if (!masked.empty() && run.callbacks.on_output) run.callbacks.on_output(id, masked);
   }
 
-  void drain_pipe(std::uint32_t slot, Run& run, Pipe& pipe, Op op) {
+  // Reads what the pipe holds. `poll_mask`: the events of the completion
+  // that woke us (-1: unknown). A read shorter than the buffer emptied the
+  // pipe (pipe_read returns once it is empty, under the pipe mutex), so any
+  // later write finds it empty and wakes the multishot poll again: without
+  // POLLHUP in the mask there is no need for the read that would only say
+  // EAGAIN (one syscall per chunk saved on a busy stream). With POLLHUP the
+  // writers may be gone and no wakeup would come: read on to EOF.
+  void drain_pipe(std::uint32_t slot, Run& run, Pipe& pipe, Op op, int poll_mask = -1) {
     if (pipe.eof || !pipe.fd) return;
+    const bool stop_when_short = poll_mask >= 0 && (poll_mask & (POLLHUP | POLLERR)) == 0;
     StreamCapture& cap = (op == kOpOut) ? *run.out_capture : *run.err_capture;
     StreamId id = (op == kOpOut) ? StreamId::stdout_stream : StreamId::stderr_stream;
     pipe.ready = false;
@@ -242,6 +250,7 @@ struct Supervisor::Impl {
       ssize_t n = ::read(pipe.fd.get(), scratch.data(), scratch.size());
       if (n > 0) {
         emit(run, id, cap.on_data(std::string_view(scratch.data(), static_cast<std::size_t>(n))));
+        if (stop_when_short && static_cast<std::size_t>(n) < scratch.size()) return;
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -435,7 +444,7 @@ struct Supervisor::Impl {
           if (!pipe.armed) pipe.fd.reset();
           break;
         }
-        drain_pipe(slot, run, pipe, op);
+        drain_pipe(slot, run, pipe, op, cqe->res);
         if (!pipe.eof && !pipe.armed) arm_poll(slot, run, pipe, op);
         if (pipe.eof && !pipe.armed) pipe.fd.reset();
         break;
@@ -780,14 +789,19 @@ Expected<std::optional<RunEvent>> Supervisor::Stream::next() {
 }
 
 Expected<Result> Supervisor::run(Request request) {
-  auto st = stream(std::move(request));
-  if (!st) return std::move(st).error();
-  for (;;) {
-    auto ev = st->next();
-    if (!ev) return std::move(ev).error();
-    if (!ev->has_value()) return Error(EPROTO, "run: the supervisor ended without a result");
-    if ((*ev)->kind == RunEvent::result) return std::move(*(*ev)->final);
+  // The callback path with nobody watching chunks: no copy of each chunk
+  // into an event queue, only the result is kept.
+  std::optional<Result> out;
+  RunCallbacks cb;
+  cb.on_result = [&out](const Result& r) { out = r; };
+  auto handle = submit(std::move(request), std::move(cb));
+  if (!handle) return std::move(handle).error();
+  while (!out) {
+    auto more = run_once(-1);
+    if (!more) return std::move(more).error();
+    if (!*more && !out) return Error(EPROTO, "run: the supervisor ended without a result");
   }
+  return std::move(*out);
 }
 
 // ---------------------------------------------------------------------------

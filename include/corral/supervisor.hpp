@@ -113,7 +113,8 @@ class Supervisor {
   };
   Expected<Stream> stream(Request request);
 
-  // Blocking run: the streaming path with nobody watching chunks.
+  // Blocking run: submit() with nobody watching chunks, the loop turned
+  // until its result (other runs in flight move on meanwhile).
   Expected<Result> run(Request request);
 
   // Deliver these signals through the ring instead of as interrupts: they
