@@ -333,6 +333,25 @@ std::string join(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// An O_PATH fd of directory `name` below parent when it is a directory (not
+// a symlink) of ours that nobody else can write, made 0711 so a run's uid
+// can pass through to its own workspace; invalid (errno set) otherwise.
+UniqueFd open_private_dir(int parent, const std::string& name) {
+  UniqueFd rd(::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st {};
+  if (!rd || ::fstat(rd.get(), &st) != 0) return {};
+  if (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    errno = EPERM;
+    return {};
+  }
+  if ((st.st_mode & 07777) != 0711 && ::fchmod(rd.get(), 0711) != 0) return {};
+  return UniqueFd(::openat(rd.get(), ".", O_PATH | O_DIRECTORY | O_CLOEXEC));
+}
+
+}  // namespace
+
 Expected<std::shared_ptr<const WorkspaceBase>> WorkspaceBase::open(const std::string& dir) {
   std::string given = default_base(dir);
   std::string who = "workspace: base directory " + quoted(given);
@@ -346,25 +365,32 @@ Expected<std::shared_ptr<const WorkspaceBase>> WorkspaceBase::open(const std::st
     base->fd_ = std::move(fd);
     return std::shared_ptr<const WorkspaceBase>(std::move(base));
   }
-  // Others may write here: work in a private directory of ours instead.
-  auto name = make_unique_dir(fd.get(), "corral-base-", 0711, who);
+  // Others may write here (/tmp): corral-<euid> inside it, made once and
+  // kept (as tmux keeps tmux-<uid>), so a CLI run pays no mkdir for it.
+  base->private_ = true;
+  std::string stable = "corral-" + std::to_string(::geteuid());
+  if (::mkdirat(fd.get(), stable.c_str(), 0711) != 0 && errno != EEXIST)
+    return errno_error(who + ": create " + quoted(stable));
+  base->fd_ = open_private_dir(fd.get(), stable);
+  if (base->fd_) {
+    base->path_ = join(given, stable);
+    return std::shared_ptr<const WorkspaceBase>(std::move(base));
+  }
+  // The name is someone else's (or a symlink): a fresh one of ours, removed
+  // with this base.
+  auto name = make_unique_dir(fd.get(), (stable + "-").c_str(), 0711, who);
   if (!name) return std::move(name).error();
+  base->fd_ = open_private_dir(fd.get(), *name);
   base->parent_ = std::move(fd);
   base->name_ = *name;
   base->path_ = join(given, *name);
-  base->fd_.reset(::openat(base->parent_.get(), name->c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  struct stat mine {};
-  if (!base->fd_ || ::fstat(base->fd_.get(), &mine) != 0 || mine.st_uid != ::geteuid())
-    return Error(EPERM, who + ": private directory " + quoted(*name) + " was replaced as it was made");
-  UniqueFd rd(::openat(base->parent_.get(), name->c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!rd || ::fstat(rd.get(), &st) != 0 || !same_inode(st, mine) || ::fchmod(rd.get(), 0711) != 0)
-    return errno_error(who + ": chmod 0711 " + quoted(*name));
+  if (!base->fd_) return Error(EPERM, who + ": private directory " + quoted(*name) + " was replaced as it was made");
   return std::shared_ptr<const WorkspaceBase>(std::move(base));
 }
 
 WorkspaceBase::~WorkspaceBase() {
-  if (!parent_) return;
-  // Only our own directory, and only when empty (rmdir refuses otherwise).
+  if (!parent_) return;  // the given directory, or the kept corral-<euid>
+  // Only our own fallback directory, and only when empty (rmdir refuses otherwise).
   struct stat mine {}, entry {};
   if (::fstat(fd_.get(), &mine) == 0 && ::fstatat(parent_.get(), name_.c_str(), &entry, AT_SYMLINK_NOFOLLOW) == 0 &&
       same_inode(mine, entry))

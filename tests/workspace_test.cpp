@@ -520,22 +520,42 @@ Test(workspace, a_base_only_we_can_write_is_used_as_is) {
 Test(workspace, a_base_others_can_write_gets_a_private_0711_directory) {
   corral_test::TempDir dir;
   cr_assert_eq(chmod(dir.path().c_str(), 01777), 0);
-  std::string ws_path;
+  std::string mine = dir / ("corral-" + std::to_string(geteuid()));
   {
     auto base = open_base(dir.path());
     cr_assert(base->is_private());
-    cr_assert_eq(fs::path(base->path()).parent_path().string(), dir.path());
-    cr_assert(fs::path(base->path()).filename().string().rfind("corral-base-", 0) == 0, "%s", base->path().c_str());
-    cr_assert_eq(mode_of(base->path()), 0711u);
+    cr_assert_eq(base->path(), mine);
+    cr_assert_eq(mode_of(mine), 0711u);
     struct stat st {};
-    cr_assert_eq(stat(base->path().c_str(), &st), 0);
+    cr_assert_eq(stat(mine.c_str(), &st), 0);
     cr_assert_eq(st.st_uid, geteuid());
     Workspace ws = make_shared_ws(base);
-    ws_path = ws.path();
-    cr_assert_eq(fs::path(ws_path).parent_path().string(), base->path());
+    cr_assert_eq(fs::path(ws.path()).parent_path().string(), mine);
     cr_assert(ws.remove().ok());
   }
-  cr_assert_eq(entries(dir.path()), 0u, "the private base was left behind");
+  // Kept, empty, and used again.
+  cr_assert_eq(entries(dir.path()), 1u);
+  cr_assert_eq(entries(mine), 0u);
+  cr_assert_eq(open_base(dir.path())->path(), mine);
+}
+
+Test(workspace, a_squatted_private_name_falls_back_to_a_fresh_directory) {
+  corral_test::TempDir dir, elsewhere;
+  cr_assert_eq(chmod(dir.path().c_str(), 01777), 0);
+  std::string squat = dir / ("corral-" + std::to_string(geteuid()));
+  cr_assert_eq(symlink(elsewhere.path().c_str(), squat.c_str()), 0);  // what another user could plant
+  {
+    auto base = open_base(dir.path());
+    cr_assert(base->is_private());
+    cr_assert_neq(base->path(), squat);
+    cr_assert(fs::path(base->path()).filename().string().rfind(fs::path(squat).filename().string() + "-", 0) == 0,
+              "%s", base->path().c_str());
+    cr_assert_eq(mode_of(base->path()), 0711u);
+    Workspace ws = make_shared_ws(base);
+    cr_assert(ws.remove().ok());
+  }
+  cr_assert_eq(entries(dir.path()), 1u, "the fallback directory was left behind");
+  cr_assert_eq(entries(elsewhere.path()), 0u, "followed the planted symlink");
 }
 
 Test(workspace, a_released_workspace_holds_no_fd_and_is_found_again) {

@@ -42,13 +42,15 @@ struct WorkspaceOwner {
 // Trust: a released workspace is found again BY NAME under this fd, so no
 // one but corral may be able to rename or replace entries in it. open()
 // uses `dir` itself only when it is ours (st_uid == euid) and writable by
-// nobody else (no group/other write bit); otherwise (e.g. /tmp, 1777) it
-// makes a private corral-base-<16 hex> directory inside it (mode 0711,
-// ours) and uses that: a run's uid can reach its own workspace through it
-// (search bit) but cannot list, create, rename or remove anything there.
-// A run that has corral's own uid (not root) can still rename in a base of
-// ours; reacquire() then sees another inode and refuses to touch it.
-// The private directory is removed (if empty) when the base goes.
+// nobody else (no group/other write bit). Otherwise (e.g. /tmp, 1777) it
+// uses corral-<euid> inside it: a directory of ours, mode 0711, made once
+// and kept (as tmux keeps /tmp/tmux-<uid>). A run's uid can pass through
+// it to its own workspace (search bit) but cannot list, create, rename or
+// remove anything there. If that name is taken by someone else or is a
+// symlink, a fresh corral-<euid>-<16 hex> is made instead and removed (if
+// empty) when the base goes. A run that has corral's own uid (not root)
+// can still rename in a base of ours; reacquire() then sees another inode
+// and refuses to touch it.
 class WorkspaceBase {
  public:
   // "" means $TMPDIR, else /tmp. Errors name the directory.
@@ -59,14 +61,15 @@ class WorkspaceBase {
 
   int fd() const noexcept { return fd_.get(); }            // O_PATH|O_DIRECTORY
   const std::string& path() const noexcept { return path_; }  // where workspaces go
-  bool is_private() const noexcept { return parent_.valid(); }  // created by open()
+  bool is_private() const noexcept { return private_; }  // corral-<euid>[-hex] inside the given one
 
  private:
   WorkspaceBase() = default;
   std::string path_;
   UniqueFd fd_;
-  UniqueFd parent_;   // the given directory, when path_ is our private one in it
-  std::string name_;  // the private directory's entry name in parent_
+  bool private_ = false;
+  UniqueFd parent_;   // the given directory, when path_ is a fallback to remove
+  std::string name_;  // the fallback's entry name in parent_
 };
 
 struct WorkspaceOptions {
