@@ -232,6 +232,11 @@ std::vector<std::string> unlink_files(int fd, const std::string& where, Errors& 
 // directory fd open at a time, climbing back with ".." checked against the
 // remembered (dev, ino), so a tree of any depth costs neither stack nor fds.
 void remove_contents(int root_path_fd, Errors& errors) {
+  // The usual leftovers are an empty home/ and tmp/: rmdir them straight
+  // away, without a walk each (rmdir never follows a symlink and refuses a
+  // non-empty directory, a mount point or another type of file; the walk
+  // below deals with whatever is still there).
+  for (const char* sub : {"home", "tmp"}) (void)::unlinkat(root_path_fd, sub, AT_REMOVEDIR);
   auto root = open_for_removal(root_path_fd, ".");
   if (!root) {
     errors.add(root.error().context("open workspace root"));
