@@ -6,6 +6,10 @@
 // process of its own (so neither side's memory or CPU shows in the other).
 //
 //   sleepers [N=5000] [S=5]
+//
+// Diagnostics: SLEEPERS_PHASES=1 prints the submit phase's CPU and heap per
+// child on stderr; SLEEPERS_NO_SUBREAPER=1 runs the supervisor without
+// become_subreaper (no orphan scans) to show what they cost.
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
