@@ -152,6 +152,18 @@ int file_fd(const std::string& path) {
   return fd;
 }
 
+// A string field of a result line ("" when absent or not a string); a
+// named value, so assertions never hold a pointer into a temporary.
+std::string field(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+void expect_field(const json& j, const char* key, const std::string& want) {
+  std::string got = field(j, key);
+  cr_assert(got == want, "field %s is '%s', want '%s' in %s", key, got.c_str(), want.c_str(), j.dump().c_str());
+}
+
 std::string job(const std::string& id, const std::vector<std::string>& argv, const char* tier = "none") {
   json j{{"id", id}, {"argv", argv}};
   if (tier) j["tier"] = tier;
@@ -196,11 +208,11 @@ Test(batch, five_hundred_jobs_and_a_malformed_line_give_501_result_lines) {
     cr_assert(ids.insert(id).second, "id %s twice", id.c_str());
     int n = std::atoi(id.c_str() + 4);
     cr_assert_eq(r.value("line", 0L), static_cast<long>(n), "%s", r.dump().c_str());
-    cr_assert_str_eq(r.value("outcome", "").c_str(), "exited", "%s", r.dump().c_str());
+    expect_field(r, "outcome", "exited");
     cr_assert_eq(r.value("exit_code", -1), 0);
     std::string want = "out-" + std::to_string(n) + "\n";
-    cr_assert_str_eq(r.value("stdout", "").c_str(), want.c_str(), "%s", id.c_str());
-    cr_assert_str_eq(r.value("tier", "").c_str(), n % 10 ? "none" : "os_process");
+    expect_field(r, "stdout", want);
+    expect_field(r, "tier", n % 10 ? "none" : "os_process");
   }
   cr_assert_eq(errors, 1);
   cr_assert_eq(ids.size(), 500u);
@@ -226,15 +238,15 @@ Test(batch, refused_and_failing_jobs_are_results_and_the_batch_goes_on) {
     if (r.contains("id")) by_id[r["id"].get<std::string>()] = r;
   }
   cr_assert_eq(by_line.size(), 6u, "%s", b.out_text.c_str());  // the blank line 2 is not a job
-  cr_assert_str_eq(by_line[1].value("outcome", "").c_str(), "error");
+  expect_field(by_line[1], "outcome", "error");
   cr_assert(by_id["unknown-field"].value("error", "").find("bogus") != std::string::npos);
   cr_assert(by_id["bad-limit"].value("error", "").find("cpu_seconds") != std::string::npos);
-  cr_assert_str_eq(by_id["missing"].value("outcome", "").c_str(), "spawn_failed");
+  expect_field(by_id["missing"], "outcome", "spawn_failed");
   cr_assert(by_id["missing"].value("error", "").find("ENOENT") != std::string::npos, "%s",
             by_id["missing"].dump().c_str());
   cr_assert_eq(by_id["missing"].value("line", 0L), 5L);
   cr_assert_eq(by_id["fails"].value("exit_code", 0), 3);
-  cr_assert_str_eq(by_id["ok"].value("stdout", "").c_str(), "fine\n");
+  expect_field(by_id["ok"], "stdout", "fine\n");
 }
 
 Test(batch, results_come_out_live_while_stdin_stays_open) {
@@ -255,8 +267,8 @@ Test(batch, results_come_out_live_while_stdin_stays_open) {
   close(p[1]);
   cr_assert_eq(b.finish(), 0);
   auto r = b.results();
-  cr_assert_str_eq(r[0].value("id", "").c_str(), "first");
-  cr_assert_str_eq(r[1].value("stdout", "").c_str(), "2\n");
+  expect_field(r[0], "id", "first");
+  expect_field(r[1], "stdout", "2\n");
 }
 
 Test(batch, sigterm_cancels_the_runs_in_flight_and_exits_143) {
@@ -278,7 +290,7 @@ Test(batch, sigterm_cancels_the_runs_in_flight_and_exits_143) {
   cr_assert_lt(took, 5.0, "took %.2fs to stop", took);
   auto results = b.results();
   cr_assert_eq(results.size(), 6u, "%s", b.out_text.c_str());
-  for (const json& r : results) cr_assert_str_eq(r.value("outcome", "").c_str(), "cancelled", "%s", r.dump().c_str());
+  for (const json& r : results) expect_field(r, "outcome", "cancelled");
   cr_assert_eq(base.leftovers(), 0u);
 }
 
