@@ -1,7 +1,8 @@
 // The supervisor: one thread, one io_uring, many runs in flight. Per run it
-// watches a pidfd (exit), the stdout/stderr pipes (multishot poll +
-// non-blocking reads into one scratch buffer, so an idle child costs no
-// buffer), and one timeout (deadline, then grace). No thread per child and
+// watches a pidfd (exit), the stdout/stderr pipes (a one-shot poll while
+// a pipe is empty, non-blocking reads into one scratch buffer while it is
+// not, so an idle child costs no buffer), and one timeout (deadline, then
+// grace). No thread per child and
 // no sleeping poll loop.
 //
 // Not thread-safe: create, submit, cancel and drive it from one thread.
