@@ -126,6 +126,21 @@ void SecretMasker::feed_into(std::string_view chunk, std::string& out) {
   process(scratch_, false, out);
 }
 
+bool SecretMasker::needs_no_change(std::string_view data) const {
+  if (hold_start(data) != data.size()) return false;
+  for (const auto& secret : secrets_->values())
+    if (::memmem(data.data(), data.size(), secret.data(), secret.size()) != nullptr) return false;
+  return true;
+}
+
+std::string_view SecretMasker::feed_view(std::string_view chunk, std::string& out) {
+  if (!has_secrets()) return chunk;
+  if (pending_.empty() && pending_covered_ == 0 && needs_no_change(chunk)) return chunk;
+  const std::size_t before = out.size();
+  feed_into(chunk, out);
+  return std::string_view(out).substr(before);
+}
+
 std::string SecretMasker::finish() {
   std::string out;
   finish_into(out);
@@ -221,10 +236,8 @@ StreamCapture::StreamCapture(std::uint64_t cap, SecretMasker masker) : cap_(cap)
 
 std::string_view StreamCapture::on_data(std::string_view raw) {
   total_ += raw.size();
-  if (!masker_.has_secrets()) return take(raw);  // fast path: no copy
   chunk_.clear();
-  masker_.feed_into(raw, chunk_);
-  return take(chunk_);
+  return take(masker_.feed_view(raw, chunk_));  // raw itself when nothing is masked or held
 }
 
 std::string_view StreamCapture::finish() {

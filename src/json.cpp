@@ -166,8 +166,13 @@ Expected<Request> request_from_json(std::string_view text) {
   return r;
 }
 
-std::string result_to_json(const Result& r) {
+std::string result_to_json(const Result& r, long line) {
   json j;
+  if (line > 0) {
+    j["line"] = line;
+    // The reason, without the limits the detail goes on to list.
+    if (r.outcome == Outcome::spawn_failed) j["error"] = to_utf8_lossy(r.detail.substr(0, r.detail.find("; ")));
+  }
   if (!r.id.empty()) j["id"] = r.id;
   j["run_id"] = r.run_id;
   j["outcome"] = std::string(to_string(r.outcome));
@@ -210,6 +215,15 @@ std::string result_to_json(const Result& r) {
                   {"child_setup", r.timings.child_setup},
                   {"exec", r.timings.exec}};
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string job_id_of(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("id")) return "";
+  const json& id = j["id"];
+  if (id.is_string()) return id.get<std::string>();
+  if (id.is_number_integer()) return std::to_string(id.get<long long>());
+  return "";
 }
 
 std::string error_to_json(std::string_view id, long line, std::string_view message) {

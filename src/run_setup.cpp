@@ -232,6 +232,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
 
   WorkspaceOptions wopts;
   wopts.base_dir = ctx.workspace_base;
+  wopts.base = ctx.base;
   wopts.owner = owner;
   auto ws = Workspace::create(wopts);
   if (!ws) return who(std::move(ws).error());

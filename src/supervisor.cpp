@@ -1,5 +1,6 @@
 #include "corral/supervisor.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <unordered_map>
 
 #include "corral/audit.hpp"
@@ -29,17 +31,47 @@ struct StreamQueue {
 
 namespace {
 
-enum Op : std::uint8_t { kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4, kOpOom = 5 };
-constexpr std::size_t kFdsPerRun = 3;       // pidfd + two pipe read ends
-constexpr std::size_t kFdReserve = 64;      // the host's own fds, ring, slots
+enum Op : std::uint8_t { kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4, kOpWatch = 5, kOpOom = 6 };
+// What a run holds while its child runs: the pidfd and the stdout/stderr
+// read ends. The workspace holds none (its root fd is released after the
+// spawn and reopened for collection; the base fd is shared), the plan's
+// fds (stdin memfd, Landlock ruleset) are closed once the child has them.
+constexpr std::size_t kFdsPerRun = 3;
+// A container run holds more while it runs: pid 1's report pipe, /dev/null,
+// the cgroup's directory and procs fds (up to four hierarchies on v1), the
+// OOM eventfd. Counted generously so the budget stays honest.
+constexpr std::size_t kFdsPerContainerRun = 12;
+std::size_t fds_per_run(Tier tier) { return tier == Tier::container ? kFdsPerContainerRun : kFdsPerRun; }
+// Above the fds open when the supervisor was made: what one submit or one
+// collection holds for a moment (workspace, staging, pipe write ends,
+// memfd, ruleset, the collection walk: about ten), the signalfd, and room
+// for the host to open a few more of its own.
+constexpr std::size_t kFdReserve = 64;
 constexpr std::size_t kReadBudget = 16;     // reads per wakeup before yielding to others
 constexpr std::size_t kScratchBytes = 256 * 1024;
 
 enum class TimerPhase { none, deadline, grace, drain };
 
+// A non-run fd watched through the ring (Supervisor::watch_fd).
+struct FdWatch {
+  int fd = -1;
+  std::uint32_t gen = 0;
+  bool armed = false;
+  std::function<void()> on_ready;
+};
+
+std::size_t count_open_fds() {
+  std::size_t n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return 0;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n > 0 ? n - 1 : 0;  // not the one opendir holds
+}
+
 struct Pipe {
   UniqueFd fd;
-  bool armed = false;   // a multishot poll is in the ring
+  bool armed = false;   // a one-shot poll is in the ring
   bool eof = false;     // no more data will be read
   bool removing = false;
   bool ready = false;   // data left after the read budget
@@ -48,6 +80,7 @@ struct Pipe {
 struct Run {
   std::uint32_t gen = 0;
   bool active = false;
+  std::size_t fd_weight = 0;  // fds_per_run(tier), counted in held_fds while active
   PreparedRun prep;
   RunCallbacks callbacks;
   Pidfd pidfd;
@@ -62,6 +95,7 @@ struct Run {
   __kernel_timespec ts{};
   RunEnd end;
   bool delivered = false;
+  bool retiring = false;  // delivered; its slot is freed at the end of the loop turn
   bool cancel_requested = false;
 };
 
@@ -86,11 +120,17 @@ struct Supervisor::Impl {
   std::vector<std::unique_ptr<Run>> slots;
   std::vector<std::uint32_t> free_slots;
   std::unordered_map<pid_t, std::uint32_t> by_pid;
-  std::vector<std::uint32_t> to_cancel;
+  std::vector<std::uint64_t> to_cancel;  // tokens: a slot reused meanwhile is not cancelled
   std::vector<std::uint32_t> ready_pipes;
   std::vector<std::uint32_t> to_deliver;
   std::size_t in_flight = 0;
-  std::size_t capacity = 0;
+  std::size_t active = 0;    // slots holding a run's fds (in flight, or finishing)
+  std::size_t capacity = 0;  // runs of kFdsPerRun fds the budget allows
+  std::size_t fd_budget = 0; // fds the runs may hold in all
+  std::size_t held_fds = 0;  // what the active runs hold (fds_per_run of each)
+  std::shared_ptr<const WorkspaceBase> base;
+  std::vector<FdWatch> watches;
+  std::size_t armed_watches = 0;
   std::uint64_t run_counter = 0;
   std::string scratch;
   UniqueFd signal_fd;
@@ -147,7 +187,7 @@ struct Supervisor::Impl {
 
   void arm_poll(std::uint32_t slot, Run& run, Pipe& pipe, Op op) {
     io_uring_sqe* e = sqe();
-    io_uring_prep_poll_multishot(e, pipe.fd.get(), POLLIN);
+    io_uring_prep_poll_add(e, pipe.fd.get(), POLLIN);
     io_uring_sqe_set_data64(e, user_data(slot, run.gen, op));
     pipe.armed = true;
   }
@@ -202,6 +242,13 @@ struct Supervisor::Impl {
     if (!masked.empty() && run.callbacks.on_output) run.callbacks.on_output(id, masked);
   }
 
+  // Reads what the pipe holds, until EAGAIN (then a one-shot poll is armed
+  // again), EOF, or the read budget (then the pipe goes on the ready list
+  // and is read again next turn, with no poll armed). One-shot, not
+  // multishot: while a busy stream is being read no poll is armed, so the
+  // writer's refills do not each wake the ring (task work, an IPI) the way
+  // a standing multishot poll does — a plain blocking read() loop pays none
+  // of that, and a 1 GiB capture was ~20% slower with it.
   void drain_pipe(std::uint32_t slot, Run& run, Pipe& pipe, Op op) {
     if (pipe.eof || !pipe.fd) return;
     StreamCapture& cap = (op == kOpOut) ? *run.out_capture : *run.err_capture;
@@ -214,7 +261,10 @@ struct Supervisor::Impl {
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!pipe.armed && !pipe.removing) arm_poll(slot, run, pipe, op);
+        return;
+      }
       close_pipe(slot, run, pipe, op);  // EOF or a read error: either way, done
       return;
     }
@@ -235,8 +285,22 @@ struct Supervisor::Impl {
     if (!run.out.eof || !run.err.eof) arm_timer(slot, run, TimerPhase::drain, options.drain_seconds);
   }
 
-  // Orphans our runs left behind were re-parented to us (subreaper): reap
-  // them. Our own runs' zombies are left to their pidfd completions.
+  // waitid(P_ALL) walks every child of ours: with thousands in flight a
+  // scan per exit would make exits quadratic (about 100 us per exit at
+  // 5,000 children here). Orphans only need reaping eventually, our own
+  // leaders are reaped through their pidfds: scan at most every
+  // kOrphanScanInterval, and whenever the loop goes idle.
+  static constexpr auto kOrphanScanInterval = std::chrono::milliseconds(25);
+  std::chrono::steady_clock::time_point last_orphan_scan{};
+
+  void maybe_reap_orphans(bool force) {
+    if (!options.become_subreaper) return;
+    auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_orphan_scan < kOrphanScanInterval) return;
+    last_orphan_scan = now;
+    reap_orphans_now();
+  }
+
   void reap_orphans_now() {
     if (!options.become_subreaper) return;
     reap_orphans([this](pid_t pid) { return by_pid.count(pid) > 0; });
@@ -287,13 +351,39 @@ struct Supervisor::Impl {
   }
 
   void maybe_finish(std::uint32_t slot, Run& run) {
+    if (!run.active) return;
     if (!run.delivered && run.exited && run.out.eof && run.err.eof) {
-      if (run.timer_armed) remove_op(slot, run, kOpTimer);
-      if (run.oom_armed) remove_op(slot, run, kOpOom);
       run.next_phase = TimerPhase::none;
       deliver(run);
     }
-    if (run.delivered && !ops_pending(run)) free_slot(slot, run);
+    if (run.delivered && !run.retiring) retire(slot, run);
+  }
+
+  // A delivered run gives its slot and fds back within the loop turn its
+  // result was delivered in, not when the last completions of its ring
+  // operations come in: a run that is over must not count against the fd
+  // budget. Its remaining operations are removed first and the removals
+  // submitted (once per turn, for every run retired in it): cancelling a
+  // poll or a timeout completes inside that io_uring_enter (task work runs
+  // before it returns), so the ring holds nothing on the fds when they are
+  // closed. Late completions carry the old generation and are dropped.
+  std::vector<std::uint32_t> retired;
+
+  void retire(std::uint32_t slot, Run& run) {
+    run.retiring = true;
+    if (run.pid_armed) remove_op(slot, run, kOpPid);
+    if (run.timer_armed) remove_op(slot, run, kOpTimer);
+    if (run.oom_armed) remove_op(slot, run, kOpOom);
+    for (auto [pipe, op] : {std::pair{&run.out, kOpOut}, std::pair{&run.err, kOpErr}})
+      if (pipe->armed && !pipe->removing) remove_op(slot, run, op);
+    retired.push_back(slot);
+  }
+
+  void free_retired() {
+    if (retired.empty()) return;
+    io_uring_submit(&ring);
+    for (std::uint32_t slot : retired) free_slot(slot, *slots[slot]);
+    retired.clear();
   }
 
   void deliver(Run& run) {
@@ -301,7 +391,12 @@ struct Supervisor::Impl {
     // The maskers' held-back tails are output too: stream them first.
     emit(run, StreamId::stdout_stream, run.out_capture->finish());
     if (run.err_capture) emit(run, StreamId::stderr_stream, run.err_capture->finish());
-    auto result = finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get());
+    // Found again by name below the shared base; a failure (the directory
+    // was moved or replaced) shows in the result's detail via remove().
+    if (run.prep.workspace) (void)run.prep.workspace->reacquire();
+    run.prep.enforcement = cache.enforcement[run.prep.request.tier];
+    // Not const, and not used after the callback: run() moves from it.
+    Result result = finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get());
     if (options.audit) {
       std::span<const std::string> secrets;
       if (run.prep.secrets) secrets = run.prep.secrets->values();
@@ -314,6 +409,9 @@ struct Supervisor::Impl {
 
   void free_slot(std::uint32_t slot, Run& run) {
     run.active = false;
+    run.retiring = false;
+    --active;
+    held_fds -= run.fd_weight;
     run.pidfd.reset();
     run.out.fd.reset();
     run.err.fd.reset();
@@ -334,15 +432,19 @@ struct Supervisor::Impl {
     std::uint32_t slot = static_cast<std::uint32_t>(data >> 32);
     std::uint32_t gen = static_cast<std::uint32_t>((data >> 8) & 0xffffff);
     Op op = static_cast<Op>(data & 0xff);
+    if (op == kOpWatch) {
+      on_watch(slot, gen);
+      return;
+    }
     if (slot >= slots.size() || !slots[slot]) return;
     Run& run = *slots[slot];
-    if (!run.active || (run.gen & 0xffffff) != gen) return;
+    if (!run.active || run.retiring || (run.gen & 0xffffff) != gen) return;
     bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
     switch (op) {
       case kOpPid:
         run.pid_armed = false;
         if (cqe->res >= 0) on_leader_exit(slot, run);
-        reap_orphans_now();
+        maybe_reap_orphans(false);
         break;
       case kOpOut:
       case kOpErr: {
@@ -352,8 +454,7 @@ struct Supervisor::Impl {
           if (!pipe.armed) pipe.fd.reset();
           break;
         }
-        drain_pipe(slot, run, pipe, op);
-        if (!pipe.eof && !pipe.armed) arm_poll(slot, run, pipe, op);
+        drain_pipe(slot, run, pipe, op);  // re-arms the poll once the pipe is empty
         if (pipe.eof && !pipe.armed) pipe.fd.reset();
         break;
       }
@@ -366,16 +467,40 @@ struct Supervisor::Impl {
         run.oom_armed = false;
         if (cqe->res > 0 && !run.exited) request_kill(slot, run, SIGKILL);
         break;
+      case kOpWatch:
+        break;  // handled above
     }
     maybe_finish(slot, run);
+  }
+
+  void arm_watch(std::uint32_t index) {
+    FdWatch& w = watches[index];
+    io_uring_sqe* e = sqe();
+    io_uring_prep_poll_add(e, w.fd, POLLIN);
+    io_uring_sqe_set_data64(e, user_data(index, w.gen, kOpWatch));
+    w.armed = true;
+    ++armed_watches;
+  }
+
+  void on_watch(std::uint32_t index, std::uint32_t gen) {
+    if (index >= watches.size()) return;
+    FdWatch& w = watches[index];
+    if (!w.armed || (w.gen & 0xffffff) != gen) return;  // unwatched meanwhile
+    w.armed = false;
+    --armed_watches;
+    auto cb = std::move(w.on_ready);
+    w.on_ready = nullptr;
+    if (cb) cb();  // may watch the fd again
   }
 
   void process_requests() {
     auto cancels = std::move(to_cancel);
     to_cancel.clear();
-    for (std::uint32_t slot : cancels) {
-      Run& run = *slots[slot];
-      if (!run.active || run.delivered) continue;
+    for (std::uint64_t tok : cancels) {
+      Run* found = lookup(tok);
+      if (found == nullptr || found->delivered) continue;
+      std::uint32_t slot = static_cast<std::uint32_t>(tok >> 32);
+      Run& run = *found;
       run.end.cancelled = true;
       request_kill(slot, run, SIGKILL);
       // A cancelled run does not wait for an escapee to let go of its pipes.
@@ -421,7 +546,6 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   }
   getrlimit(RLIMIT_NOFILE, &nofile);
   std::size_t soft = nofile.rlim_cur == RLIM_INFINITY ? 1 << 20 : static_cast<std::size_t>(nofile.rlim_cur);
-  impl->capacity = soft > kFdReserve ? (soft - kFdReserve) / kFdsPerRun : 0;
 
   io_uring_params params;
   std::memset(&params, 0, sizeof params);
@@ -441,6 +565,18 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   if (options.become_subreaper) {
     if (auto st = become_subreaper(); !st) return std::move(st).error().context("supervisor");
   }
+
+  // One base fd for every workspace (a private 0711 directory when the
+  // given base is writable by others; see WorkspaceBase).
+  auto base = WorkspaceBase::open(options.workspace_base);
+  if (!base) return std::move(base).error().context("supervisor");
+  impl->base = std::move(*base);
+
+  // The fd budget: what is open now (the host's fds, the ring, the
+  // spawner's slots, the base) plus the reserve, then kFdsPerRun per run.
+  std::size_t used = count_open_fds() + kFdReserve;
+  impl->fd_budget = soft > used ? soft - used : 0;
+  impl->capacity = impl->fd_budget / kFdsPerRun;
   return std::unique_ptr<Supervisor>(new Supervisor(std::move(impl)));
 }
 
@@ -464,21 +600,67 @@ Status Supervisor::watch_signals(std::initializer_list<int> signals, std::functi
   return {};
 }
 
+Status Supervisor::watch_fd(int fd, std::function<void()> on_ready) {
+  Impl& s = *impl_;
+  if (fd < 0) return Error(EBADF, "watch_fd: invalid fd " + std::to_string(fd));
+  std::uint32_t index = static_cast<std::uint32_t>(s.watches.size());
+  for (std::uint32_t i = 0; i < s.watches.size(); ++i) {
+    if (s.watches[i].fd == fd) {
+      index = i;
+      break;
+    }
+    if (s.watches[i].fd < 0 && index == s.watches.size()) index = i;
+  }
+  if (index == s.watches.size()) s.watches.emplace_back();
+  FdWatch& w = s.watches[index];
+  w.on_ready = std::move(on_ready);
+  if (w.armed) return {};  // already in the ring: only the callback changes
+  w.fd = fd;
+  ++w.gen;
+  s.arm_watch(index);
+  io_uring_submit(&s.ring);
+  return {};
+}
+
+void Supervisor::unwatch_fd(int fd) {
+  Impl& s = *impl_;
+  for (std::uint32_t i = 0; i < s.watches.size(); ++i) {
+    FdWatch& w = s.watches[i];
+    if (w.fd != fd) continue;
+    if (w.armed) {
+      io_uring_sqe* e = s.sqe();
+      io_uring_prep_poll_remove(e, Impl::user_data(i, w.gen, kOpWatch));
+      io_uring_sqe_set_data64(e, 0);
+      // Cancelling a poll completes within the submit: once this returns
+      // the ring holds no operation on fd and the caller may close it.
+      io_uring_submit(&s.ring);
+      w.armed = false;
+      --s.armed_watches;
+    }
+    ++w.gen;  // the cancelled poll's completion no longer matches
+    w.fd = -1;
+    w.on_ready = nullptr;
+  }
+}
+
 void Supervisor::cancel_all() {
   for (std::uint32_t slot = 0; slot < impl_->slots.size(); ++slot) {
     Run* run = impl_->slots[slot].get();
-    if (run && run->active && !run->delivered) impl_->to_cancel.push_back(slot);
+    if (run && run->active && !run->delivered) impl_->to_cancel.push_back(Impl::token(slot, run->gen));
   }
 }
 std::size_t Supervisor::capacity() const { return impl_->capacity; }
 
 Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) {
   Impl& s = *impl_;
-  if (s.in_flight >= s.capacity)
-    return Error(EMFILE, "submit: " + std::to_string(s.in_flight) + " runs in flight already fill the fd limit (" +
-                             std::to_string(s.capacity) + " runs at " + std::to_string(kFdsPerRun) +
-                             " fds each); wait for some to finish");
-  RunContext ctx{&s.uids, s.options.workspace_base, &s.host, &s.cache};
+  const std::size_t weight = fds_per_run(request.tier);
+  if (s.held_fds + weight > s.fd_budget) s.free_retired();  // runs already over give their fds back first
+  if (s.held_fds + weight > s.fd_budget)
+    return Error(EMFILE, "submit: " + std::to_string(s.active) + " runs in flight already hold " +
+                             std::to_string(s.held_fds) + " of the " + std::to_string(s.fd_budget) +
+                             " fds RLIMIT_NOFILE leaves for runs (" + std::to_string(weight) +
+                             " more needed); wait for some to finish");
+  RunContext ctx{&s.uids, s.options.workspace_base, &s.host, &s.cache, s.base};
   std::string run_id = next_run_id();
   auto prepared = prepare_run(std::move(request), ctx, run_id);
   if (!prepared) return std::move(prepared).error();
@@ -496,6 +678,9 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   run = Run{};
   run.gen = gen;
   run.active = true;
+  ++s.active;
+  run.fd_weight = weight;
+  s.held_fds += weight;
   run.prep = std::move(*prepared);
   run.callbacks = std::move(callbacks);
   const Limits& limits = run.prep.limits;
@@ -518,6 +703,13 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   run.end.clone_seconds = child->clone_seconds;
   run.end.report = child->report;
   run.pidfd = std::move(child->pidfd);
+  // The child has what it needs: drop the plan (argv/env copies, BPF, the
+  // Landlock ruleset fd) and the workspace's root fd until collection.
+  run.prep.plan = ChildPlan{};
+  if (run.prep.workspace) (void)run.prep.workspace->release_fd();
+  // One copy per tier lives in the cache (about 4 KiB each), not one per
+  // run in flight; restored at delivery.
+  run.prep.enforcement = {};
   if (child->report.stage != SpawnStage::none) {
     // Exec never happened (the child is already reaped): a spawn_failed
     // result, delivered from the loop like every other result.
@@ -548,7 +740,8 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
 Expected<bool> Supervisor::run_once(double timeout_seconds) {
   Impl& s = *impl_;
   s.process_requests();
-  if (s.in_flight == 0) return false;
+  s.free_retired();
+  if (s.in_flight == 0 && s.armed_watches == 0) return false;
   bool urgent = !s.ready_pipes.empty() || !s.to_cancel.empty() || !s.to_deliver.empty();
   io_uring_cqe* cqe = nullptr;
   __kernel_timespec ts = to_timespec(urgent ? 0 : timeout_seconds);
@@ -565,7 +758,9 @@ Expected<bool> Supervisor::run_once(double timeout_seconds) {
   io_uring_cq_advance(&s.ring, seen);
   s.process_requests();
   io_uring_submit(&s.ring);
-  return s.in_flight > 0;
+  s.free_retired();
+  if (s.in_flight == 0) s.maybe_reap_orphans(true);  // idle: no zombie left behind
+  return s.in_flight > 0 || s.armed_watches > 0;
 }
 
 Status Supervisor::run_until_idle() {
@@ -577,7 +772,7 @@ Status Supervisor::run_until_idle() {
 }
 
 void Supervisor::cancel(std::uint64_t token) {
-  if (impl_->lookup(token)) impl_->to_cancel.push_back(static_cast<std::uint32_t>(token >> 32));
+  if (impl_->lookup(token)) impl_->to_cancel.push_back(token);
 }
 
 bool Supervisor::finished(std::uint64_t token) const {
@@ -621,14 +816,21 @@ Expected<std::optional<RunEvent>> Supervisor::Stream::next() {
 }
 
 Expected<Result> Supervisor::run(Request request) {
-  auto st = stream(std::move(request));
-  if (!st) return std::move(st).error();
-  for (;;) {
-    auto ev = st->next();
-    if (!ev) return std::move(ev).error();
-    if (!ev->has_value()) return Error(EPROTO, "run: the supervisor ended without a result");
-    if ((*ev)->kind == RunEvent::result) return std::move(*(*ev)->final);
+  // The callback path with nobody watching chunks: no copy of each chunk
+  // into an event queue, only the result is kept.
+  std::optional<Result> out;
+  RunCallbacks cb;
+  // deliver() hands on a local Result it never touches again: take it
+  // instead of copying (the kept output can be 16 MiB per stream).
+  cb.on_result = [&out](const Result& r) { out = std::move(const_cast<Result&>(r)); };
+  auto handle = submit(std::move(request), std::move(cb));
+  if (!handle) return std::move(handle).error();
+  while (!out) {
+    auto more = run_once(-1);
+    if (!more) return std::move(more).error();
+    if (!*more && !out) return Error(EPROTO, "run: the supervisor ended without a result");
   }
+  return std::move(*out);
 }
 
 // ---------------------------------------------------------------------------

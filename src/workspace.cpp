@@ -1,6 +1,7 @@
 // Runs in the parent (supervisor) process only. Every fd opened here is
-// owned by the function that opened it (UniqueFd) or by the Workspace
-// (base_, dir_); none is passed to a child.
+// owned by the function that opened it (UniqueFd), by the Workspace
+// (base_, dir_) or by a WorkspaceBase shared by many workspaces; none is
+// passed to a child.
 //
 // This file: the fd helpers, life cycle, staging and removal.
 // workspace_collect.cpp: globs, collection and copy_to.
@@ -231,6 +232,11 @@ std::vector<std::string> unlink_files(int fd, const std::string& where, Errors& 
 // directory fd open at a time, climbing back with ".." checked against the
 // remembered (dev, ino), so a tree of any depth costs neither stack nor fds.
 void remove_contents(int root_path_fd, Errors& errors) {
+  // The usual leftovers are an empty home/ and tmp/: rmdir them straight
+  // away, without a walk each (rmdir never follows a symlink and refuses a
+  // non-empty directory, a mount point or another type of file; the walk
+  // below deals with whatever is still there).
+  for (const char* sub : {"home", "tmp"}) (void)::unlinkat(root_path_fd, sub, AT_REMOVEDIR);
   auto root = open_for_removal(root_path_fd, ".");
   if (!root) {
     errors.add(root.error().context("open workspace root"));
@@ -305,38 +311,124 @@ Status validate_workspace_name(std::string_view what, std::string_view name) {
   return {};
 }
 
-Expected<Workspace> Workspace::create(const WorkspaceOptions& options) {
-  std::string base = options.base_dir;
-  if (base.empty()) {
-    const char* t = std::getenv("TMPDIR");
-    base = t && *t ? t : "/tmp";
-  }
-  std::string who = "workspace: base directory " + quoted(base);
-  Workspace ws;
-  ws.owner_ = options.owner;
-  ws.base_.reset(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!ws.base_) return errno_error(who);
+namespace {
+
+std::string default_base(const std::string& given) {
+  if (!given.empty()) return given;
+  const char* t = std::getenv("TMPDIR");
+  return t && *t ? t : "/tmp";
+}
+
+// mkdirat(parent, "<prefix><16 hex>", mode) under a fresh random name; the name.
+Expected<std::string> make_unique_dir(int parent, const char* prefix, mode_t mode, const std::string& who) {
   for (int attempt = 0;; ++attempt) {
     unsigned char rnd[8];
     if (::getrandom(rnd, sizeof rnd, 0) != sizeof rnd) return errno_error(who + ": getrandom");
     static constexpr char kHex[] = "0123456789abcdef";
-    std::string name = "corral-";
+    std::string name = prefix;
     for (unsigned char b : rnd) name += {kHex[b >> 4], kHex[b & 0xf]};
-    if (::mkdirat(ws.base_.get(), name.c_str(), 0700) == 0) {
-      ws.name_ = name;
-      break;
-    }
+    if (::mkdirat(parent, name.c_str(), mode) == 0) return name;
     if (errno != EEXIST || attempt == 16) return errno_error(who + ": create " + quoted(name));
   }
-  ws.path_ = base + (base.back() == '/' ? "" : "/") + ws.name_;
+}
+
+std::string join(const std::string& dir, const std::string& name) {
+  return dir + (!dir.empty() && dir.back() == '/' ? "" : "/") + name;
+}
+
+}  // namespace
+
+namespace {
+
+// An O_PATH fd of directory `name` below parent when it is a directory (not
+// a symlink) of ours that nobody else can write, made 0711 so a run's uid
+// can pass through to its own workspace; invalid (errno set) otherwise.
+UniqueFd open_private_dir(int parent, const std::string& name) {
+  UniqueFd rd(::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st {};
+  if (!rd || ::fstat(rd.get(), &st) != 0) return {};
+  if (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    errno = EPERM;
+    return {};
+  }
+  if ((st.st_mode & 07777) != 0711 && ::fchmod(rd.get(), 0711) != 0) return {};
+  return UniqueFd(::openat(rd.get(), ".", O_PATH | O_DIRECTORY | O_CLOEXEC));
+}
+
+}  // namespace
+
+Expected<std::shared_ptr<const WorkspaceBase>> WorkspaceBase::open(const std::string& dir) {
+  std::string given = default_base(dir);
+  std::string who = "workspace: base directory " + quoted(given);
+  UniqueFd fd(::open(given.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return errno_error(who);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return errno_error(who + ": stat");
+  std::shared_ptr<WorkspaceBase> base(new WorkspaceBase());
+  if (st.st_uid == ::geteuid() && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0) {
+    base->path_ = given;
+    base->fd_ = std::move(fd);
+    return std::shared_ptr<const WorkspaceBase>(std::move(base));
+  }
+  // Others may write here (/tmp): corral-<euid> inside it, made once and
+  // kept (as tmux keeps tmux-<uid>), so a CLI run pays no mkdir for it.
+  base->private_ = true;
+  std::string stable = "corral-" + std::to_string(::geteuid());
+  if (::mkdirat(fd.get(), stable.c_str(), 0711) != 0 && errno != EEXIST)
+    return errno_error(who + ": create " + quoted(stable));
+  base->fd_ = open_private_dir(fd.get(), stable);
+  if (base->fd_) {
+    base->path_ = join(given, stable);
+    return std::shared_ptr<const WorkspaceBase>(std::move(base));
+  }
+  // The name is someone else's (or a symlink): a fresh one of ours, removed
+  // with this base.
+  auto name = make_unique_dir(fd.get(), (stable + "-").c_str(), 0711, who);
+  if (!name) return std::move(name).error();
+  base->fd_ = open_private_dir(fd.get(), *name);
+  base->parent_ = std::move(fd);
+  base->name_ = *name;
+  base->path_ = join(given, *name);
+  if (!base->fd_) return Error(EPERM, who + ": private directory " + quoted(*name) + " was replaced as it was made");
+  return std::shared_ptr<const WorkspaceBase>(std::move(base));
+}
+
+WorkspaceBase::~WorkspaceBase() {
+  if (!parent_) return;  // the given directory, or the kept corral-<euid>
+  // Only our own fallback directory, and only when empty (rmdir refuses otherwise).
+  struct stat mine {}, entry {};
+  if (::fstat(fd_.get(), &mine) == 0 && ::fstatat(parent_.get(), name_.c_str(), &entry, AT_SYMLINK_NOFOLLOW) == 0 &&
+      same_inode(mine, entry))
+    (void)::unlinkat(parent_.get(), name_.c_str(), AT_REMOVEDIR);
+}
+
+Expected<Workspace> Workspace::create(const WorkspaceOptions& options) {
+  std::string base = options.base ? options.base->path() : default_base(options.base_dir);
+  std::string who = "workspace: base directory " + quoted(base);
+  Workspace ws;
+  ws.owner_ = options.owner;
+  if (options.base) {
+    ws.shared_base_ = options.base;
+  } else {
+    ws.base_.reset(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!ws.base_) return errno_error(who);
+  }
+  auto name = make_unique_dir(ws.base_fd(), "corral-", 0700, who);
+  if (!name) return std::move(name).error();
+  ws.name_ = std::move(*name);
+  ws.path_ = join(base, ws.name_);
   // From here on `ws` owns the directory: an early return removes it.
-  ws.dir_.reset(::openat(ws.base_.get(), ws.name_.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!ws.dir_) {
+  ws.dir_.reset(::openat(ws.base_fd(), ws.name_.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st {};
+  if (!ws.dir_ || ::fstat(ws.dir_.get(), &st) != 0) {
     Error e = errno_error("workspace: open " + quoted(ws.path_));
-    (void)::unlinkat(ws.base_.get(), ws.name_.c_str(), AT_REMOVEDIR);
+    ws.dir_.reset();
+    (void)::unlinkat(ws.base_fd(), ws.name_.c_str(), AT_REMOVEDIR);
     return e;
   }
-  UniqueFd rd(::openat(ws.base_.get(), ws.name_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  ws.dev_ = st.st_dev;
+  ws.ino_ = st.st_ino;
+  UniqueFd rd(::openat(ws.base_fd(), ws.name_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!rd) return errno_error("workspace: open " + quoted(ws.path_));
   // Exactly 0700 whatever the umask; nobody else can write in it, so the
   // subdirectory names below cannot have been planted.
@@ -356,7 +448,11 @@ Workspace::Workspace(Workspace&& other) noexcept
     : path_(std::move(other.path_)),
       name_(std::move(other.name_)),
       base_(std::move(other.base_)),
+      shared_base_(std::move(other.shared_base_)),
       dir_(std::move(other.dir_)),
+      dev_(other.dev_),
+      ino_(other.ino_),
+      released_(std::exchange(other.released_, false)),
       owner_(other.owner_) {}
 
 Workspace& Workspace::operator=(Workspace&& other) noexcept {
@@ -365,10 +461,35 @@ Workspace& Workspace::operator=(Workspace&& other) noexcept {
     path_ = std::move(other.path_);
     name_ = std::move(other.name_);
     base_ = std::move(other.base_);
+    shared_base_ = std::move(other.shared_base_);
     dir_ = std::move(other.dir_);
+    dev_ = other.dev_;
+    ino_ = other.ino_;
+    released_ = std::exchange(other.released_, false);
     owner_ = other.owner_;
   }
   return *this;
+}
+
+Status Workspace::release_fd() {
+  if (released_ || removed()) return {};
+  if (!shared_base_)
+    return Error(EINVAL, "workspace: " + quoted(path_) + ": release_fd needs a shared WorkspaceBase (found by name later)");
+  dir_.reset();
+  released_ = true;
+  return {};
+}
+
+Status Workspace::reacquire() {
+  if (!released_) return {};
+  UniqueFd fd(::openat(base_fd(), name_.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0 || st.st_dev != dev_ || st.st_ino != ino_)
+    return Error(ENOENT, "workspace: reopen " + quoted(path_) +
+                             ": the directory was moved or replaced while released; it was left untouched");
+  dir_ = std::move(fd);
+  released_ = false;
+  return {};
 }
 
 Workspace::~Workspace() {
@@ -377,6 +498,7 @@ Workspace::~Workspace() {
 
 Status Workspace::remove() {
   if (removed()) return {};
+  if (auto st = reacquire(); !st) return st;
   Errors errors;
   remove_contents(dir_.get(), errors);
   if (errors.first) {
@@ -388,16 +510,17 @@ Status Workspace::remove() {
   // the entry only if it is still our directory.
   struct stat mine {}, entry {};
   bool ours = ::fstat(dir_.get(), &mine) == 0 &&
-              ::fstatat(base_.get(), name_.c_str(), &entry, AT_SYMLINK_NOFOLLOW) == 0 && same_inode(mine, entry);
+              ::fstatat(base_fd(), name_.c_str(), &entry, AT_SYMLINK_NOFOLLOW) == 0 && same_inode(mine, entry);
   Status result;
   if (!ours)
     result = Error(ENOENT, "workspace: remove " + quoted(path_) +
                                ": the directory was moved or replaced; its contents were removed, it was left");
-  else if (::unlinkat(base_.get(), name_.c_str(), AT_REMOVEDIR) != 0)
+  else if (::unlinkat(base_fd(), name_.c_str(), AT_REMOVEDIR) != 0)
     result = errno_error("workspace: remove " + quoted(path_));
   if (!result && result.error().code() != ENOENT) return result;
   dir_.reset();
   base_.reset();
+  shared_base_.reset();
   return result;
 }
 

@@ -205,6 +205,7 @@ std::uint64_t Collection::total_bytes() const {
 
 Expected<Collection> Workspace::collect(const std::vector<std::string>& globs, const CollectLimits& caps) const {
   if (removed()) return Error(EBADF, "collect: workspace already removed");
+  if (released()) return Error(EBADF, "collect: workspace fd released; reacquire() first");
   std::vector<Glob> parsed;
   for (const auto& text : globs) {
     auto g = parse_glob(text);

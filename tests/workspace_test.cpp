@@ -478,3 +478,151 @@ Test(workspace, owner_uid_owns_the_tree_and_staged_inputs) {
   cr_assert(ws.remove().ok());
   cr_assert(!exists_nofollow(p));
 }
+
+// ---- shared base, released fds --------------------------------------------
+
+namespace {
+
+std::shared_ptr<const WorkspaceBase> open_base(const std::string& dir) {
+  auto b = WorkspaceBase::open(dir);
+  cr_assert(b.ok(), "%s", b.ok() ? "" : b.error().message().c_str());
+  return *b;
+}
+
+Workspace make_shared_ws(const std::shared_ptr<const WorkspaceBase>& base,
+                         std::optional<WorkspaceOwner> owner = std::nullopt) {
+  WorkspaceOptions o;
+  o.base = base;
+  o.owner = owner;
+  auto ws = Workspace::create(o);
+  cr_assert(ws.ok(), "%s", ws.ok() ? "" : ws.error().message().c_str());
+  return std::move(ws).value();
+}
+
+std::size_t entries(const std::string& dir) {
+  std::size_t n = 0;
+  for (auto it = fs::directory_iterator(dir); it != fs::directory_iterator(); ++it) ++n;
+  return n;
+}
+
+}  // namespace
+
+Test(workspace, a_base_only_we_can_write_is_used_as_is) {
+  corral_test::TempDir dir;
+  cr_assert_eq(chmod(dir.path().c_str(), 0755), 0);
+  auto base = open_base(dir.path());
+  cr_assert(!base->is_private());
+  cr_assert_eq(base->path(), dir.path());
+  Workspace ws = make_shared_ws(base);
+  cr_assert_eq(fs::path(ws.path()).parent_path().string(), dir.path());
+}
+
+Test(workspace, a_base_others_can_write_gets_a_private_0711_directory) {
+  corral_test::TempDir dir;
+  cr_assert_eq(chmod(dir.path().c_str(), 01777), 0);
+  std::string mine = dir / ("corral-" + std::to_string(geteuid()));
+  {
+    auto base = open_base(dir.path());
+    cr_assert(base->is_private());
+    cr_assert_eq(base->path(), mine);
+    cr_assert_eq(mode_of(mine), 0711u);
+    struct stat st {};
+    cr_assert_eq(stat(mine.c_str(), &st), 0);
+    cr_assert_eq(st.st_uid, geteuid());
+    Workspace ws = make_shared_ws(base);
+    cr_assert_eq(fs::path(ws.path()).parent_path().string(), mine);
+    cr_assert(ws.remove().ok());
+  }
+  // Kept, empty, and used again.
+  cr_assert_eq(entries(dir.path()), 1u);
+  cr_assert_eq(entries(mine), 0u);
+  cr_assert_eq(open_base(dir.path())->path(), mine);
+}
+
+Test(workspace, a_squatted_private_name_falls_back_to_a_fresh_directory) {
+  corral_test::TempDir dir, elsewhere;
+  cr_assert_eq(chmod(dir.path().c_str(), 01777), 0);
+  std::string squat = dir / ("corral-" + std::to_string(geteuid()));
+  cr_assert_eq(symlink(elsewhere.path().c_str(), squat.c_str()), 0);  // what another user could plant
+  {
+    auto base = open_base(dir.path());
+    cr_assert(base->is_private());
+    cr_assert_neq(base->path(), squat);
+    cr_assert(fs::path(base->path()).filename().string().rfind(fs::path(squat).filename().string() + "-", 0) == 0,
+              "%s", base->path().c_str());
+    cr_assert_eq(mode_of(base->path()), 0711u);
+    Workspace ws = make_shared_ws(base);
+    cr_assert(ws.remove().ok());
+  }
+  cr_assert_eq(entries(dir.path()), 1u, "the fallback directory was left behind");
+  cr_assert_eq(entries(elsewhere.path()), 0u, "followed the planted symlink");
+}
+
+Test(workspace, a_released_workspace_holds_no_fd_and_is_found_again) {
+  corral_test::TempDir dir;
+  cr_assert_eq(chmod(dir.path().c_str(), 0755), 0);
+  auto base = open_base(dir.path());
+  Workspace ws = make_shared_ws(base);
+  put(ws.path(), "out/a.txt", "hello");
+  int fd = ws.dirfd();
+  cr_assert(ws.release_fd().ok());
+  cr_assert(ws.released() && !ws.removed());
+  cr_assert_eq(ws.dirfd(), -1);
+  cr_assert(fcntl(fd, F_GETFD) < 0 && errno == EBADF, "the root fd is still open");
+  expect_error(ws.collect({"out/*"}, {}), {"reacquire"});
+  cr_assert(ws.reacquire().ok());
+  cr_assert_eq(artifact_names(collect_ok(ws, {"out/*"})), "out/a.txt");
+  // Released again, remove() finds it by itself.
+  cr_assert(ws.release_fd().ok());
+  std::string p = ws.path();
+  cr_assert(ws.remove().ok());
+  cr_assert(!exists_nofollow(p));
+}
+
+Test(workspace, release_needs_a_shared_base) {
+  corral_test::TempDir dir;
+  Workspace ws = make_ws(dir);
+  expect_error(ws.release_fd(), {"shared WorkspaceBase"});
+  cr_assert(!ws.released());
+  cr_assert_geq(ws.dirfd(), 0);
+}
+
+Test(workspace, a_workspace_replaced_while_released_is_left_untouched) {
+  corral_test::TempDir dir;
+  cr_assert_eq(chmod(dir.path().c_str(), 0755), 0);
+  auto base = open_base(dir.path());
+  Workspace ws = make_shared_ws(base);
+  std::string p = ws.path(), moved = dir / "moved";
+  put(p, "keep", "x");
+  cr_assert(ws.release_fd().ok());
+  cr_assert_eq(rename(p.c_str(), moved.c_str()), 0);
+  put(p, "impostor", "y");  // a new directory at the old name
+  expect_error(ws.reacquire(), {"moved or replaced", p.c_str()});
+  expect_error(ws.remove(), {"moved or replaced"});
+  cr_assert(exists_nofollow(p + "/impostor"), "touched a directory that is not ours");
+  cr_assert(exists_nofollow(moved + "/keep"));
+}
+
+Test(workspace, a_run_uid_cannot_rename_its_workspace_in_a_private_base) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  corral_test::TempDir dir;
+  cr_assert_eq(chmod(dir.path().c_str(), 01777), 0);
+  auto base = open_base(dir.path());
+  Workspace ws = make_shared_ws(base, WorkspaceOwner{kOtherUid, kOtherUid});
+  cr_assert(ws.release_fd().ok());
+  std::string p = ws.path(), elsewhere = base->path() + "/elsewhere";
+  auto end = corral_test::run_in_child([&] {
+    if (setgroups(0, nullptr) || setresgid(kOtherUid, kOtherUid, kOtherUid) || setresuid(kOtherUid, kOtherUid, kOtherUid))
+      return 90;
+    // It can work inside its workspace, but not rename it or add entries next to it.
+    int fd = open((ws.home() + "/mine").c_str(), O_CREAT | O_WRONLY, 0600);
+    if (fd < 0) return 1;
+    if (rename(p.c_str(), elsewhere.c_str()) == 0 || errno != EACCES) return 2;
+    if (mkdir(elsewhere.c_str(), 0700) == 0 || errno != EACCES) return 3;
+    return 0;
+  });
+  cr_assert(end.exited && end.code == 0, "child: exit %d signal %d", end.code, end.signal);
+  cr_assert(ws.reacquire().ok());
+  cr_assert(ws.remove().ok());
+  cr_assert(!exists_nofollow(p));
+}

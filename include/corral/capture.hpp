@@ -92,6 +92,11 @@ class SecretMasker {
   std::string feed(std::string_view chunk);
   // The same, appended to `out` (no allocation once `out` has capacity).
   void feed_into(std::string_view chunk, std::string& out);
+  // The same again, without the copy when it is not needed: when nothing is
+  // held back and the chunk holds no secret and ends in no prefix of one,
+  // returns `chunk` itself; otherwise appends to `out` and returns the
+  // appended part.
+  std::string_view feed_view(std::string_view chunk, std::string& out);
   // End of stream: the held-back rest, masked. The masker is then empty
   // and could start a new stream.
   std::string finish();
@@ -102,6 +107,7 @@ class SecretMasker {
 
  private:
   std::size_t hold_start(std::string_view data) const;
+  bool needs_no_change(std::string_view data) const;
   void process(std::string_view data, bool final, std::string& out);
 
   std::shared_ptr<const SecretSet> secrets_;
@@ -120,7 +126,7 @@ class StreamCapture {
   // Raw bytes from the child's pipe. Returns the masked bytes of this
   // chunk that are final now (for streaming callbacks). The view points
   // into the capture (valid until the next on_data()/finish() or a move)
-  // or, when there are no secrets, into `raw` itself (zero copy).
+  // or, when there was nothing to mask, into `raw` itself (zero copy).
   std::string_view on_data(std::string_view raw);
   // End of stream (EOF on the pipe): flushes the masker's tail, which is
   // also returned. Call once.

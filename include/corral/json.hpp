@@ -19,8 +19,14 @@ namespace corral {
 Expected<Request> request_from_json(std::string_view text);
 
 // The Result as one line of JSON (no trailing newline). Captured output is
-// made valid UTF-8 (bad bytes become U+FFFD).
-std::string result_to_json(const Result& result);
+// made valid UTF-8 (bad bytes become U+FFFD). `line` > 0 (a batch job's
+// line number) adds "line", and for a job that could not start, "error"
+// (the reason, as in error_to_json).
+std::string result_to_json(const Result& result, long line = 0);
+
+// The "id" of a job line (string or integer), or "" when the line is not a
+// JSON object with one: names the job in the error result of a refused line.
+std::string job_id_of(std::string_view text);
 
 // An error result for a job corral could not run: {"id", "line", "error"}.
 std::string error_to_json(std::string_view id, long line, std::string_view message);

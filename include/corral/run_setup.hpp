@@ -39,6 +39,9 @@ struct RunContext {
   std::string workspace_base;       // "" → $TMPDIR or /tmp
   const HostFacts* host = nullptr;  // probes; null → probe_host()
   MechanismCache* cache = nullptr;  // may be null: everything is prepared afresh
+  // Shared base (the supervisor's): workspaces then hold no base fd and
+  // may release their root fd while the child runs. Overrides workspace_base.
+  std::shared_ptr<const WorkspaceBase> base;
 };
 
 struct PreparedRun {

@@ -1,7 +1,8 @@
 // The supervisor: one thread, one io_uring, many runs in flight. Per run it
-// watches a pidfd (exit), the stdout/stderr pipes (multishot poll +
-// non-blocking reads into one scratch buffer, so an idle child costs no
-// buffer), and one timeout (deadline, then grace). No thread per child and
+// watches a pidfd (exit), the stdout/stderr pipes (a one-shot poll while
+// a pipe is empty, non-blocking reads into one scratch buffer while it is
+// not, so an idle child costs no buffer), and one timeout (deadline, then
+// grace). No thread per child and
 // no sleeping poll loop.
 //
 // Not thread-safe: create, submit, cancel and drive it from one thread.
@@ -100,9 +101,9 @@ class Supervisor {
 
   // One loop turn: wait up to `timeout_seconds` (negative: until something
   // happens) for completions and handle them. Returns false when nothing is
-  // in flight.
+  // in flight: no run and no watch_fd() armed.
   Expected<bool> run_once(double timeout_seconds = -1);
-  // Turn the loop until no run is in flight.
+  // Turn the loop until no run is in flight and no watch_fd() is armed.
   Status run_until_idle();
 
   // Streaming: submit, then pull events; next() turns the loop until an
@@ -119,18 +120,36 @@ class Supervisor {
   };
   Expected<Stream> stream(Request request);
 
-  // Blocking run: the streaming path with nobody watching chunks.
+  // Blocking run: submit() with nobody watching chunks, the loop turned
+  // until its result (other runs in flight move on meanwhile).
   Expected<Result> run(Request request);
 
   // Deliver these signals through the ring instead of as interrupts: they
   // are blocked in the calling thread and read from a signalfd, and `handler`
   // runs on the loop thread (e.g. to cancel every run on SIGTERM).
   Status watch_signals(std::initializer_list<int> signals, std::function<void(int)> handler);
+  // Watch one more fd of the caller's through the ring (e.g. `corral batch`
+  // reading jobs from stdin without blocking the loop): when fd is readable
+  // (or hung up, or in error) `on_ready` runs once, on the loop thread,
+  // inside run_once(). One-shot: call watch_fd() again (from the callback
+  // too) to go on watching. Watching an fd that is already armed replaces
+  // the callback. While a watch is armed, run_once() waits for it even with
+  // no run in flight. The fd stays the caller's: unwatch_fd() before
+  // closing it (a poll left in the ring would keep the file open).
+  Status watch_fd(int fd, std::function<void()> on_ready);
+  // Stop watching fd; the callback will not run. When this returns, the
+  // ring holds no operation on fd. No-op for an fd not watched.
+  void unwatch_fd(int fd);
+
   // Cancel every run in flight.
   void cancel_all();
 
   std::size_t in_flight() const;
-  // How many runs the fd limit allows in flight at once.
+  // How many runs the fd limit allows in flight at once: (RLIMIT_NOFILE
+  // soft limit, raised to the hard one, minus the fds open when the
+  // supervisor was made and a reserve) / 3 — a run holds its pidfd and two
+  // pipe read ends, nothing else, while its child runs. submit() refuses
+  // (EMFILE, before anything is made) a run that would go past it.
   std::size_t capacity() const;
 
   // A fresh run id ("r-<pid>-<n>").

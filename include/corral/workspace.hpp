@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,8 +35,46 @@ struct WorkspaceOwner {
   gid_t gid;
 };
 
+// A base directory opened once and shared by every workspace created in it
+// (a supervisor keeps one for all its runs), so that a workspace whose own
+// fd is released (Workspace::release_fd) holds no fd at all.
+//
+// Trust: a released workspace is found again BY NAME under this fd, so no
+// one but corral may be able to rename or replace entries in it. open()
+// uses `dir` itself only when it is ours (st_uid == euid) and writable by
+// nobody else (no group/other write bit). Otherwise (e.g. /tmp, 1777) it
+// uses corral-<euid> inside it: a directory of ours, mode 0711, made once
+// and kept (as tmux keeps /tmp/tmux-<uid>). A run's uid can pass through
+// it to its own workspace (search bit) but cannot list, create, rename or
+// remove anything there. If that name is taken by someone else or is a
+// symlink, a fresh corral-<euid>-<16 hex> is made instead and removed (if
+// empty) when the base goes. A run that has corral's own uid (not root)
+// can still rename in a base of ours; reacquire() then sees another inode
+// and refuses to touch it.
+class WorkspaceBase {
+ public:
+  // "" means $TMPDIR, else /tmp. Errors name the directory.
+  static Expected<std::shared_ptr<const WorkspaceBase>> open(const std::string& dir = "");
+  ~WorkspaceBase();
+  WorkspaceBase(const WorkspaceBase&) = delete;
+  WorkspaceBase& operator=(const WorkspaceBase&) = delete;
+
+  int fd() const noexcept { return fd_.get(); }            // O_PATH|O_DIRECTORY
+  const std::string& path() const noexcept { return path_; }  // where workspaces go
+  bool is_private() const noexcept { return private_; }  // corral-<euid>[-hex] inside the given one
+
+ private:
+  WorkspaceBase() = default;
+  std::string path_;
+  UniqueFd fd_;
+  bool private_ = false;
+  UniqueFd parent_;   // the given directory, when path_ is a fallback to remove
+  std::string name_;  // the fallback's entry name in parent_
+};
+
 struct WorkspaceOptions {
   // Parent directory of the workspace; "" means $TMPDIR, else /tmp.
+  // Ignored when `base` is set.
   std::string base_dir;
   // When set (corral runs as root and the child drops to this uid), the
   // workspace root, home/, tmp/ and every staged input are chown'ed to it
@@ -43,6 +82,9 @@ struct WorkspaceOptions {
   // workspace directory inside a sticky base; corral never relies on the
   // path after create() (all access is through the held fds).
   std::optional<WorkspaceOwner> owner;
+  // Create the workspace in this shared base (no fd of its own for the
+  // base; release_fd() allowed).
+  std::shared_ptr<const WorkspaceBase> base = nullptr;
 };
 
 // Caps for collect(); unset means unbounded. Names in messages are the
@@ -96,7 +138,19 @@ class Workspace {
   std::string tmp() const { return path_ + "/tmp"; }
   // O_PATH|O_DIRECTORY|O_CLOEXEC fd of the root; owned by the workspace.
   int dirfd() const noexcept { return dir_.get(); }
-  bool removed() const noexcept { return !dir_.valid(); }
+  bool removed() const noexcept { return !dir_.valid() && !released_; }
+
+  // While the child runs nothing needs the workspace: close the root fd, so
+  // a supervised run holds only its pidfd and pipes. Needs a shared
+  // WorkspaceBase (the workspace is found again by name below it; see the
+  // trust note there); refused for a workspace with a base of its own.
+  Status release_fd();
+  // Reopen the root by name below the base (O_NOFOLLOW) and check it is the
+  // very inode create() made; a moved or replaced workspace is an Error and
+  // stays untouched. No-op unless released. remove() calls it itself;
+  // collect() needs it called first.
+  Status reacquire();
+  bool released() const noexcept { return released_; }
 
   // Inputs, before the child starts. `name` is a relative path: no leading
   // '/', no "." or ".." segment, no empty segment, no NUL; parents are
@@ -141,10 +195,16 @@ class Workspace {
  private:
   Workspace() = default;
 
+  int base_fd() const noexcept { return shared_base_ ? shared_base_->fd() : base_.get(); }
+
   std::string path_;
   std::string name_;  // entry name in the base directory
-  UniqueFd base_;     // O_PATH fd of the base directory
-  UniqueFd dir_;      // O_PATH fd of the workspace root
+  UniqueFd base_;     // O_PATH fd of the base directory (when not shared)
+  std::shared_ptr<const WorkspaceBase> shared_base_;
+  UniqueFd dir_;      // O_PATH fd of the workspace root (closed while released)
+  dev_t dev_ = 0;     // the root's identity, checked by reacquire()
+  ino_t ino_ = 0;
+  bool released_ = false;
   std::optional<WorkspaceOwner> owner_;
 };
 

@@ -5,12 +5,14 @@ namespace corral::cli {
 int run_main(int argc, char** argv);
 int enforcement_main(int argc, char** argv);
 int check_main(int argc, char** argv);
+int batch_main(int argc, char** argv);
 
 std::span<const Command> commands() {
   static const Command kCommands[] = {
       {"run", run_main},
       {"enforcement", enforcement_main},
       {"check", check_main},
+      {"batch", batch_main},
   };
   return kCommands;
 }

@@ -1,0 +1,356 @@
+// corral batch [--parallel N] [--json] [FILE]
+//
+// One supervisor, N runs in flight, one JSON Result line per job as it
+// finishes. The jobs' input is watched through the supervisor's ring
+// (Supervisor::watch_fd), read one chunk at a time when it is readable and
+// taken a line at a time only when a run slot is free, so a slow or endless
+// producer never blocks the loop and corral never reads further ahead than
+// it runs.
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "cli.hpp"
+#include "corral/fd.hpp"
+#include "corral/json.hpp"
+#include "corral/supervisor.hpp"
+#include "output.hpp"
+
+namespace corral::cli {
+namespace {
+
+const char kBatchHelp[] =
+    "usage: corral batch [--parallel N] [--json] [FILE]\n"
+    "\n"
+    "Run one job per line of FILE (default: stdin; '-' is stdin). A job is a JSON\n"
+    "object: the Request fields (argv, env, pass_env, secret_env, limits, tier, inputs,\n"
+    "outputs, stdin, source + interpreter, cwd, merge_output, confine_writes,\n"
+    "write_paths, net, acknowledge, grace_seconds, artifact_root) plus an \"id\".\n"
+    "Blank lines are skipped.\n"
+    "\n"
+    "  --parallel N   runs in flight at once (default: CPUs x 4; at most what the\n"
+    "                 fd limit allows)\n"
+    "  --json         accepted for symmetry: the output is always JSON lines\n"
+    "\n"
+    "Output: one JSON line per job on stdout as it finishes: the Result with its\n"
+    "\"id\" and \"line\", or {\"id\", \"line\", \"outcome\": \"error\", \"error\"} for a line\n"
+    "corral refused (malformed JSON, unknown field, invalid limit, ...). On a terminal\n"
+    "a progress line is drawn on stderr.\n"
+    "\n"
+    "Exit: 0 when every job's result was written (whatever the jobs' outcomes); 1 when\n"
+    "some could not be; 2 usage error; 130/143 on SIGINT/SIGTERM (runs in flight are\n"
+    "cancelled and their results written as \"cancelled\").\n";
+
+struct Options {
+  std::size_t parallel = 0;  // 0: CPUs x 4
+  std::string file;          // "" or "-": stdin
+};
+
+std::size_t default_parallel() {
+  cpu_set_t set;
+  long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+  return static_cast<std::size_t>(cpus > 0 ? cpus : 1) * 4;
+}
+
+// Returns -1 to go on, or an exit code.
+int parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      write_all_fd(1, kBatchHelp);
+      return 0;
+    }
+    if (a == "--json") continue;
+    if (a == "--parallel" || a.rfind("--parallel=", 0) == 0) {
+      std::string v;
+      if (a == "--parallel") {
+        if (i + 1 >= argc) return say("--parallel needs a value (see corral batch --help)"), 2;
+        v = argv[++i];
+      } else {
+        v = a.substr(std::strlen("--parallel="));
+      }
+      auto n = parse_limit_value("--parallel", v);
+      if (!n || *n == 0 || *n > 1000000) return say("--parallel: '%s' is not a number from 1 to 1000000", v.c_str()), 2;
+      o.parallel = static_cast<std::size_t>(*n);
+      continue;
+    }
+    if (a.size() > 1 && a[0] == '-') return say("unknown option %s (see corral batch --help)", a.c_str()), 2;
+    if (!o.file.empty()) return say("more than one FILE given (%s)", a.c_str()), 2;
+    o.file = a;
+  }
+  return -1;
+}
+
+bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
+
+// Lines of the jobs' input, read one chunk per fill().
+class LineReader {
+ public:
+  explicit LineReader(int fd) : fd_(fd) {}
+  int fd() const { return fd_; }
+
+  enum class Got { data, eof, again, error };
+  // One read(); call when the fd is readable.
+  Got fill() {
+    if (pos_ > 0 && pos_ * 2 >= buf_.size()) {
+      buf_.erase(0, pos_);
+      pos_ = 0;
+    }
+    char chunk[64 * 1024];
+    ssize_t n = ::read(fd_, chunk, sizeof chunk);
+    if (n > 0) {
+      buf_.append(chunk, static_cast<std::size_t>(n));
+      return Got::data;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Got::again;
+    eof_ = true;
+    return n == 0 ? Got::eof : Got::error;
+  }
+  // The next complete line (a last line without '\n' once at EOF).
+  bool next(std::string& line) {
+    std::size_t nl = buf_.find('\n', pos_);
+    if (nl == std::string::npos) {
+      if (!eof_ || pos_ >= buf_.size()) return false;
+      nl = buf_.size();
+    }
+    line.assign(buf_, pos_, nl - pos_);
+    pos_ = nl < buf_.size() ? nl + 1 : nl;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    return true;
+  }
+  bool eof() const { return eof_; }
+  bool exhausted() const { return eof_ && pos_ >= buf_.size(); }
+
+ private:
+  int fd_;
+  std::string buf_;
+  std::size_t pos_ = 0;
+  bool eof_ = false;
+};
+
+// Jobs in a regular file, counted up front for the progress line (pread:
+// the read position stays where it is).
+std::optional<std::size_t> count_jobs(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  std::size_t jobs = 0;
+  bool content = false;
+  char buf[64 * 1024];
+  off_t off = lseek(fd, 0, SEEK_CUR);
+  for (ssize_t n; (n = pread(fd, buf, sizeof buf, off)) > 0; off += n) {
+    for (ssize_t i = 0; i < n; ++i) {
+      char c = buf[i];
+      if (c == '\n') {
+        jobs += content;
+        content = false;
+      } else if (c != ' ' && c != '\t' && c != '\r') {
+        content = true;
+      }
+    }
+  }
+  return jobs + content;
+}
+
+class Batch {
+ public:
+  Batch(Supervisor& sup, int in_fd, std::size_t parallel, bool progress)
+      : sup_(sup), in_(in_fd), parallel_(parallel), progress_(progress), t0_(std::chrono::steady_clock::now()) {
+    total_ = count_jobs(in_fd);
+  }
+
+  void stop(int sig) {
+    if (stopping_) return;
+    stopping_ = true;
+    signal_ = sig;
+    sup_.cancel_all();
+    unwatch();
+  }
+
+  int run() {
+    for (;;) {
+      feed();
+      if (sup_.in_flight() == 0 && (stopping_ || in_.exhausted())) break;
+      auto more = sup_.run_once(progress_ ? 0.1 : -1);
+      if (!more) {
+        say("batch: %s", more.error().message().c_str());
+        failed_loop_ = true;
+        break;
+      }
+      draw(false);
+    }
+    unwatch();
+    draw(true);
+    if (signal_) return 128 + signal_;
+    return (failed_loop_ || lost_ > 0 || input_error_) ? 1 : 0;
+  }
+
+ private:
+  // Start jobs while there is room; ask the ring to wake us for more input.
+  void feed() {
+    std::string line;
+    while (!stopping_ && sup_.in_flight() < parallel_) {
+      if (in_.next(line)) {
+        ++line_no_;
+        if (!blank(line)) start(line);
+        continue;
+      }
+      if (in_.eof()) break;
+      if (!watching_) {
+        watching_ = true;
+        auto st = sup_.watch_fd(in_.fd(), [this] {
+          watching_ = false;
+          readable();
+        });
+        if (!st) {
+          say("batch: %s", st.error().message().c_str());
+          watching_ = false;
+          input_error_ = true;
+          stopping_ = true;
+        }
+      }
+      break;
+    }
+  }
+
+  void readable() {
+    if (in_.fill() == LineReader::Got::error) {
+      say("batch: reading jobs: %s", std::strerror(errno));
+      input_error_ = true;
+    }
+    if (in_.eof() && !total_) total_ = jobs_seen_ + count_rest();
+  }
+
+  // Jobs still in the buffer at EOF (not yet taken), for the progress total.
+  std::size_t count_rest() {
+    std::size_t n = 0;
+    LineReader copy = in_;
+    std::string line;
+    while (copy.next(line)) n += !blank(line);
+    return n;
+  }
+
+  void start(const std::string& line) {
+    ++jobs_seen_;
+    long at = line_no_;
+    auto req = request_from_json(line);
+    if (!req) {
+      refused(job_id_of(line), at, req.error().message());
+      return;
+    }
+    std::string id = req->id;
+    RunCallbacks cb;
+    cb.on_result = [this, at](const Result& r) {
+      if (r.outcome != Outcome::exited || r.exit_code != 0) ++failed_;
+      emit(result_to_json(r, at));
+    };
+    auto handle = sup_.submit(std::move(*req), std::move(cb));
+    if (!handle) {
+      refused(id, at, handle.error().message());
+      return;
+    }
+    handle->detach();  // the result comes through on_result
+  }
+
+  void refused(const std::string& id, long line, const std::string& why) {
+    ++failed_;
+    emit(error_to_json(id, line, why));
+  }
+
+  // One result line, in one write() when the pipe takes it whole, so a
+  // reader never sees half a line and a crash cannot leave one.
+  void emit(std::string line) {
+    line += '\n';
+    if (broken_) {
+      ++lost_;
+      return;
+    }
+    std::string_view rest = line;
+    while (!rest.empty()) {
+      ssize_t n = ::write(1, rest.data(), rest.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        say("batch: writing results: %s; cancelling the rest", n < 0 ? std::strerror(errno) : "short write");
+        broken_ = true;
+        ++lost_;
+        stop(0);
+        return;
+      }
+      rest.remove_prefix(static_cast<std::size_t>(n));
+    }
+    ++written_;
+  }
+
+  void unwatch() {
+    if (watching_) sup_.unwatch_fd(in_.fd());
+    watching_ = false;
+  }
+
+  // The progress line, redrawn in place at most ten times a second.
+  void draw(bool final) {
+    if (!progress_) return;
+    auto now = std::chrono::steady_clock::now();
+    if (!final && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    double elapsed = std::chrono::duration<double>(now - t0_).count();
+    char done[64];
+    if (total_) std::snprintf(done, sizeof done, "%zu/%zu", written_, *total_);
+    else std::snprintf(done, sizeof done, "%zu", written_);
+    char line[256];
+    std::snprintf(line, sizeof line, "\r\033[Kcorral: batch %s done, %zu in flight, %zu failed, %.1f jobs/s, %.1fs%s",
+                  done, sup_.in_flight(), failed_, elapsed > 0 ? static_cast<double>(written_) / elapsed : 0.0,
+                  elapsed, final ? "\n" : "");
+    write_all_fd(2, line);
+  }
+
+  Supervisor& sup_;
+  LineReader in_;
+  std::size_t parallel_;
+  bool progress_;
+  std::chrono::steady_clock::time_point t0_, last_draw_{};
+  std::optional<std::size_t> total_;
+  long line_no_ = 0;
+  std::size_t jobs_seen_ = 0, written_ = 0, failed_ = 0, lost_ = 0;
+  bool watching_ = false, stopping_ = false, broken_ = false;
+  bool failed_loop_ = false, input_error_ = false;
+  int signal_ = 0;
+};
+
+}  // namespace
+
+int batch_main(int argc, char** argv) {
+  Options o;
+  if (int rc = parse(argc, argv, o); rc >= 0) return rc;
+  int in_fd = 0;
+  UniqueFd file;
+  if (!o.file.empty() && o.file != "-") {
+    file.reset(::open(o.file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+    if (!file) return say("batch: open %s: %s", o.file.c_str(), std::strerror(errno)), 2;
+    in_fd = file.get();
+  }
+  signal(SIGPIPE, SIG_IGN);  // a closed reader is a write error, handled
+  auto sup = Supervisor::create();
+  if (!sup) return say("%s", sup.error().message().c_str()), 1;
+  Supervisor& s = **sup;
+
+  std::size_t parallel = o.parallel ? o.parallel : default_parallel();
+  if (parallel > s.capacity()) {
+    say("batch: --parallel %zu is more than the fd limit allows; running %zu at a time", parallel, s.capacity());
+    parallel = s.capacity();
+  }
+  if (parallel == 0) return say("batch: the fd limit leaves no room for a run"), 1;
+
+  Batch batch(s, in_fd, parallel, isatty(2) == 1);
+  auto st = s.watch_signals({SIGINT, SIGTERM, SIGHUP}, [&batch](int sig) { batch.stop(sig); });
+  if (!st) return say("%s", st.error().message().c_str()), 1;
+  return batch.run();
+}
+
+}  // namespace corral::cli

@@ -1,0 +1,307 @@
+// `corral batch` end to end: the real binary (build/bin/corral) fed JSON
+// lines, its result lines parsed back.
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "support.hpp"
+
+using corral_test::TempDir;
+using nlohmann::json;
+
+namespace {
+
+std::string corral_bin() { return corral_test::build_dir() + "/bin/corral"; }
+
+// Workspaces on tmpfs when there is one (this host's ext4 takes about a
+// millisecond per mkdir), in a 0755 directory of ours so nothing else is
+// created next to them and leftovers can be counted.
+bool prefer_tmpfs() {
+  struct stat st {};
+  if (stat("/dev/shm", &st) != 0 || !S_ISDIR(st.st_mode) || access("/dev/shm", W_OK) != 0) return false;
+  return setenv("TMPDIR", "/dev/shm", 1) == 0;
+}
+
+struct Base {
+  bool on_tmpfs = prefer_tmpfs();  // before `dir` is made (declaration order)
+  TempDir dir;
+  Base() { chmod(dir.path().c_str(), 0755); }
+  std::size_t leftovers() const {
+    std::size_t n = 0;
+    DIR* d = opendir(dir.path().c_str());
+    while (dirent* e = d ? readdir(d) : nullptr) n += std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..");
+    if (d) closedir(d);
+    return n;
+  }
+};
+
+// A running `corral batch`: stdin from `in_fd`, stdout and stderr piped back.
+struct Batch {
+  pid_t pid = -1;
+  int out = -1, err = -1;
+  std::string out_text, err_text;
+
+  Batch(std::vector<std::string> args, int in_fd, const std::string& tmpdir) {
+    int o[2], e[2];
+    cr_assert_eq(pipe2(o, O_CLOEXEC), 0);
+    cr_assert_eq(pipe2(e, O_CLOEXEC), 0);
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+      dup2(in_fd, 0);
+      dup2(o[1], 1);
+      dup2(e[1], 2);
+      setenv("TMPDIR", tmpdir.c_str(), 1);
+      std::vector<char*> argv;
+      std::string bin = corral_bin(), verb = "batch";
+      argv.push_back(bin.data());
+      argv.push_back(verb.data());
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(bin.c_str(), argv.data());
+      _exit(127);
+    }
+    close(o[1]);
+    close(e[1]);
+    out = o[0];
+    err = e[0];
+  }
+
+  // Reads stdout/stderr until a new line is complete on stdout (or both
+  // close); false when timed out.
+  bool read_some(int timeout_ms) {
+    pollfd fds[2] = {{out, POLLIN, 0}, {err, POLLIN, 0}};
+    int n = poll(fds, 2, timeout_ms);
+    if (n <= 0) return false;
+    char buf[65536];
+    for (int i = 0; i < 2; ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      ssize_t r = read(fds[i].fd, buf, sizeof buf);
+      if (r > 0) (i == 0 ? out_text : err_text).append(buf, static_cast<std::size_t>(r));
+      if (r == 0) {
+        close(fds[i].fd);
+        (i == 0 ? out : err) = -1;
+      }
+    }
+    return true;
+  }
+  std::size_t lines() const { return static_cast<std::size_t>(std::count(out_text.begin(), out_text.end(), '\n')); }
+  bool wait_lines(std::size_t count, double seconds) {
+    auto t0 = std::chrono::steady_clock::now();
+    while (lines() < count && out >= 0) {
+      double left = seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (left <= 0) return false;
+      read_some(static_cast<int>(left * 1000) + 1);
+    }
+    return lines() >= count;
+  }
+  // Reads everything, then reaps: the exit status (128+signal if killed).
+  int finish() {
+    auto t0 = std::chrono::steady_clock::now();
+    while ((out >= 0 || err >= 0) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+      pollfd fds[2] = {{out, POLLIN, 0}, {err, POLLIN, 0}};
+      poll(fds, 2, 1000);
+      char buf[65536];
+      for (int i = 0; i < 2; ++i) {
+        if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+        ssize_t r = read(fds[i].fd, buf, sizeof buf);
+        if (r > 0) (i == 0 ? out_text : err_text).append(buf, static_cast<std::size_t>(r));
+        else if (r == 0) {
+          close(fds[i].fd);
+          (i == 0 ? out : err) = -1;
+        }
+      }
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  std::vector<json> results() const {
+    std::vector<json> v;
+    std::istringstream in(out_text);
+    std::string line;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      cr_assert(!j.is_discarded(), "not a JSON line: %s", line.c_str());
+      v.push_back(std::move(j));
+    }
+    return v;
+  }
+  // How many children corral has (its runs' processes).
+  std::size_t children() const {
+    std::string kids = corral_test::read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+    std::istringstream in(kids);
+    std::size_t n = 0;
+    for (std::string p; in >> p;) ++n;
+    return n;
+  }
+};
+
+int file_fd(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  cr_assert_geq(fd, 0, "open %s", path.c_str());
+  return fd;
+}
+
+// A string field of a result line ("" when absent or not a string); a
+// named value, so assertions never hold a pointer into a temporary.
+std::string field(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+void expect_field(const json& j, const char* key, const std::string& want) {
+  std::string got = field(j, key);
+  cr_assert(got == want, "field %s is '%s', want '%s' in %s", key, got.c_str(), want.c_str(), j.dump().c_str());
+}
+
+std::string job(const std::string& id, const std::vector<std::string>& argv, const char* tier = "none") {
+  json j{{"id", id}, {"argv", argv}};
+  if (tier) j["tier"] = tier;
+  return j.dump() + "\n";
+}
+
+}  // namespace
+
+TestSuite(batch, .timeout = 120);
+
+Test(batch, five_hundred_jobs_and_a_malformed_line_give_501_result_lines) {
+  Base base;
+  TempDir scratch;
+  std::string jobs;
+  for (int i = 1; i <= 501; ++i) {
+    if (i == 251) {
+      jobs += "{\"id\": \"broken\", \"argv\": [\"echo\"\n";  // malformed: cut short
+      continue;
+    }
+    // Mostly tier none; every tenth in the default tier (process).
+    jobs += job("job-" + std::to_string(i), {"/bin/echo", "out-" + std::to_string(i)}, i % 10 ? "none" : nullptr);
+  }
+  corral_test::write_file(scratch / "jobs.jsonl", jobs);
+  int in = file_fd(scratch / "jobs.jsonl");
+  Batch b({"--parallel", "16"}, in, base.dir.path());
+  close(in);
+  int rc = b.finish();
+  cr_assert_eq(rc, 0, "exit %d; stderr: %s", rc, b.err_text.c_str());
+  cr_assert_str_eq(b.err_text.c_str(), "", "stderr is not a terminal: nothing but errors expected");
+  auto results = b.results();
+  cr_assert_eq(results.size(), 501u, "%zu result lines", results.size());
+  std::set<std::string> ids;
+  int errors = 0;
+  for (const json& r : results) {
+    if (r.value("outcome", "") == "error") {
+      ++errors;
+      cr_assert_eq(r.value("line", 0L), 251L, "%s", r.dump().c_str());
+      cr_assert(r.value("error", "").find("JSON") != std::string::npos, "%s", r.dump().c_str());
+      continue;
+    }
+    std::string id = r.value("id", "");
+    cr_assert(ids.insert(id).second, "id %s twice", id.c_str());
+    int n = std::atoi(id.c_str() + 4);
+    cr_assert_eq(r.value("line", 0L), static_cast<long>(n), "%s", r.dump().c_str());
+    expect_field(r, "outcome", "exited");
+    cr_assert_eq(r.value("exit_code", -1), 0);
+    std::string want = "out-" + std::to_string(n) + "\n";
+    expect_field(r, "stdout", want);
+    expect_field(r, "tier", n % 10 ? "none" : "os_process");
+  }
+  cr_assert_eq(errors, 1);
+  cr_assert_eq(ids.size(), 500u);
+  cr_assert_eq(base.leftovers(), 0u, "workspaces left behind");
+}
+
+Test(batch, refused_and_failing_jobs_are_results_and_the_batch_goes_on) {
+  Base base;
+  TempDir scratch;
+  std::string jobs = "not json at all\n"
+                     "\n" +
+                     job("unknown-field", {"true"}).insert(1, "\"bogus\": 1, ") +
+                     "{\"id\": \"bad-limit\", \"argv\": [\"true\"], \"limits\": {\"cpu_seconds\": -1}}\n" +
+                     job("missing", {"corral-batch-no-such-program"}) + job("fails", {"sh", "-c", "exit 3"}) +
+                     job("ok", {"echo", "fine"});
+  corral_test::write_file(scratch / "jobs.jsonl", jobs);
+  Batch b({"--json", scratch / "jobs.jsonl"}, 0, base.dir.path());
+  cr_assert_eq(b.finish(), 0, "stderr: %s", b.err_text.c_str());
+  std::map<std::string, json> by_id;
+  std::map<long, json> by_line;
+  for (json& r : b.results()) {
+    by_line[r.value("line", 0L)] = r;
+    if (r.contains("id")) by_id[r["id"].get<std::string>()] = r;
+  }
+  cr_assert_eq(by_line.size(), 6u, "%s", b.out_text.c_str());  // the blank line 2 is not a job
+  expect_field(by_line[1], "outcome", "error");
+  cr_assert(by_id["unknown-field"].value("error", "").find("bogus") != std::string::npos);
+  cr_assert(by_id["bad-limit"].value("error", "").find("cpu_seconds") != std::string::npos);
+  expect_field(by_id["missing"], "outcome", "spawn_failed");
+  cr_assert(by_id["missing"].value("error", "").find("ENOENT") != std::string::npos, "%s",
+            by_id["missing"].dump().c_str());
+  cr_assert_eq(by_id["missing"].value("line", 0L), 5L);
+  cr_assert_eq(by_id["fails"].value("exit_code", 0), 3);
+  expect_field(by_id["ok"], "stdout", "fine\n");
+}
+
+Test(batch, results_come_out_live_while_stdin_stays_open) {
+  Base base;
+  int p[2];
+  cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+  Batch b({}, p[0], base.dir.path());
+  close(p[0]);
+  std::string one = job("first", {"echo", "1"});
+  cr_assert_eq(write(p[1], one.data(), one.size()), static_cast<ssize_t>(one.size()));
+  cr_assert(b.wait_lines(1, 20), "no result while stdin is open: %s", b.err_text.c_str());
+  std::string two = job("second", {"echo", "2"});
+  // Written in two pieces: a line is a job only once its newline arrives.
+  cr_assert_eq(write(p[1], two.data(), 10), 10);
+  usleep(100000);
+  cr_assert_eq(write(p[1], two.data() + 10, two.size() - 10), static_cast<ssize_t>(two.size() - 10));
+  cr_assert(b.wait_lines(2, 20));
+  close(p[1]);
+  cr_assert_eq(b.finish(), 0);
+  auto r = b.results();
+  expect_field(r[0], "id", "first");
+  expect_field(r[1], "stdout", "2\n");
+}
+
+Test(batch, sigterm_cancels_the_runs_in_flight_and_exits_143) {
+  Base base;
+  TempDir scratch;
+  std::string jobs;
+  for (int i = 0; i < 20; ++i) jobs += job("sleeper-" + std::to_string(i), {"sleep", "30"});
+  corral_test::write_file(scratch / "jobs.jsonl", jobs);
+  int in = file_fd(scratch / "jobs.jsonl");
+  Batch b({"--parallel", "6"}, in, base.dir.path());
+  close(in);
+  for (int i = 0; i < 200 && b.children() < 6; ++i) usleep(20000);
+  cr_assert_eq(b.children(), 6u, "corral has %zu children", b.children());
+  auto t0 = std::chrono::steady_clock::now();
+  kill(b.pid, SIGTERM);
+  int rc = b.finish();
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cr_assert_eq(rc, 143, "exit %d; stderr: %s", rc, b.err_text.c_str());
+  cr_assert_lt(took, 5.0, "took %.2fs to stop", took);
+  auto results = b.results();
+  cr_assert_eq(results.size(), 6u, "%s", b.out_text.c_str());
+  for (const json& r : results) expect_field(r, "outcome", "cancelled");
+  cr_assert_eq(base.leftovers(), 0u);
+}
+
+Test(batch, usage_errors_exit_2_with_corral_lines) {
+  Base base;
+  for (std::vector<std::string> args : {std::vector<std::string>{"--parallel", "0"}, {"--parallel", "many"},
+                                        {"--bogus"}, {"/nonexistent/jobs.jsonl"}, {"a", "b"}}) {
+    Batch b(args, 0, base.dir.path());
+    int rc = b.finish();
+    cr_assert_eq(rc, 2, "%s: exit %d", args[0].c_str(), rc);
+    cr_assert(b.err_text.rfind("corral: ", 0) == 0, "%s: stderr '%s'", args[0].c_str(), b.err_text.c_str());
+    cr_assert_str_eq(b.out_text.c_str(), "");
+  }
+}
