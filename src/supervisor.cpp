@@ -658,8 +658,8 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   if (s.held_fds + weight > s.fd_budget)
     return Error(EMFILE, "submit: " + std::to_string(s.active) + " runs in flight already hold " +
                              std::to_string(s.held_fds) + " of the " + std::to_string(s.fd_budget) +
-                             " fds RLIMIT_NOFILE leaves for runs (" + std::to_string(weight) +
-                             " more needed); wait for some to finish");
+                             " fds the fd limit (RLIMIT_NOFILE) leaves for runs (" +
+                             std::to_string(weight) + " more needed); wait for some to finish");
   RunContext ctx{&s.uids, s.options.workspace_base, &s.host, &s.cache, s.base};
   std::string run_id = next_run_id();
   auto prepared = prepare_run(std::move(request), ctx, run_id);
