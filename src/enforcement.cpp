@@ -83,7 +83,16 @@ bool probe_io_uring() {
 
 }  // namespace
 
-HostFacts probe_host() {
+void probe_container_facts(HostFacts& h) {
+  if (h.containers_probed) return;
+  static const ContainerProbe once = probe_container();  // the host does not change under us
+  h.user_namespaces = once.user_namespaces;
+  h.pivot_root = once.pivot_root;
+  h.container_probe = once.failed;
+  h.containers_probed = true;
+}
+
+HostFacts probe_host(bool with_containers) {
   HostFacts h;
   h.root = is_root_capable();
   h.cap_sys_resource = has_effective_capability(24 /* CAP_SYS_RESOURCE */);
@@ -93,10 +102,7 @@ HostFacts probe_host() {
   long pidfd = sys::call(SYS_pidfd_open, getpid(), 0);
   h.pidfd = pidfd >= 0;
   if (pidfd >= 0) close(static_cast<int>(pidfd));
-  ContainerProbe c = probe_container();
-  h.user_namespaces = c.user_namespaces;
-  h.pivot_root = c.pivot_root;
-  h.container_probe = c.failed;
+  if (with_containers) probe_container_facts(h);
   // The cgroup module decides: a backend exists only where we may create
   // groups (root, or a delegated subtree), and has() says which controllers.
   h.cgroups = probe_cgroups();

@@ -534,7 +534,7 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->uids = UidPool(options.uid_range_first, options.uid_range_count);
-  impl->host = probe_host();
+  impl->host = probe_host(/*with_containers=*/false);  // probed on the first container run
   impl->scratch.resize(kScratchBytes);
 
   // The fd table is what bounds runs in flight: raise the soft limit to the
@@ -653,6 +653,10 @@ std::size_t Supervisor::capacity() const { return impl_->capacity; }
 
 Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) {
   Impl& s = *impl_;
+  if (request.tier == Tier::container && !s.host.containers_probed) {
+    probe_container_facts(s.host);
+    s.cache.enforcement.erase(Tier::container);
+  }
   const std::size_t weight = fds_per_run(request.tier);
   if (s.held_fds + weight > s.fd_budget) s.free_retired();  // runs already over give their fds back first
   if (s.held_fds + weight > s.fd_budget)

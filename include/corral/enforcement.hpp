@@ -30,6 +30,7 @@ struct HostFacts {
   // pivot_root'ed into (what the container tier's mount tree does first).
   bool pivot_root = false;
   std::string container_probe;    // the step that failed ("" when all worked)
+  bool containers_probed = false; // the three fields above hold a probe's answer
   CgroupProbe cgroups;            // the cgroup module's probe (backend, controllers, delegation)
   bool cgroup_memory = false;     // a per-run memory cgroup can be created (root or delegated)
   bool cgroup_pids = false;
@@ -37,7 +38,12 @@ struct HostFacts {
   std::string kernel;             // uname release
 };
 
-HostFacts probe_host();
+// Everything, or everything but the container probe (a throwaway child
+// that tries a user + mount namespace and pivot_root: about a millisecond,
+// which a `--tier process` run should not pay). probe_container_facts()
+// fills those fields in later; the answer is kept for the process.
+HostFacts probe_host(bool with_containers = true);
+void probe_container_facts(HostFacts& host);
 
 // Guarantees (beyond limits) a run may ask for or get.
 inline constexpr std::string_view kGuaranteeWriteConfinement = "write_confinement";
