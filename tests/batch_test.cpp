@@ -305,3 +305,26 @@ Test(batch, usage_errors_exit_2_with_corral_lines) {
     cr_assert_str_eq(b.out_text.c_str(), "");
   }
 }
+
+Test(batch, audit_writes_one_line_per_job_and_never_a_secret) {
+  Base base;
+  TempDir scratch;
+  setenv("BATCH_AUDIT_SECRET", "audit-s3cret-value", 1);
+  std::string jobs;
+  for (int i = 1; i <= 5; ++i)
+    jobs += "{\"id\": \"a" + std::to_string(i) +
+            "\", \"tier\": \"none\", \"secret_env\": [\"BATCH_AUDIT_SECRET\"], "
+            "\"argv\": [\"sh\", \"-c\", \"echo $BATCH_AUDIT_SECRET\"]}\n";
+  corral_test::write_file(scratch / "jobs.jsonl", jobs);
+  int in = file_fd(scratch / "jobs.jsonl");
+  std::string audit = scratch / "audit.jsonl";
+  Batch b({"--audit", audit}, in, base.dir.path());
+  close(in);
+  int rc = b.finish();
+  cr_assert_eq(rc, 0, "exit %d; stderr: %s", rc, b.err_text.c_str());
+  std::string lines = corral_test::read_file(audit);
+  cr_assert_eq(std::count(lines.begin(), lines.end(), '\n'), 5, "audit: %s", lines.c_str());
+  cr_assert(lines.find("audit-s3cret") == std::string::npos, "the audit line carries the secret: %s", lines.c_str());
+  cr_assert(b.out_text.find("audit-s3cret") == std::string::npos, "a result carries the secret");
+  cr_assert(lines.find("\"outcome\":\"exited\"") != std::string::npos, "%s", lines.c_str());
+}

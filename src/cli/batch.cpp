@@ -14,12 +14,14 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
 
 #include "cli.hpp"
 #include "corral/fd.hpp"
+#include "corral/audit.hpp"
 #include "corral/json.hpp"
 #include "corral/supervisor.hpp"
 #include "output.hpp"
@@ -28,7 +30,7 @@ namespace corral::cli {
 namespace {
 
 const char kBatchHelp[] =
-    "usage: corral batch [--parallel N] [--json] [FILE]\n"
+    "usage: corral batch [--parallel N] [--audit FILE] [--json] [FILE]\n"
     "\n"
     "Run one job per line of FILE (default: stdin; '-' is stdin). A job is a JSON\n"
     "object: the Request fields (argv, env, pass_env, secret_env, limits, tier, inputs,\n"
@@ -38,6 +40,7 @@ const char kBatchHelp[] =
     "\n"
     "  --parallel N   runs in flight at once (default: CPUs x 4; at most what the\n"
     "                 fd limit allows)\n"
+    "  --audit FILE   append one JSON audit line per job to FILE (never a secret)\n"
     "  --json         accepted for symmetry: the output is always JSON lines\n"
     "\n"
     "Output: one JSON line per job on stdout as it finishes: the Result with its\n"
@@ -52,6 +55,7 @@ const char kBatchHelp[] =
 struct Options {
   std::size_t parallel = 0;  // 0: CPUs x 4
   std::string file;          // "" or "-": stdin
+  std::string audit;         // --audit FILE: one line per job
 };
 
 std::size_t default_parallel() {
@@ -69,6 +73,11 @@ int parse(int argc, char** argv, Options& o) {
       return 0;
     }
     if (a == "--json") continue;
+    if (a == "--audit") {
+      if (i + 1 >= argc) return say("--audit needs a FILE (see corral batch --help)"), 2;
+      o.audit = argv[++i];
+      continue;
+    }
     if (a == "--parallel" || a.rfind("--parallel=", 0) == 0) {
       std::string v;
       if (a == "--parallel") {
@@ -336,7 +345,14 @@ int batch_main(int argc, char** argv) {
     in_fd = file.get();
   }
   signal(SIGPIPE, SIG_IGN);  // a closed reader is a write error, handled
-  auto sup = Supervisor::create();
+  SupervisorOptions sopts;
+  if (const char* base = std::getenv("CORRAL_WORKSPACE_BASE")) sopts.workspace_base = base;
+  if (!o.audit.empty()) {
+    auto audit = FileAuditSink::open(o.audit);
+    if (!audit) return say("%s", audit.error().message().c_str()), 2;
+    sopts.audit = std::make_shared<FileAuditSink>(std::move(*audit));
+  }
+  auto sup = Supervisor::create(sopts);
   if (!sup) return say("%s", sup.error().message().c_str()), 1;
   Supervisor& s = **sup;
 
