@@ -56,20 +56,6 @@ struct ChildArgs {
   ChildRecord record;
 };
 
-// The kernel's struct sigaction (not glibc's): handler, flags, restorer, mask.
-struct KernelSigaction {
-  void (*handler)(int);
-  unsigned long flags;
-  void (*restorer)();
-  std::uint64_t mask;
-};
-
-std::uint64_t monotonic_ns_raw() noexcept {
-  struct timespec ts;
-  sys::call(SYS_clock_gettime, CLOCK_MONOTONIC, reinterpret_cast<long>(&ts));
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
 int fail_in_child(ChildArgs* a, SpawnStage stage, int err) noexcept {
   a->record.stage = stage;
   a->record.err = err;
@@ -103,13 +89,8 @@ int container_child(void* p) noexcept {
   // CLONE_CLEAR_SIGHAND reset every handler; what the parent ignored stays
   // ignored unless we reset it. Unblocked here, so the mask pid 1 restores
   // in the program is empty.
-  for (int sig = 1; sig < 64; ++sig) {
-    if (!(a->reset_mask & (std::uint64_t{1} << sig))) continue;
-    KernelSigaction dfl{SIG_DFL, 0, nullptr, 0};
-    sys::call(SYS_rt_sigaction, sig, reinterpret_cast<long>(&dfl), 0, 8);
-  }
-  std::uint64_t empty = 0;
-  if (int e = sys::error_of(sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&empty), 0, 8)))
+  sys::reset_signals_to_default(a->reset_mask);
+  if (int e = sys::unblock_all_signals())
     return fail_in_child(a, SpawnStage::signals, e);
   // pgid = our host pid: the supervisor's killpg reaches pid 1 and the program.
   if (int e = become_session_leader_in_child()) return fail_in_child(a, SpawnStage::setsid, e);
@@ -138,7 +119,7 @@ int container_child(void* p) noexcept {
   if (plan.seccomp)
     if (int e = apply_seccomp_in_child(*plan.seccomp)) return fail_in_child(a, SpawnStage::seccomp, e);
 
-  if (a->setup_ns_out) *a->setup_ns_out = monotonic_ns_raw() - a->start_ns;
+  if (a->setup_ns_out) *a->setup_ns_out = sys::monotonic_ns() - a->start_ns;
   int err = ENOENT;
   for (const char* path : plan.exec_path_ptrs) {
     long r = sys::call(SYS_execve, reinterpret_cast<long>(path), reinterpret_cast<long>(plan.argv.data()),
@@ -233,7 +214,7 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   auto t0 = std::chrono::steady_clock::now();
-  args.start_ns = monotonic_ns_raw();
+  args.start_ns = sys::monotonic_ns();
   auto pidfd = clone_child(spec, container_child, &args);
   child.clone_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   pthread_sigmask(SIG_SETMASK, &old, nullptr);

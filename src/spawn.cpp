@@ -56,27 +56,13 @@ struct ChildArgs {
   ChildReport* report;
 };
 
-// The kernel's struct sigaction (not glibc's): handler, flags, restorer, mask.
-struct KernelSigaction {
-  void (*handler)(int);
-  unsigned long flags;
-  void (*restorer)();
-  std::uint64_t mask;
-};
-
-std::uint64_t monotonic_ns_raw() noexcept {
-  struct timespec ts;
-  sys::call(SYS_clock_gettime, CLOCK_MONOTONIC, reinterpret_cast<long>(&ts));
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
 // Runs in the child (CLONE_VM|CLONE_VFORK: on the Spawner's stack, sharing
 // the parent's memory and, until the fds step, its fd table). Raw syscalls
 // only; the report is the only memory it writes outside its own stack.
 int run_plan_in_child(void* p) noexcept {
   auto* a = static_cast<ChildArgs*>(p);
   const ChildPlan& plan = *a->plan;
-  const std::uint64_t start = monotonic_ns_raw();
+  const std::uint64_t start = sys::monotonic_ns();
   auto fail = [a](SpawnStage stage, int err) noexcept {
     a->report->stage = stage;
     a->report->error = err;
@@ -86,13 +72,8 @@ int run_plan_in_child(void* p) noexcept {
   // CLONE_CLEAR_SIGHAND reset every handler; what the parent ignored stays
   // ignored across exec unless we reset it (an ignored SIGPIPE or SIGXFSZ
   // would change how the program and our limits behave).
-  for (int sig = 1; sig < 64; ++sig) {
-    if (!(a->reset_mask & (std::uint64_t{1} << sig))) continue;
-    KernelSigaction dfl{SIG_DFL, 0, nullptr, 0};
-    sys::call(SYS_rt_sigaction, sig, reinterpret_cast<long>(&dfl), 0, 8);
-  }
-  std::uint64_t empty = 0;
-  if (int e = sys::error_of(sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&empty), 0, 8)))
+  sys::reset_signals_to_default(a->reset_mask);
+  if (int e = sys::unblock_all_signals())
     return fail(SpawnStage::signals, e);
 
   if (int e = become_session_leader_in_child()) return fail(SpawnStage::setsid, e);
@@ -132,7 +113,7 @@ int run_plan_in_child(void* p) noexcept {
   if (plan.seccomp)
     if (int e = apply_seccomp_in_child(*plan.seccomp)) return fail(SpawnStage::seccomp, e);
 
-  a->report->setup_ns = monotonic_ns_raw() - start;
+  a->report->setup_ns = sys::monotonic_ns() - start;
   // execvp semantics: try each candidate; remember the most telling error.
   int err = ENOENT;
   for (const char* path : plan.exec_path_ptrs) {

@@ -23,11 +23,15 @@
 #include "corral/json.hpp"
 #include "corral/supervisor.hpp"
 #include "corral/syscalls.hpp"
+#include "observe_support.hpp"
 #include "support.hpp"
+#include "supervisor_harness.hpp"
 
 namespace container_test {
 
 using namespace corral;
+using corral_test::Harness;
+using corral_test::kv;
 using corral_test::TempDir;
 
 inline bool contains(const std::string& hay, const std::string& needle) {
@@ -56,33 +60,6 @@ inline std::string helpers_dir() {
   return realpath(corral_test::helper("").c_str(), buf) ? std::string(buf) : corral_test::helper("");
 }
 
-// One supervisor per test, workspaces under a private base (mode 0755: the
-// run's host uid must reach its workspace).
-struct Harness {
-  TempDir base;
-  std::unique_ptr<Supervisor> sup;
-  Harness() {
-    chmod(base.path().c_str(), 0755);
-    SupervisorOptions o;
-    o.workspace_base = base.path();
-    auto s = Supervisor::create(o);
-    cr_assert(s.ok(), "supervisor: %s", s.ok() ? "" : s.error().message().c_str());
-    sup = std::move(*s);
-  }
-  Result run(Request r) {
-    auto res = sup->run(std::move(r));
-    cr_assert(res.ok(), "run refused: %s", res.ok() ? "" : res.error().message().c_str());
-    return std::move(*res);
-  }
-  std::size_t leftovers() const {
-    std::size_t n = 0;
-    DIR* d = opendir(base.path().c_str());
-    while (dirent* e = d ? readdir(d) : nullptr) n += std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..");
-    if (d) closedir(d);
-    return n;
-  }
-};
-
 // A container-tier request with the test helpers at /helpers.
 inline Request boxed(std::vector<std::string> argv) {
   Request r;
@@ -92,39 +69,14 @@ inline Request boxed(std::vector<std::string> argv) {
   return r;
 }
 
-inline std::map<std::string, std::string> kv(const std::string& text) {
-  std::map<std::string, std::string> m;
-  std::size_t i = 0;
-  while (i < text.size()) {
-    std::size_t nl = text.find('\n', i);
-    if (nl == std::string::npos) nl = text.size();
-    std::string line = text.substr(i, nl - i);
-    if (auto eq = line.find('='); eq != std::string::npos) m[line.substr(0, eq)] = line.substr(eq + 1);
-    i = nl + 1;
-  }
-  return m;
-}
-
 // "" or the list of observations that differ from `want`.
 inline std::string mismatches(const Result& r, const std::map<std::string, std::string>& want) {
   if (r.outcome != Outcome::exited || r.exit_code != 0)
     return "the run ended " + std::string(to_string(r.outcome)) + ": " + r.detail + "\nstdout: " +
            r.stdout_capture.text + "\nstderr: " + r.stderr_capture.text;
-  auto got = kv(r.stdout_capture.text);
-  std::string bad;
-  for (const auto& [k, v] : want) {
-    auto it = got.find(k);
-    std::string g = it == got.end() ? "<missing>" : it->second;
-    if (g != v) bad += "\n  " + k + ": expected '" + v + "', got '" + g + "'";
-  }
-  return bad.empty() ? "" : "unexpected observations:" + bad + "\nstdout:\n" + r.stdout_capture.text;
+  std::string bad = corral_test::observation_mismatches(r.stdout_capture.text, want);
+  return bad.empty() ? "" : bad + "\nstdout:\n" + r.stdout_capture.text;
 }
-
-#define EXPECT_EMPTY(expr)                                     \
-  do {                                                         \
-    std::string msg_ = (expr);                                 \
-    cr_assert(msg_.empty(), "%s", msg_.c_str());               \
-  } while (0)
 
 // A listener on the host's 127.0.0.1; the port in *port.
 inline int host_listener(in_port_t* port) {
@@ -210,32 +162,6 @@ inline int cli(const std::vector<std::string>& args) {
 // Run body as uid/gid 65534 in a forked child (dumpable again, as a process
 // that never changed ids is, so it may write its own child's id maps).
 // Returns what body returned: "" means fine.
-inline std::string as_nobody(const std::function<std::string()>& body) {
-  int p[2];
-  if (pipe2(p, O_CLOEXEC)) return "pipe2 failed";
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(p[0]);
-    std::string r;
-    if (setgroups(0, nullptr) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534) ||
-        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0))
-      r = std::string("dropping to 65534: ") + strerror(errno);
-    else
-      r = body();
-    corral::sys::write_all(p[1], r.data(), r.size());
-    _exit(0);
-  }
-  close(p[1]);
-  std::string r;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(p[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-    if (n > 0) r.append(buf, static_cast<std::size_t>(n));
-  close(p[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status)) return "the rootless test child died (signal " + std::to_string(WTERMSIG(status)) + ")";
-  return r;
-}
+inline std::string as_nobody(const std::function<std::string()>& body) { return corral_test::in_child(true, body); }
 
 }  // namespace container_test

@@ -11,8 +11,10 @@
 #include "corral/audit.hpp"
 #include "corral/supervisor.hpp"
 #include "support.hpp"
+#include "supervisor_harness.hpp"
 
 using namespace corral;
+using corral_test::Harness;
 using corral_test::TempDir;
 
 namespace {
@@ -68,26 +70,6 @@ void assert_refused(const Expected<Request>& r, std::initializer_list<std::strin
   cr_assert(!r.ok(), "the request was accepted");
   assert_mentions(r.error().message(), words);
 }
-
-// One supervisor with its workspaces under a private base (as run_test).
-struct Harness {
-  TempDir base;
-  std::unique_ptr<Supervisor> sup;
-  explicit Harness(std::shared_ptr<AuditSink> audit = nullptr) {
-    chmod(base.path().c_str(), 0755);  // dropped uids must reach their workspace
-    SupervisorOptions o;
-    o.workspace_base = base.path();
-    o.audit = std::move(audit);
-    auto s = Supervisor::create(o);
-    cr_assert(s.ok(), "supervisor: %s", s.ok() ? "" : s.error().message().c_str());
-    sup = std::move(*s);
-  }
-  Result run(Request r) {
-    auto res = sup->run(std::move(r));
-    cr_assert(res.ok(), "run refused: %s", res.ok() ? "" : res.error().message().c_str());
-    return std::move(*res);
-  }
-};
 
 Request routed(const Route& route, Request b, const RouteOverrides& o = {}) {
   auto r = request_for_route(route, std::move(b), o);
@@ -366,7 +348,9 @@ Test(route_run, the_audit_line_of_a_real_run_never_holds_the_secret) {
   TempDir dir;
   auto file = FileAuditSink::open(dir / "audit.jsonl");
   cr_assert(file.ok());
-  Harness h(std::make_shared<FileAuditSink>(std::move(*file)));
+  SupervisorOptions with_audit;
+  with_audit.audit = std::make_shared<FileAuditSink>(std::move(*file));
+  Harness h(std::move(with_audit));
   RouteSpec s = spec("grader", "os_process");
   s.secrets = {"CORRAL_TEST_AUDIT_TOKEN"};
   s.limits.set(Limit::cpu_seconds, 7);

@@ -13,40 +13,14 @@
 #include "corral/capture.hpp"
 #include "corral/supervisor.hpp"
 #include "support.hpp"
+#include "supervisor_harness.hpp"
 
 using namespace corral;
+using corral_test::Harness;
 using corral_test::helper;
 using corral_test::TempDir;
 
 namespace {
-
-// One supervisor per test with its workspaces under a private base, so a
-// test can check that nothing is left behind.
-struct Harness {
-  TempDir base;
-  std::unique_ptr<Supervisor> sup;
-  Harness() {
-    chmod(base.path().c_str(), 0755);  // dropped uids must reach their workspace
-    SupervisorOptions o;
-    o.workspace_base = base.path();
-    auto s = Supervisor::create(o);
-    cr_assert(s.ok(), "supervisor: %s", s.ok() ? "" : s.error().message().c_str());
-    sup = std::move(*s);
-  }
-  Result run(Request r) {
-    auto res = sup->run(std::move(r));
-    cr_assert(res.ok(), "run refused: %s", res.ok() ? "" : res.error().message().c_str());
-    return std::move(*res);
-  }
-  std::size_t leftovers() {
-    std::size_t n = 0;
-    DIR* d = opendir(base.path().c_str());
-    while (dirent* e = d ? readdir(d) : nullptr)
-      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) ++n;
-    if (d) closedir(d);
-    return n;
-  }
-};
 
 Request req(Tier tier, std::vector<std::string> argv) {
   Request r;

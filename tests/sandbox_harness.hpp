@@ -25,11 +25,15 @@
 
 #include "corral/namespaces.hpp"
 #include "corral/syscalls.hpp"
+#include "observe_support.hpp"
 #include "support.hpp"
 
 namespace harness {
 
 using corral::NamespaceSpec;
+using corral_test::in_child;
+using corral_test::now_ms;
+using corral_test::read_to_eof;
 
 struct Sandbox {
   std::string error;           // prepare/clone/finish/apply failure, "" if none
@@ -45,28 +49,6 @@ struct Sandbox {
 using Program = std::function<int(int out)>;
 // Runs in the test after the child is released: (host pid of pid 1, read end of out).
 using ParentHook = std::function<void(pid_t, int)>;
-
-inline double now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-// Read fd until EOF or until `timeout_ms` passes.
-inline bool read_to_eof(int fd, std::string* out, int timeout_ms) {
-  double deadline = now_ms() + timeout_ms;
-  char buf[4096];
-  for (;;) {
-    int left = static_cast<int>(deadline - now_ms());
-    if (left <= 0) return false;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, left) <= 0) continue;
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n == 0) return true;
-    if (n < 0 && errno != EINTR) return true;
-    if (n > 0) out->append(buf, static_cast<std::size_t>(n));
-  }
-}
 
 // Start a child with the prepared namespaces and run `program` in it.
 inline Sandbox run_prepared(corral::PreparedNamespaces& ns, const Program& program, const ParentHook& hook = {},
@@ -196,19 +178,7 @@ inline int tcp_listen(in_port_t* port) {
   return s;
 }
 
-inline std::map<std::string, std::string> Sandbox::kv() const {
-  std::map<std::string, std::string> m;
-  std::size_t i = 0;
-  while (i < out.size()) {
-    std::size_t nl = out.find('\n', i);
-    if (nl == std::string::npos) nl = out.size();
-    std::string line = out.substr(i, nl - i);
-    std::size_t eq = line.find('=');
-    if (eq != std::string::npos) m[line.substr(0, eq)] = line.substr(eq + 1);
-    i = nl + 1;
-  }
-  return m;
-}
+inline std::map<std::string, std::string> Sandbox::kv() const { return corral_test::kv(out); }
 
 // ---- checks that return "" or what is wrong (usable in a forked child) -------
 
@@ -225,44 +195,7 @@ inline std::string ran_clean(const Sandbox& s) {
 // Compare observed values with expected ones; "" or a list of mismatches.
 inline std::string expect(const Sandbox& s, const std::map<std::string, std::string>& want) {
   if (auto e = ran_clean(s); !e.empty()) return e;
-  auto got = s.kv();
-  std::string bad;
-  for (const auto& [k, v] : want) {
-    auto it = got.find(k);
-    std::string g = it == got.end() ? "<missing>" : it->second;
-    if (g != v) bad += "\n  " + k + ": expected '" + v + "', got '" + g + "'";
-  }
-  return bad.empty() ? "" : "unexpected observations:" + bad;
-}
-
-// Run body in a forked child (so it may unshare, mount, or change ids
-// without touching the test process), first dropping to uid/gid 65534 when
-// `drop` (and making itself dumpable again, as a process that never changed
-// ids is, so it may write its own child's /proc maps). Returns what body
-// returned ("" means fine).
-inline std::string in_child(bool drop, const std::function<std::string()>& body) {
-  int p[2];
-  if (pipe2(p, O_CLOEXEC)) return "pipe2 failed";
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(p[0]);
-    std::string r;
-    if (drop && (setgroups(0, nullptr) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534) ||
-                 prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)))
-      r = std::string("dropping to 65534: ") + strerror(errno);
-    else
-      r = body();
-    corral::sys::write_all(p[1], r.data(), r.size());
-    _exit(0);
-  }
-  close(p[1]);
-  std::string r;
-  read_to_eof(p[0], &r, 60000);
-  close(p[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status)) return "the test child died (signal " + std::to_string(WTERMSIG(status)) + ")";
-  return r;
+  return corral_test::observation_mismatches(s.out, want);
 }
 
 // Run body as root in this process, or rootless: as root, in a child that
@@ -295,10 +228,4 @@ inline std::string rootless_userns_unavailable() {
   do {                                                                        \
     std::string harness_why_ = harness::rootless_userns_unavailable();        \
     if (!harness_why_.empty()) cr_skip_test("%s", harness_why_.c_str());      \
-  } while (0)
-
-#define EXPECT_EMPTY(expr)                              \
-  do {                                                  \
-    std::string harness_msg_ = (expr);                  \
-    cr_assert(harness_msg_.empty(), "%s", harness_msg_.c_str()); \
   } while (0)

@@ -13,8 +13,10 @@
 #include "corral/capture.hpp"
 #include "corral/supervisor.hpp"
 #include "support.hpp"
+#include "supervisor_harness.hpp"
 
 using namespace corral;
+using corral_test::Harness;
 using corral_test::helper;
 using corral_test::TempDir;
 
@@ -27,31 +29,6 @@ void prefer_tmpfs() {
   if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0)
     setenv("TMPDIR", "/dev/shm", 1);
 }
-
-struct Harness {
-  TempDir base;
-  std::unique_ptr<Supervisor> sup;
-  Harness() {
-    chmod(base.path().c_str(), 0755);  // dropped uids must reach their workspace
-    SupervisorOptions o;
-    o.workspace_base = base.path();
-    auto s = Supervisor::create(o);
-    cr_assert(s.ok(), "supervisor: %s", s.ok() ? "" : s.error().message().c_str());
-    sup = std::move(*s);
-  }
-  Result run(Request r) {
-    auto res = sup->run(std::move(r));
-    cr_assert(res.ok(), "run refused: %s", res.ok() ? "" : res.error().message().c_str());
-    return std::move(*res);
-  }
-  std::size_t leftovers() const {
-    std::size_t n = 0;
-    DIR* d = opendir(base.path().c_str());
-    while (dirent* e = d ? readdir(d) : nullptr) n += std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..");
-    if (d) closedir(d);
-    return n;
-  }
-};
 
 Request req(std::vector<std::string> argv, Tier tier = Tier::none) {
   Request r;

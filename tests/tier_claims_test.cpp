@@ -23,6 +23,7 @@
 #include "corral/routes_file.hpp"
 #include "corral/supervisor.hpp"
 #include "support.hpp"
+#include "supervisor_harness.hpp"
 
 using namespace corral;
 
@@ -50,12 +51,7 @@ struct Subject {
     auto parsed = parse_tier(name);
     cr_assert(parsed.ok());
     tier = *parsed;
-    chmod(base.path().c_str(), 0755);  // dropped uids must reach their workspace
-    SupervisorOptions o;
-    o.workspace_base = base.path();
-    auto s = Supervisor::create(o);
-    cr_assert(s.ok(), "%s", s.ok() ? "" : s.error().message().c_str());
-    sup = std::move(*s);
+    sup = corral_test::supervisor_over(base);
     if (tier == Tier::container) {
       auto probe = sup->run(request({"true"}));
       if (!probe.ok() && probe.error().code() == ENOTSUP)

@@ -11,7 +11,9 @@
 #include <linux/landlock.h>
 #include <linux/openat2.h>
 #include <linux/sched.h>
+#include <signal.h>
 #include <sys/syscall.h>
+#include <time.h>
 
 #include <cstdint>
 
@@ -66,6 +68,43 @@ inline int write_all(int fd, const void* buf, unsigned long len) noexcept {
     len -= static_cast<unsigned long>(n);
   }
   return 0;
+}
+
+// ---- Signals and time in a child between clone and exec (spawn.cpp,
+// container_spawn.cpp). Raw syscalls only: async-signal-safe, no errno.
+
+// The kernel's struct sigaction (not glibc's): handler, flags, restorer, mask.
+struct KernelSigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  std::uint64_t mask;
+};
+
+// CLOCK_MONOTONIC in nanoseconds through the raw syscall (no vDSO lookup
+// that might touch shared state); async-signal-safe.
+inline std::uint64_t monotonic_ns() noexcept {
+  struct timespec ts {};
+  call(SYS_clock_gettime, CLOCK_MONOTONIC, reinterpret_cast<long>(&ts));
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// Back to SIG_DFL for every signal 1..63 whose bit is set in `mask`: after
+// CLONE_CLEAR_SIGHAND, what the parent ignored stays ignored across exec
+// unless reset. Best effort, as a failed reset of a valid signal cannot
+// happen; async-signal-safe.
+inline void reset_signals_to_default(std::uint64_t mask) noexcept {
+  for (int sig = 1; sig < 64; ++sig) {
+    if (!(mask & (std::uint64_t{1} << sig))) continue;
+    KernelSigaction dfl{SIG_DFL, 0, nullptr, 0};
+    call(SYS_rt_sigaction, sig, reinterpret_cast<long>(&dfl), 0, 8);
+  }
+}
+
+// An empty signal mask; returns 0 or errno. Async-signal-safe.
+inline int unblock_all_signals() noexcept {
+  std::uint64_t empty = 0;
+  return error_of(call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&empty), 0, 8));
 }
 
 }  // namespace corral::sys
