@@ -1,0 +1,536 @@
+// Internal to the supervisor's two sources: the per-run state and the
+// io_uring loop (Supervisor::Impl). supervisor.cpp has the submit path and
+// the loop turn; supervisor_api.cpp the handles, streams and watches built
+// on them. Not installed.
+#pragma once
+
+#include "corral/supervisor.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <unordered_map>
+
+#include "corral/audit.hpp"
+#include "corral/container.hpp"
+#include "corral/reaper.hpp"
+#include "corral/run_setup.hpp"
+
+namespace corral {
+
+// Events of a streamed run, filled by callbacks, drained by Stream::next().
+struct StreamQueue {
+  std::deque<RunEvent> events;
+  bool done = false;
+};
+
+namespace supervision {
+
+enum Op : std::uint8_t { kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4, kOpWatch = 5, kOpOom = 6 };
+// What a run holds while its child runs: the pidfd and the stdout/stderr
+// read ends. The workspace holds none (its root fd is released after the
+// spawn and reopened for collection; the base fd is shared), the plan's
+// fds (stdin memfd, Landlock ruleset) are closed once the child has them.
+constexpr std::size_t kFdsPerRun = 3;
+// A container run holds more while it runs: pid 1's report pipe, /dev/null,
+// the cgroup's directory and procs fds (up to four hierarchies on v1), the
+// OOM eventfd. Counted generously so the budget stays honest.
+constexpr std::size_t kFdsPerContainerRun = 12;
+inline std::size_t fds_per_run(Tier tier) { return tier == Tier::container ? kFdsPerContainerRun : kFdsPerRun; }
+// Above the fds open when the supervisor was made: what one submit or one
+// collection holds for a moment (workspace, staging, pipe write ends,
+// memfd, ruleset, the collection walk: about ten), the signalfd, and room
+// for the host to open a few more of its own.
+constexpr std::size_t kFdReserve = 64;
+constexpr std::size_t kReadBudget = 16;     // reads per wakeup before yielding to others
+constexpr std::size_t kScratchBytes = 256 * 1024;
+
+enum class TimerPhase { none, deadline, grace, drain };
+
+// A non-run fd watched through the ring (Supervisor::watch_fd).
+struct FdWatch {
+  int fd = -1;
+  std::uint32_t gen = 0;
+  bool armed = false;
+  std::function<void()> on_ready;
+};
+
+inline std::size_t count_open_fds() {
+  std::size_t n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return 0;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n > 0 ? n - 1 : 0;  // not the one opendir holds
+}
+
+struct Pipe {
+  UniqueFd fd;
+  bool armed = false;   // a one-shot poll is in the ring
+  bool eof = false;     // no more data will be read
+  bool removing = false;
+  bool ready = false;   // data left after the read budget
+};
+
+struct Run {
+  std::uint32_t gen = 0;
+  bool active = false;
+  std::size_t fd_weight = 0;  // fds_per_run(tier), counted in held_fds while active
+  PreparedRun prep;
+  RunCallbacks callbacks;
+  Pidfd pidfd;
+  Pipe out, err;
+  std::unique_ptr<StreamCapture> out_capture, err_capture;
+  bool pid_armed = false;
+  bool oom_armed = false;  // container on cgroup v1: the OOM eventfd
+  bool exited = false;
+  bool timer_armed = false;
+  TimerPhase phase = TimerPhase::none;
+  TimerPhase next_phase = TimerPhase::none;  // armed when the current timer's CQE arrives
+  __kernel_timespec ts{};
+  RunEnd end;
+  bool delivered = false;
+  bool retiring = false;  // delivered; its slot is freed at the end of the loop turn
+  bool cancel_requested = false;
+};
+
+inline __kernel_timespec to_timespec(double seconds) {
+  if (seconds < 0) seconds = 0;
+  __kernel_timespec ts;
+  ts.tv_sec = static_cast<long long>(seconds);
+  ts.tv_nsec = static_cast<long long>((seconds - static_cast<double>(ts.tv_sec)) * 1e9);
+  return ts;
+}
+
+}  // namespace supervision
+
+using namespace supervision;
+
+struct Supervisor::Impl {
+  SupervisorOptions options;
+  io_uring ring{};
+  bool ring_ready = false;
+  std::optional<Spawner> spawner;
+  UidPool uids;
+  HostFacts host;
+  MechanismCache cache;
+  std::vector<std::unique_ptr<Run>> slots;
+  std::vector<std::uint32_t> free_slots;
+  std::unordered_map<pid_t, std::uint32_t> by_pid;
+  std::vector<std::uint64_t> to_cancel;  // tokens: a slot reused meanwhile is not cancelled
+  std::vector<std::uint32_t> ready_pipes;
+  std::vector<std::uint32_t> to_deliver;
+  std::size_t in_flight = 0;
+  std::size_t active = 0;    // slots holding a run's fds (in flight, or finishing)
+  std::size_t capacity = 0;  // runs of kFdsPerRun fds the budget allows
+  std::size_t fd_budget = 0; // fds the runs may hold in all
+  std::size_t held_fds = 0;  // what the active runs hold (fds_per_run of each)
+  std::shared_ptr<const WorkspaceBase> base;
+  std::vector<FdWatch> watches;
+  std::size_t armed_watches = 0;
+  std::uint64_t run_counter = 0;
+  std::string scratch;
+  UniqueFd signal_fd;
+  bool signal_armed = false;
+  std::function<void(int)> signal_handler;
+  static constexpr std::uint64_t kSignalData = ~std::uint64_t{0};
+
+  void arm_signals() {
+    io_uring_sqe* e = sqe();
+    io_uring_prep_poll_add(e, signal_fd.get(), POLLIN);
+    io_uring_sqe_set_data64(e, kSignalData);
+    signal_armed = true;
+  }
+  void on_signal_ready() {
+    signal_armed = false;
+    signalfd_siginfo info;
+    while (::read(signal_fd.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info))
+      if (signal_handler) signal_handler(static_cast<int>(info.ssi_signo));
+    arm_signals();
+  }
+
+  ~Impl() {
+    // Kill what is still running; results are not delivered any more.
+    for (auto& run : slots)
+      if (run && run->active && !run->exited && run->pidfd.valid()) {
+        kill_group(run->pidfd, SIGKILL);
+        (void)wait_exit(run->pidfd, true);
+      }
+    slots.clear();
+    if (ring_ready) io_uring_queue_exit(&ring);
+  }
+
+  static std::uint64_t token(std::uint32_t slot, std::uint32_t gen) {
+    return (static_cast<std::uint64_t>(slot) << 32) | gen;
+  }
+  static std::uint64_t user_data(std::uint32_t slot, std::uint32_t gen, Op op) {
+    return (static_cast<std::uint64_t>(slot) << 32) | (static_cast<std::uint64_t>(gen & 0xffffff) << 8) | op;
+  }
+  Run* lookup(std::uint64_t tok) const {
+    std::uint32_t slot = static_cast<std::uint32_t>(tok >> 32);
+    if (slot >= slots.size() || !slots[slot]) return nullptr;
+    Run* run = slots[slot].get();
+    return (run->active && run->gen == static_cast<std::uint32_t>(tok)) ? run : nullptr;
+  }
+
+  io_uring_sqe* sqe() {
+    io_uring_sqe* e = io_uring_get_sqe(&ring);
+    if (e == nullptr) {
+      io_uring_submit(&ring);
+      e = io_uring_get_sqe(&ring);
+    }
+    return e;  // non-null: the ring was just flushed
+  }
+
+  void arm_poll(std::uint32_t slot, Run& run, Pipe& pipe, Op op) {
+    io_uring_sqe* e = sqe();
+    io_uring_prep_poll_add(e, pipe.fd.get(), POLLIN);
+    io_uring_sqe_set_data64(e, user_data(slot, run.gen, op));
+    pipe.armed = true;
+  }
+  void arm_pid(std::uint32_t slot, Run& run) {
+    io_uring_sqe* e = sqe();
+    io_uring_prep_poll_add(e, run.pidfd.fd(), POLLIN);
+    io_uring_sqe_set_data64(e, user_data(slot, run.gen, kOpPid));
+    run.pid_armed = true;
+  }
+  void arm_timer(std::uint32_t slot, Run& run, TimerPhase phase, double seconds) {
+    if (run.timer_armed) {
+      // One timer per run: replace the running one when its CQE arrives.
+      run.next_phase = phase;
+      run.ts = to_timespec(seconds);
+      io_uring_sqe* e = sqe();
+      io_uring_prep_timeout_remove(e, user_data(slot, run.gen, kOpTimer), 0);
+      io_uring_sqe_set_data64(e, 0);
+      return;
+    }
+    run.phase = phase;
+    run.ts = to_timespec(seconds);
+    io_uring_sqe* e = sqe();
+    io_uring_prep_timeout(e, &run.ts, 0, 0);
+    io_uring_sqe_set_data64(e, user_data(slot, run.gen, kOpTimer));
+    run.timer_armed = true;
+    io_uring_submit(&ring);  // the kernel reads ts at submission
+  }
+  void remove_op(std::uint32_t slot, Run& run, Op op) {
+    io_uring_sqe* e = sqe();
+    if (op == kOpTimer)
+      io_uring_prep_timeout_remove(e, user_data(slot, run.gen, op), 0);
+    else
+      io_uring_prep_poll_remove(e, user_data(slot, run.gen, op));
+    io_uring_sqe_set_data64(e, 0);
+  }
+
+  // Stop reading a pipe. The fd is closed only once the ring holds no
+  // operation on it any more.
+  void close_pipe(std::uint32_t slot, Run& run, Pipe& pipe, Op op) {
+    pipe.eof = true;
+    if (pipe.armed) {
+      if (!pipe.removing) {
+        remove_op(slot, run, op);
+        pipe.removing = true;
+      }
+      return;
+    }
+    pipe.fd.reset();
+  }
+
+  void emit(Run& run, StreamId id, std::string_view masked) {
+    if (!masked.empty() && run.callbacks.on_output) run.callbacks.on_output(id, masked);
+  }
+
+  // Reads what the pipe holds, until EAGAIN (then a one-shot poll is armed
+  // again), EOF, or the read budget (then the pipe goes on the ready list
+  // and is read again next turn, with no poll armed). One-shot, not
+  // multishot: while a busy stream is being read no poll is armed, so the
+  // writer's refills do not each wake the ring (task work, an IPI) the way
+  // a standing multishot poll does — a plain blocking read() loop pays none
+  // of that, and a 1 GiB capture was ~20% slower with it.
+  void drain_pipe(std::uint32_t slot, Run& run, Pipe& pipe, Op op) {
+    if (pipe.eof || !pipe.fd) return;
+    StreamCapture& cap = (op == kOpOut) ? *run.out_capture : *run.err_capture;
+    StreamId id = (op == kOpOut) ? StreamId::stdout_stream : StreamId::stderr_stream;
+    pipe.ready = false;
+    for (std::size_t i = 0; i < kReadBudget; ++i) {
+      ssize_t n = ::read(pipe.fd.get(), scratch.data(), scratch.size());
+      if (n > 0) {
+        emit(run, id, cap.on_data(std::string_view(scratch.data(), static_cast<std::size_t>(n))));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!pipe.armed && !pipe.removing) arm_poll(slot, run, pipe, op);
+        return;
+      }
+      close_pipe(slot, run, pipe, op);  // EOF or a read error: either way, done
+      return;
+    }
+    // Budget spent with data left: come back next turn, after the others.
+    pipe.ready = true;
+    ready_pipes.push_back(slot);
+  }
+
+  void on_leader_exit(std::uint32_t slot, Run& run) {
+    if (run.exited) return;
+    // Stragglers in the group go with the leader; the leader's zombie keeps
+    // the pgid from being reused until we reap it just below.
+    kill_group(run.pidfd, SIGKILL);
+    auto status = wait_exit(run.pidfd, true);
+    run.exited = true;
+    by_pid.erase(run.pidfd.pid());
+    if (status && status->has_value()) run.end.status = **status;
+    if (!run.out.eof || !run.err.eof) arm_timer(slot, run, TimerPhase::drain, options.drain_seconds);
+  }
+
+  // waitid(P_ALL) walks every child of ours: with thousands in flight a
+  // scan per exit would make exits quadratic (about 100 us per exit at
+  // 5,000 children here). Orphans only need reaping eventually, our own
+  // leaders are reaped through their pidfds: scan at most every
+  // kOrphanScanInterval, and whenever the loop goes idle.
+  static constexpr auto kOrphanScanInterval = std::chrono::milliseconds(25);
+  std::chrono::steady_clock::time_point last_orphan_scan{};
+
+  void maybe_reap_orphans(bool force) {
+    if (!options.become_subreaper) return;
+    auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_orphan_scan < kOrphanScanInterval) return;
+    last_orphan_scan = now;
+    reap_orphans_now();
+  }
+
+  void reap_orphans_now() {
+    if (!options.become_subreaper) return;
+    reap_orphans([this](pid_t pid) { return by_pid.count(pid) > 0; });
+  }
+
+  void request_kill(std::uint32_t slot, Run& run, int sig) {
+    (void)slot;
+    if (run.exited || !run.pidfd.valid()) return;
+    if (run.prep.container) kill_container(*run.prep.container, run.pidfd, sig);  // pid 1 + cgroup
+    else kill_group(run.pidfd, sig);
+  }
+
+  void on_timer(std::uint32_t slot, Run& run, int res) {
+    run.timer_armed = false;
+    TimerPhase fired = run.phase;
+    run.phase = TimerPhase::none;
+    if (res == -ECANCELED || res == 0) {
+      if (run.next_phase != TimerPhase::none) {
+        TimerPhase next = run.next_phase;
+        run.next_phase = TimerPhase::none;
+        __kernel_timespec ts = run.ts;
+        arm_timer(slot, run, next, static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9);
+      }
+      return;
+    }
+    switch (fired) {
+      case TimerPhase::deadline:
+        if (run.exited) break;
+        run.end.timed_out = true;
+        request_kill(slot, run, SIGTERM);
+        arm_timer(slot, run, TimerPhase::grace, run.prep.request.grace_seconds);
+        break;
+      case TimerPhase::grace:
+        request_kill(slot, run, SIGKILL);
+        break;
+      case TimerPhase::drain:
+        // Something outside the group (a setsid escapee) holds the pipes.
+        close_pipe(slot, run, run.out, kOpOut);
+        if (run.err_capture) close_pipe(slot, run, run.err, kOpErr);
+        break;
+      case TimerPhase::none:
+        break;
+    }
+  }
+
+  bool ops_pending(const Run& run) const {
+    return run.pid_armed || run.oom_armed || run.timer_armed || run.out.armed || run.err.armed;
+  }
+
+  void maybe_finish(std::uint32_t slot, Run& run) {
+    if (!run.active) return;
+    if (!run.delivered && run.exited && run.out.eof && run.err.eof) {
+      run.next_phase = TimerPhase::none;
+      deliver(run);
+    }
+    if (run.delivered && !run.retiring) retire(slot, run);
+  }
+
+  // A delivered run gives its slot and fds back within the loop turn its
+  // result was delivered in, not when the last completions of its ring
+  // operations come in: a run that is over must not count against the fd
+  // budget. Its remaining operations are removed first and the removals
+  // submitted (once per turn, for every run retired in it): cancelling a
+  // poll or a timeout completes inside that io_uring_enter (task work runs
+  // before it returns), so the ring holds nothing on the fds when they are
+  // closed. Late completions carry the old generation and are dropped.
+  std::vector<std::uint32_t> retired;
+
+  void retire(std::uint32_t slot, Run& run) {
+    run.retiring = true;
+    if (run.pid_armed) remove_op(slot, run, kOpPid);
+    if (run.timer_armed) remove_op(slot, run, kOpTimer);
+    if (run.oom_armed) remove_op(slot, run, kOpOom);
+    for (auto [pipe, op] : {std::pair{&run.out, kOpOut}, std::pair{&run.err, kOpErr}})
+      if (pipe->armed && !pipe->removing) remove_op(slot, run, op);
+    retired.push_back(slot);
+  }
+
+  void free_retired() {
+    if (retired.empty()) return;
+    io_uring_submit(&ring);
+    for (std::uint32_t slot : retired) free_slot(slot, *slots[slot]);
+    retired.clear();
+  }
+
+  void deliver(Run& run) {
+    run.delivered = true;
+    // The maskers' held-back tails are output too: stream them first.
+    emit(run, StreamId::stdout_stream, run.out_capture->finish());
+    if (run.err_capture) emit(run, StreamId::stderr_stream, run.err_capture->finish());
+    // Found again by name below the shared base; a failure (the directory
+    // was moved or replaced) shows in the result's detail via remove().
+    if (run.prep.workspace) (void)run.prep.workspace->reacquire();
+    run.prep.enforcement = cache.enforcement[run.prep.request.tier];
+    // Not const, and not used after the callback: run() moves from it.
+    Result result = finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get());
+    if (options.audit) {
+      std::span<const std::string> secrets;
+      if (run.prep.secrets) secrets = run.prep.secrets->values();
+      if (Status st = options.audit->record(audit_record(run.prep.request, result), secrets); !st)
+        result.warnings.push_back("audit line not written: " + st.error().message());
+    }
+    --in_flight;
+    if (run.callbacks.on_result) run.callbacks.on_result(result);
+  }
+
+  void free_slot(std::uint32_t slot, Run& run) {
+    run.active = false;
+    run.retiring = false;
+    --active;
+    held_fds -= run.fd_weight;
+    run.pidfd.reset();
+    run.out.fd.reset();
+    run.err.fd.reset();
+    run.prep = PreparedRun{};
+    run.callbacks = RunCallbacks{};
+    run.out_capture.reset();
+    run.err_capture.reset();
+    free_slots.push_back(slot);
+  }
+
+  void handle_cqe(io_uring_cqe* cqe) {
+    std::uint64_t data = io_uring_cqe_get_data64(cqe);
+    if (data == 0) return;  // a removal or update request's own completion
+    if (data == kSignalData) {
+      on_signal_ready();
+      return;
+    }
+    std::uint32_t slot = static_cast<std::uint32_t>(data >> 32);
+    std::uint32_t gen = static_cast<std::uint32_t>((data >> 8) & 0xffffff);
+    Op op = static_cast<Op>(data & 0xff);
+    if (op == kOpWatch) {
+      on_watch(slot, gen);
+      return;
+    }
+    if (slot >= slots.size() || !slots[slot]) return;
+    Run& run = *slots[slot];
+    if (!run.active || run.retiring || (run.gen & 0xffffff) != gen) return;
+    bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+    switch (op) {
+      case kOpPid:
+        run.pid_armed = false;
+        if (cqe->res >= 0) on_leader_exit(slot, run);
+        maybe_reap_orphans(false);
+        break;
+      case kOpOut:
+      case kOpErr: {
+        Pipe& pipe = (op == kOpOut) ? run.out : run.err;
+        if (!more) pipe.armed = false;
+        if (pipe.eof) {
+          if (!pipe.armed) pipe.fd.reset();
+          break;
+        }
+        drain_pipe(slot, run, pipe, op);  // re-arms the poll once the pipe is empty
+        if (pipe.eof && !pipe.armed) pipe.fd.reset();
+        break;
+      }
+      case kOpTimer:
+        on_timer(slot, run, cqe->res);
+        break;
+      case kOpOom:
+        // An OOM kill inside the run's cgroup (v1): the run is over, as a
+        // whole; the outcome is read from the cgroup's counter at the end.
+        run.oom_armed = false;
+        if (cqe->res > 0 && !run.exited) request_kill(slot, run, SIGKILL);
+        break;
+      case kOpWatch:
+        break;  // handled above
+    }
+    maybe_finish(slot, run);
+  }
+
+  void arm_watch(std::uint32_t index) {
+    FdWatch& w = watches[index];
+    io_uring_sqe* e = sqe();
+    io_uring_prep_poll_add(e, w.fd, POLLIN);
+    io_uring_sqe_set_data64(e, user_data(index, w.gen, kOpWatch));
+    w.armed = true;
+    ++armed_watches;
+  }
+
+  void on_watch(std::uint32_t index, std::uint32_t gen) {
+    if (index >= watches.size()) return;
+    FdWatch& w = watches[index];
+    if (!w.armed || (w.gen & 0xffffff) != gen) return;  // unwatched meanwhile
+    w.armed = false;
+    --armed_watches;
+    auto cb = std::move(w.on_ready);
+    w.on_ready = nullptr;
+    if (cb) cb();  // may watch the fd again
+  }
+
+  void process_requests() {
+    auto cancels = std::move(to_cancel);
+    to_cancel.clear();
+    for (std::uint64_t tok : cancels) {
+      Run* found = lookup(tok);
+      if (found == nullptr || found->delivered) continue;
+      std::uint32_t slot = static_cast<std::uint32_t>(tok >> 32);
+      Run& run = *found;
+      run.end.cancelled = true;
+      request_kill(slot, run, SIGKILL);
+      // A cancelled run does not wait for an escapee to let go of its pipes.
+      if (run.exited) {
+        close_pipe(slot, run, run.out, kOpOut);
+        if (run.err_capture) close_pipe(slot, run, run.err, kOpErr);
+      }
+      maybe_finish(slot, run);
+    }
+    auto ready = std::move(ready_pipes);
+    ready_pipes.clear();
+    for (std::uint32_t slot : ready) {
+      Run& run = *slots[slot];
+      if (!run.active) continue;
+      if (run.out.ready) drain_pipe(slot, run, run.out, kOpOut);
+      if (run.err.ready) drain_pipe(slot, run, run.err, kOpErr);
+      maybe_finish(slot, run);
+    }
+    auto deliveries = std::move(to_deliver);
+    to_deliver.clear();
+    for (std::uint32_t slot : deliveries) maybe_finish(slot, *slots[slot]);
+  }
+};
+
+}  // namespace corral
