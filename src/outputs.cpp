@@ -1,5 +1,7 @@
 #include "corral/outputs.hpp"
 
+#include "corral/names.hpp"
+
 #include <openssl/evp.h>
 #include <utf8proc.h>
 
@@ -10,40 +12,6 @@
 
 namespace corral {
 namespace {
-
-constexpr std::size_t kNameMax = 255;   // NAME_MAX: one segment
-constexpr std::size_t kPathMax = 4095;  // PATH_MAX less the NUL
-
-// The name as it may appear in a message: control bytes as \xNN.
-std::string printable(std::string_view name) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : name) {
-    if (c < 0x20 || c == 0x7f) {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
-std::string quoted(std::string_view name) { return "'" + printable(name) + "'"; }
-
-bool valid_utf8(std::string_view text) {
-  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(text.size());
-  while (left > 0) {
-    utf8proc_int32_t cp;
-    utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
-    if (n <= 0 || cp < 0) return false;
-    p += n;
-    left -= n;
-  }
-  return true;
-}
 
 // utf8proc_map with `options`, or nullopt for invalid UTF-8.
 std::optional<std::string> utf8_map(std::string_view text, int options) {
@@ -61,35 +29,11 @@ std::string_view basename_of(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
-// The reason `name` fails the lexical checks, or "" when it passes.
-std::string lexical_problem(std::string_view name) {
-  if (name.empty()) return "is empty";
-  if (name.size() > kPathMax) return "is longer than 4095 bytes";
-  if (name.front() == '/') return "is absolute";
-  for (unsigned char c : name) {
-    if (c == 0) return "contains a NUL byte";
-    if (c == '\\') return "contains a backslash";
-    if (c < 0x20 || c == 0x7f) return "contains a control character";
-  }
-  if (!valid_utf8(name)) return "is not valid UTF-8";
-  std::string_view rest = name;
-  for (;;) {
-    auto slash = rest.find('/');
-    std::string_view segment = rest.substr(0, slash);
-    if (segment.empty()) return "has an empty segment";
-    if (segment == "..") return "has a '..' segment";
-    if (segment == ".") return "has a '.' segment";
-    if (segment.size() > kNameMax) return "has a segment longer than 255 bytes";
-    if (slash == std::string_view::npos) return "";
-    rest = rest.substr(slash + 1);
-  }
-}
-
 TransferError failure(TransferErrorKind kind, int code, std::string message) {
   return TransferError{kind, Error(code, std::move(message)), {}};
 }
 
-std::string output_label(const DeclaredOutput& output) { return "output " + quoted(output.path); }
+std::string output_label(const DeclaredOutput& output) { return "output " + quote_name(output.path); }
 
 // Phase-1 checks shared by validate_declaration() and transfer().
 std::optional<TransferError> check_declaration(const std::vector<DeclaredOutput>& outputs,
@@ -107,7 +51,7 @@ std::optional<TransferError> check_declaration(const std::vector<DeclaredOutput>
         return failure(TransferErrorKind::invalid_name, EINVAL, s.error().message());
       if (output.name.find_first_of("*?[") != std::string::npos)
         return failure(TransferErrorKind::invalid_name, EINVAL,
-                       label + ": landing name " + quoted(output.name) + " contains a glob character");
+                       label + ": landing name " + quote_name(output.name) + " contains a glob character");
     }
     if (!output.is_glob()) literal_names.push_back(output.landing_name());
   }
@@ -169,21 +113,21 @@ class Transfer {
           continue;  // optional and absent: skipped
         }
         return failure(TransferErrorKind::source_failed, size.error().code(),
-                       label + ": stat " + quoted(file) + ": " + size.error().message());
+                       label + ": stat " + quote_name(file) + ": " + size.error().message());
       }
       if (!size->has_value())
         return failure(TransferErrorKind::size_unknown, EINVAL,
-                       label + ": the size of " + quoted(file) +
+                       label + ": the size of " + quote_name(file) +
                            " cannot be known before reading it (not a regular file?)");
       std::uint64_t bytes = **size;
       if (bytes > limits_.max_bytes_per_file)
         return failure(TransferErrorKind::cap_exceeded, EFBIG,
-                       label + ": " + quoted(file) + " has " + std::to_string(bytes) +
+                       label + ": " + quote_name(file) + " has " + std::to_string(bytes) +
                            " bytes, over max_bytes_per_file (" +
                            std::to_string(limits_.max_bytes_per_file) + ")");
       if (bytes > limits_.max_total_bytes - std::min(total_, limits_.max_total_bytes))
         return failure(TransferErrorKind::cap_exceeded, EFBIG,
-                       label + ": " + quoted(file) + " (" + std::to_string(bytes) +
+                       label + ": " + quote_name(file) + " (" + std::to_string(bytes) +
                            " bytes) brings the total to " + std::to_string(total_ + bytes) +
                            ", over max_total_bytes (" + std::to_string(limits_.max_total_bytes) +
                            ")");
@@ -212,15 +156,15 @@ class Transfer {
       auto bytes = source_.read(p.source_path, p.size + 1);
       if (!bytes)
         return failure(TransferErrorKind::source_failed, bytes.error().code(),
-                       label + ": read " + quoted(p.source_path) + ": " + bytes.error().message());
+                       label + ": read " + quote_name(p.source_path) + ": " + bytes.error().message());
       std::uint64_t got = bytes->size();
       if (got > p.size && got > limits_.max_bytes_per_file)
         return failure(TransferErrorKind::cap_exceeded, EFBIG,
-                       label + ": " + quoted(p.source_path) + " grew past max_bytes_per_file (" +
+                       label + ": " + quote_name(p.source_path) + " grew past max_bytes_per_file (" +
                            std::to_string(limits_.max_bytes_per_file) + ") while being read");
       if (got != p.size)
         return failure(TransferErrorKind::size_changed, EAGAIN,
-                       label + ": " + quoted(p.source_path) + " changed size between stat (" +
+                       label + ": " + quote_name(p.source_path) + " changed size between stat (" +
                            std::to_string(p.size) + " bytes) and read (" +
                            (got > p.size ? "more than " + std::to_string(p.size)
                                          : std::to_string(got)) +
@@ -248,10 +192,10 @@ class Transfer {
         auto landed = sink->deliver(artifact);
         if (!landed) {
           std::string done;
-          for (const auto& before : delivered) done += (done.empty() ? "" : ", ") + quoted(before.name);
+          for (const auto& before : delivered) done += (done.empty() ? "" : ", ") + quote_name(before.name);
           TransferError error = failure(
               TransferErrorKind::delivery_failed, landed.error().code(),
-              output_label(*p.output) + ": deliver " + quoted(p.landing) + ": " +
+              output_label(*p.output) + ": deliver " + quote_name(p.landing) + ": " +
                   landed.error().message() + " (delivered before it: " +
                   (done.empty() ? std::string("none") : done) + ")");
           error.delivered_before = std::move(delivered);
@@ -280,7 +224,7 @@ std::string_view to_string(Disposition disposition) {
 Expected<Disposition> parse_disposition(std::string_view text) {
   if (text == "land") return Disposition::land;
   if (text == "consume") return Disposition::consume;
-  return Error::invalid("disposition '" + printable(text) + "' is unknown (known: land, consume)");
+  return Error::invalid("disposition " + quote_name(text) + " is unknown (known: land, consume)");
 }
 
 bool DeclaredOutput::is_glob() const { return path.find_first_of("*?[") != std::string::npos; }
@@ -300,15 +244,9 @@ std::string_view to_string(TransferErrorKind kind) {
   return "?";
 }
 
-Status validate_relative_name(std::string_view name, std::string_view what) {
-  std::string problem = lexical_problem(name);
-  if (problem.empty()) return {};
-  return Error::invalid(std::string(what) + " " + quoted(name) + " " + problem);
-}
-
 Expected<std::string> collision_key(std::string_view name) {
   auto key = utf8_map(name, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_CASEFOLD);
-  if (!key) return Error::invalid("name " + quoted(name) + " is not valid UTF-8");
+  if (!key) return Error::invalid("name " + quote_name(name) + " is not valid UTF-8");
   return std::move(*key);
 }
 
@@ -326,7 +264,7 @@ Status check_collisions(const std::vector<std::string>& landing_names) {
                               utf8_map(name, UTF8PROC_STABLE | UTF8PROC_COMPOSE)
                           ? "differ only by Unicode normalization form (NFC/NFD)"
                           : "differ only by case";
-    return Error(EEXIST, "landing names " + quoted(first) + " and " + quoted(name) + " " + how +
+    return Error(EEXIST, "landing names " + quote_name(first) + " and " + quote_name(name) + " " + how +
                              ": they are one file at the destination");
   }
   // A name that is also a parent directory of another cannot land: the
@@ -335,9 +273,9 @@ Status check_collisions(const std::vector<std::string>& landing_names) {
     for (auto slash = key.find('/'); slash != std::string::npos; slash = key.find('/', slash + 1)) {
       auto parent = by_key.find(key.substr(0, slash));
       if (parent != by_key.end())
-        return Error(EEXIST, "landing name " + quoted(landing_names[parent->second]) +
+        return Error(EEXIST, "landing name " + quote_name(landing_names[parent->second]) +
                                  " is a file and also a parent directory of " +
-                                 quoted(landing_names[index]));
+                                 quote_name(landing_names[index]));
     }
   }
   return {};

@@ -7,6 +7,8 @@
 // workspace_collect.cpp: globs, collection and copy_to.
 #include "corral/workspace.hpp"
 
+#include "corral/names.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/random.h>
@@ -298,18 +300,6 @@ void remove_contents(int root_path_fd, Errors& errors) {
 
 // ---- Workspace: life cycle ------------------------------------------------
 
-Status validate_workspace_name(std::string_view what, std::string_view name) {
-  std::string who = std::string(what) + " " + quoted(name);
-  if (name.empty()) return Error::invalid(std::string(what) + ": empty name");
-  if (name.find('\0') != std::string_view::npos) return Error::invalid(who + ": contains a NUL byte");
-  if (name.front() == '/') return Error::invalid(who + ": must be a relative path (leading '/')");
-  for (const auto& seg : split_segments(name)) {
-    if (seg.empty()) return Error::invalid(who + ": empty path segment");
-    if (seg == "..") return Error::invalid(who + ": '..' segment not allowed");
-    if (seg == ".") return Error::invalid(who + ": '.' segment not allowed");
-  }
-  return {};
-}
 
 namespace {
 
@@ -533,7 +523,7 @@ using namespace wsfs;
 // Creates input `name` (validated) below root and lets `fill` write it.
 Status stage_into(int root, const std::optional<WorkspaceOwner>& owner, std::string_view name, mode_t mode,
                   const std::string& label, const std::function<Status(int)>& fill) {
-  if (auto ok = validate_workspace_name("workspace: input", name); !ok) return ok;
+  if (auto ok = validate_relative_name(name, "workspace: input"); !ok) return ok;
   if (mode & ~mode_t{0777}) return Error::invalid(label + ": mode must be permission bits only (<= 0777)");
   if (root < 0) return Error(EBADF, label + ": workspace already removed");
   auto segs = split_segments(name);

@@ -14,6 +14,8 @@
 
 #include "corral/capture.hpp"
 #include "corral/workspace.hpp"
+
+#include "corral/names.hpp"
 #include "workspace_fs.hpp"
 
 namespace corral {
@@ -256,7 +258,7 @@ Status Workspace::copy_to(const Collection& collection, const std::string& artif
   if (!dir) return errno_error(who + ": open " + quoted(run));
   for (const auto& a : collection.artifacts) {
     std::string label = who + ": artifact " + quoted(a.name);
-    if (auto ok = validate_workspace_name(who + ": artifact", a.name); !ok) return ok;
+    if (auto ok = validate_relative_name(a.name, who + ": artifact"); !ok) return ok;
     auto segs = split_segments(a.name);
     auto parent = open_parents(dir.get(), segs, label, std::nullopt);
     if (!parent) return std::move(parent).error();

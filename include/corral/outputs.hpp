@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "corral/sink.hpp"
+#include "corral/names.hpp"
 #include "corral/status.hpp"
 
 namespace corral {
@@ -55,12 +56,6 @@ struct TransferLimits {
   std::uint64_t max_files = 64;
 };
 
-// Lexical checks of a relative path or a landing name: not empty, not
-// absolute, no `..` or `.` segment, no empty segment (so no trailing or
-// doubled `/`), no backslash, no NUL or other control character, valid
-// UTF-8, segments of at most 255 bytes. `what` names the output in the
-// message ("output 'a/../b': ...").
-Status validate_relative_name(std::string_view name, std::string_view what);
 
 // The key two names share when they are one file at the destination:
 // Unicode case folding plus NFC (utf8proc), so "Report.txt", "report.TXT"

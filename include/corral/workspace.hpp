@@ -208,8 +208,4 @@ class Workspace {
   std::optional<WorkspaceOwner> owner_;
 };
 
-// "a/b/c" is a valid staged-input or artifact name (rules above); the
-// error names `what` ("input", "artifact") and the name.
-Status validate_workspace_name(std::string_view what, std::string_view name);
-
 }  // namespace corral
