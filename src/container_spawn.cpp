@@ -120,38 +120,7 @@ int container_child(void* p) noexcept {
     if (int e = apply_seccomp_in_child(*plan.seccomp)) return fail_in_child(a, SpawnStage::seccomp, e);
 
   if (a->setup_ns_out) *a->setup_ns_out = sys::monotonic_ns() - a->start_ns;
-  int err = ENOENT;
-  for (const char* path : plan.exec_path_ptrs) {
-    long r = sys::call(SYS_execve, reinterpret_cast<long>(path), reinterpret_cast<long>(plan.argv.data()),
-                       reinterpret_cast<long>(plan.envp.data()));
-    int e = sys::error_of(r);
-    if (e == EACCES) err = EACCES;
-    else if (e != ENOENT && e != ENOTDIR) { err = e; break; }
-  }
-  return fail_in_child(a, SpawnStage::execve, err);
-}
-
-std::uint64_t ignored_signal_mask() {
-  std::uint64_t mask = 0;
-  for (int sig = 1; sig < 32; ++sig) {
-    if (sig == SIGKILL || sig == SIGSTOP) continue;
-    struct sigaction sa;
-    if (sigaction(sig, nullptr, &sa) == 0 && sa.sa_handler == SIG_IGN) mask |= std::uint64_t{1} << sig;
-  }
-  return mask;
-}
-
-Status make_pipe(UniqueFd& read_end, UniqueFd& write_end, const char* what, bool nonblocking_read) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return Error::from_errno(errno, std::string("container: pipe for ") + what);
-  read_end.reset(fds[0]);
-  write_end.reset(fds[1]);
-  if (nonblocking_read) {
-    int flags = fcntl(fds[0], F_GETFL);
-    if (flags < 0 || fcntl(fds[0], F_SETFL, flags | O_NONBLOCK) != 0)
-      return Error::from_errno(errno, std::string("container: fcntl O_NONBLOCK on ") + what);
-  }
-  return {};
+  return fail_in_child(a, SpawnStage::execve, exec_plan_in_child(plan));
 }
 
 // Parent: read the error pipe until EOF (the program exec'd, or everything
@@ -179,11 +148,11 @@ bool read_child_records(int fd, ChildRecord& failure) {
 Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
   Spawner::Child child;
   UniqueFd out_write, err_write, error_read, error_write, report_write;
-  if (auto st = make_pipe(child.stdout_read, out_write, "stdout", true); !st) return std::move(st).error();
+  if (auto st = make_child_pipe(child.stdout_read, out_write, "stdout", true); !st) return std::move(st).error();
   if (!plan.merge_output)
-    if (auto st = make_pipe(child.stderr_read, err_write, "stderr", true); !st) return std::move(st).error();
-  if (auto st = make_pipe(error_read, error_write, "the exec report", false); !st) return std::move(st).error();
-  if (auto st = make_pipe(c.pid1_report, report_write, "pid 1's report", true); !st) return std::move(st).error();
+    if (auto st = make_child_pipe(child.stderr_read, err_write, "stderr", true); !st) return std::move(st).error();
+  if (auto st = make_child_pipe(error_read, error_write, "the exec report", false); !st) return std::move(st).error();
+  if (auto st = make_child_pipe(c.pid1_report, report_write, "pid 1's report", true); !st) return std::move(st).error();
 
   ChildArgs args{};
   args.plan = &plan;

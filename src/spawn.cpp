@@ -114,19 +114,23 @@ int run_plan_in_child(void* p) noexcept {
     if (int e = apply_seccomp_in_child(*plan.seccomp)) return fail(SpawnStage::seccomp, e);
 
   a->report->setup_ns = sys::monotonic_ns() - start;
-  // execvp semantics: try each candidate; remember the most telling error.
+  return fail(SpawnStage::execve, exec_plan_in_child(plan));
+}
+
+}  // namespace
+
+int exec_plan_in_child(const ChildPlan& plan) noexcept {
   int err = ENOENT;
   for (const char* path : plan.exec_path_ptrs) {
     long r = sys::call(SYS_execve, reinterpret_cast<long>(path), reinterpret_cast<long>(plan.argv.data()),
                        reinterpret_cast<long>(plan.envp.data()));
     int e = sys::error_of(r);
     if (e == EACCES) err = EACCES;
-    else if (e != ENOENT && e != ENOTDIR) { err = e; break; }
+    else if (e != ENOENT && e != ENOTDIR) return e;
   }
-  return fail(SpawnStage::execve, err);
+  return err;
 }
 
-// Signals the parent ignores (1..63), which the child must reset.
 std::uint64_t ignored_signal_mask() {
   std::uint64_t mask = 0;
   for (int sig = 1; sig < 32; ++sig) {
@@ -137,19 +141,19 @@ std::uint64_t ignored_signal_mask() {
   return mask;
 }
 
-Status make_pipe(UniqueFd& read_end, UniqueFd& write_end, const char* what) {
+Status make_child_pipe(UniqueFd& read_end, UniqueFd& write_end, const std::string& what, bool nonblocking_read) {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return Error::from_errno(errno, std::string("pipe for ") + what);
+  if (pipe2(fds, O_CLOEXEC) != 0) return Error::from_errno(errno, "pipe for " + what);
   read_end.reset(fds[0]);
   write_end.reset(fds[1]);
-  // Only our end is non-blocking: the program gets an ordinary blocking pipe.
-  int flags = fcntl(fds[0], F_GETFL);
-  if (flags < 0 || fcntl(fds[0], F_SETFL, flags | O_NONBLOCK) != 0)
-    return Error::from_errno(errno, std::string("fcntl O_NONBLOCK on ") + what);
+  if (nonblocking_read) {
+    // Only our end: the program gets an ordinary blocking pipe.
+    int flags = fcntl(fds[0], F_GETFL);
+    if (flags < 0 || fcntl(fds[0], F_SETFL, flags | O_NONBLOCK) != 0)
+      return Error::from_errno(errno, "fcntl O_NONBLOCK on " + what);
+  }
   return {};
 }
-
-}  // namespace
 
 Expected<Spawner> Spawner::create() {
   Spawner s;
@@ -174,9 +178,9 @@ void Spawner::refresh_ignored_signals() { ignored_signals_ = ignored_signal_mask
 Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
   Child child;
   UniqueFd out_write, err_write;
-  if (auto st = make_pipe(child.stdout_read, out_write, "stdout"); !st) return std::move(st).error();
+  if (auto st = make_child_pipe(child.stdout_read, out_write, "stdout", true); !st) return std::move(st).error();
   if (!plan.merge_output)
-    if (auto st = make_pipe(child.stderr_read, err_write, "stderr"); !st) return std::move(st).error();
+    if (auto st = make_child_pipe(child.stderr_read, err_write, "stderr", true); !st) return std::move(st).error();
 
   const int sources[3] = {plan.stdin_fd ? plan.stdin_fd.get() : devnull_.get(), out_write.get(),
                           plan.merge_output ? out_write.get() : err_write.get()};

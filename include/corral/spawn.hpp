@@ -70,6 +70,22 @@ struct ChildPlan {
   void finalize();
 };
 
+// Shared by both spawn paths (the vfork one here, the container one in
+// container_spawn.cpp).
+
+// Child side: execve each of plan.exec_path_ptrs in turn (execvp semantics:
+// ENOENT/ENOTDIR go on to the next, EACCES is remembered, anything else
+// stops). Returns only on failure, with the most telling errno.
+int exec_plan_in_child(const ChildPlan& plan) noexcept;
+
+// Parent: the signals this process ignores (1..31), which a child must set
+// back to SIG_DFL before exec.
+std::uint64_t ignored_signal_mask();
+
+// Parent: a CLOEXEC pipe; `what` names it in the error ("pipe for stdout").
+// With nonblocking_read our end is O_NONBLOCK; the child's stays blocking.
+Status make_child_pipe(UniqueFd& read_end, UniqueFd& write_end, const std::string& what, bool nonblocking_read);
+
 // The record a child leaves when it fails before exec (or the time it took
 // when it did not). Written by the child through shared memory on the
 // CLONE_VM path and through a CLOEXEC pipe otherwise.
