@@ -32,9 +32,6 @@ class CapabilityDrop {
   friend int drop_all_capabilities_now() noexcept;
   CapabilityDrop() = default;
   int last_cap_ = -1;
-  // Room for a keep-list (capabilities to leave in bounding/permitted/
-  // ambient). Not implemented: always 0, and the child drops everything.
-  std::uint64_t keep_mask_ = 0;
 };
 
 // Parent side. Asks libcap (cap_max_bits, which reads the kernel's
