@@ -78,24 +78,11 @@ inline std::string mismatches(const Result& r, const std::map<std::string, std::
   return bad.empty() ? "" : bad + "\nstdout:\n" + r.stdout_capture.text;
 }
 
-// A listener on the host's 127.0.0.1; the port in *port.
-inline int host_listener(in_port_t* port) {
-  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (s < 0 || bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) || listen(s, 4) ||
-      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len))
-    return -1;
-  *port = ntohs(a.sin_port);
-  return s;
-}
 
 // Everything the sandbox shows one program, observed once.
 inline Result observe(Harness& h) {
   in_port_t port = 0;
-  int listener = host_listener(&port);
+  int listener = corral_test::tcp_listen(&port);
   cr_assert(listener >= 0, "host listener: %s", strerror(errno));
   Result r = h.run(boxed({"/helpers/inside", "observe", std::to_string(port)}));
   close(listener);

@@ -72,7 +72,7 @@ Program identity_probe(in_port_t host_port) {
     say(out, "interfaces", interfaces());
     say(out, "host_listener", tcp_connect(host_port));
     in_port_t inner_port = 0;
-    int inner = tcp_listen(&inner_port);
+    int inner = corral_test::tcp_listen(&inner_port);
     say(out, "lo_listener", inner < 0 ? "listen failed" : tcp_connect(inner_port));
     say(out, "hostname", u.nodename);
     say(out, "workspace_write", try_create("/workspace/owned"));
@@ -84,7 +84,7 @@ Program identity_probe(in_port_t host_port) {
 std::string check_identity(bool rootless) {
   Workspace ws(rootless);
   in_port_t port = 0;
-  int listener = tcp_listen(&port);
+  int listener = corral_test::tcp_listen(&port);
   if (listener < 0) return "host listener failed";
   auto s = run(spec_for(rootless, ws), identity_probe(port));
   close(listener);

@@ -3,6 +3,9 @@
 // compare them, and a forked child that may drop to uid/gid 65534.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -97,6 +100,22 @@ inline std::string in_child(bool drop, const std::function<std::string()>& body)
   waitpid(pid, &status, 0);
   if (!WIFEXITED(status)) return "the test child died (signal " + std::to_string(WTERMSIG(status)) + ")";
   return r;
+}
+
+// A listening socket on 127.0.0.1 (port 0: any); returns the fd, *port set.
+inline int tcp_listen(in_port_t* port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (s < 0 || bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) || listen(s, 4) ||
+      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len)) {
+    if (s >= 0) close(s);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return s;
 }
 
 }  // namespace corral_test

@@ -19,6 +19,7 @@ using namespace corral;
 using corral_test::Harness;
 using corral_test::helper;
 using corral_test::TempDir;
+using corral_test::open_fd_count;
 
 namespace {
 
@@ -31,18 +32,8 @@ Request req(Tier tier, std::vector<std::string> argv) {
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
-std::size_t open_fd_count() {
-  std::size_t n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
 
-std::size_t zombie_children() {
-  std::string kids = corral_test::read_file("/proc/self/task/" + std::to_string(getpid()) + "/children");
-  return kids.empty() ? 0 : 1;
-}
+std::size_t zombie_children() { return corral_test::children_of_self().empty() ? 0 : 1; }
 
 bool pid_gone(pid_t pid) {
   for (int i = 0; i < 100; ++i) {
@@ -394,7 +385,7 @@ Test(run, a_thousand_runs_leak_nothing) {
   cr_assert_leq(open_fd_count(), fds_before, "fds leaked: %zu -> %zu", fds_before, open_fd_count());
   cr_assert_eq(h.leftovers(), 0u);
   cr_assert_eq(zombie_children(), 0u, "children left: %s",
-               corral_test::read_file("/proc/self/task/" + std::to_string(getpid()) + "/children").c_str());
+               corral_test::children_of_self().c_str());
 }
 
 Test(run, many_runs_in_flight_at_once) {

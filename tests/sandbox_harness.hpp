@@ -162,21 +162,6 @@ inline std::string tcp_connect(in_port_t port) {
   return r;
 }
 
-// A listening socket on 127.0.0.1 (port 0: any); returns the fd, *port set.
-inline int tcp_listen(in_port_t* port) {
-  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (s < 0 || bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) || listen(s, 4) ||
-      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len)) {
-    if (s >= 0) close(s);
-    return -1;
-  }
-  *port = ntohs(a.sin_port);
-  return s;
-}
 
 inline std::map<std::string, std::string> Sandbox::kv() const { return corral_test::kv(out); }
 

@@ -20,6 +20,9 @@ using corral_test::Harness;
 using corral_test::helper;
 using corral_test::TempDir;
 
+using corral_test::children_of_self;
+using corral_test::open_fd_count;
+
 namespace {
 
 // Workspaces on tmpfs when there is one: this host's ext4 takes about a
@@ -37,17 +40,7 @@ Request req(std::vector<std::string> argv, Tier tier = Tier::none) {
   return r;
 }
 
-std::size_t open_fd_count() {
-  std::size_t n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
 
-std::string children_of_self() {
-  return corral_test::read_file("/proc/self/task/" + std::to_string(getpid()) + "/children");
-}
 
 std::string outcome_name(const Result& r) { return std::string(to_string(r.outcome)); }
 

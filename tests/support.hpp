@@ -4,6 +4,7 @@
 #pragma once
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
@@ -113,6 +114,20 @@ inline std::string proc_status_field(const std::string& who, const std::string& 
     }
   }
   return "";
+}
+
+// How many fds this process has open (for leak checks).
+inline std::size_t open_fd_count() {
+  std::size_t n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  while (dirent* e = d ? readdir(d) : nullptr) n += e->d_name[0] != '.';
+  if (d) closedir(d);
+  return n;
+}
+
+// The pids of this process's children, zombies included, as the kernel lists them.
+inline std::string children_of_self() {
+  return read_file("/proc/self/task/" + std::to_string(getpid()) + "/children");
 }
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its contents.
