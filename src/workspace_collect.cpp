@@ -82,7 +82,7 @@ std::vector<std::vector<Match>> walk(int root, const std::vector<Glob>& globs, c
     std::string path;  // "" for the root, else "a/b"
     std::vector<Live> live;
   };
-  std::vector<Dir> todo;
+  std::vector<Dir> to_walk;
   Dir top{"", {}};
   for (const auto& g : globs) {
     Live l(g.segs.size() + 1, 0);
@@ -90,11 +90,11 @@ std::vector<std::vector<Match>> walk(int root, const std::vector<Glob>& globs, c
     close_over_doublestar(g, l);
     top.live.push_back(std::move(l));
   }
-  todo.push_back(std::move(top));
+  to_walk.push_back(std::move(top));
   std::uint64_t seen = 0;
-  while (!todo.empty()) {
-    Dir dir = std::move(todo.back());
-    todo.pop_back();
+  while (!to_walk.empty()) {
+    Dir dir = std::move(to_walk.back());
+    to_walk.pop_back();
     UniqueFd fd(openat2_fd(root, dir.path.empty() ? "." : dir.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC,
                            0, kResolveHostile));
     // One past the remaining budget: a huge directory is not read into memory.
@@ -129,7 +129,7 @@ std::vector<std::vector<Match>> walk(int root, const std::vector<Glob>& globs, c
       if (type == DT_DIR && deeper) subdirs.push_back(std::move(sub));
     }
     // Depth first, in name order.
-    for (auto it = subdirs.rbegin(); it != subdirs.rend(); ++it) todo.push_back(std::move(*it));
+    for (auto it = subdirs.rbegin(); it != subdirs.rend(); ++it) to_walk.push_back(std::move(*it));
   }
   return matches;
 }
