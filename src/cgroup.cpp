@@ -264,15 +264,10 @@ std::vector<std::string> CgroupBackend::dirs() const {
 
 Status CgroupBackend::add_process(pid_t pid) {
   if (removed) return Error(ENOENT, who() + ": run cgroup " + name + " was removed");
+  // cgroup.procs moves the whole thread group, whatever `pid` is doing.
   std::string text = std::to_string(pid);
-  for (std::size_t i = 0; i < procs_fds.size(); ++i) {
-    ssize_t n;
-    do n = ::write(procs_fds[i].get(), text.data(), text.size());
-    while (n < 0 && errno == EINTR);
-    if (n < 0)
-      return Error::from_errno(errno, who() + ": write '" + text + "' to " + placements[i].dir +
-                                          "/cgroup.procs");
-  }
+  for (const auto& p : placements)
+    if (Status s = write_text(who(), p.dir + "/cgroup.procs", text); !s) return s;
   return {};
 }
 
@@ -303,10 +298,10 @@ Status CgroupBackend::remove() {
     }
     remove_empty_parents(p);
   }
-  // The fds stay while a directory does: add_process must keep failing
-  // loudly rather than write to nothing, and the destructor tries again.
+  // The fds stay while a directory does: a join must keep failing loudly
+  // rather than write to nothing, and the destructor tries again.
   if (all_gone) {
-    procs_fds.clear();
+    join_fds.clear();
     removed = true;
   }
   return first;
@@ -349,8 +344,8 @@ std::string unique_run_name(std::string_view run_name) {
   return std::string(run_name.empty() ? "run" : run_name) + "-" + std::to_string(getpid()) + "-" + hex;
 }
 
-Expected<UniqueFd> open_procs(std::string_view who, const std::string& dir) {
-  std::string path = dir + "/cgroup.procs";
+Expected<UniqueFd> open_join_file(std::string_view who, const std::string& dir, const char* file) {
+  std::string path = dir + "/" + file;
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
   if (!fd) return Error::from_errno(errno, std::string(who) + ": open " + path);
   return fd;
@@ -365,7 +360,7 @@ Error moved_from() { return Error(EBADF, "cgroup: this RunCgroup was moved from"
 }  // namespace
 
 RunCgroup::RunCgroup(std::unique_ptr<detail::CgroupBackend> backend) : backend_(std::move(backend)) {
-  for (const auto& fd : backend_->procs_fds)
+  for (const auto& fd : backend_->join_fds)
     if (join_count_ < kCgroupMaxJoinFds) join_fds_[join_count_++] = fd.get();
 }
 

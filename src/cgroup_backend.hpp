@@ -67,7 +67,8 @@ class CgroupBackend {
 
   std::string who() const { return version() == CgroupVersion::v2 ? "cgroup v2" : "cgroup v1"; }
   std::vector<std::string> dirs() const;
-  // Parent side of placement: the pid into every cgroup.procs.
+  // Parent side of placement: the pid into every cgroup.procs (opened by
+  // path, so a removed group fails loudly with ENOENT).
   Status add_process(pid_t pid);
   // kill_all, rmdir each run dir (retrying while EBUSY), then each parent
   // group when empty. Idempotent.
@@ -77,7 +78,9 @@ class CgroupBackend {
   std::string description;  // the ceilings in force
   bool swap_capped = false;
   std::vector<Placement> placements;  // one per hierarchy (v2: one)
-  std::vector<UniqueFd> procs_fds;    // parallel to placements, O_WRONLY|O_CLOEXEC
+  // What join_cgroup_in_child writes "0" to, parallel to placements,
+  // O_WRONLY|O_CLOEXEC: v2 cgroup.procs, v1 tasks (see open_join_file).
+  std::vector<UniqueFd> join_fds;
   bool removed = false;
 };
 
@@ -85,8 +88,9 @@ class CgroupBackend {
 Status validate_spec(const CgroupSpec& spec, std::string_view run_name);
 // "<label>-<pid>-<8 hex>", label = run_name or "run".
 std::string unique_run_name(std::string_view run_name);
-// Open dir/cgroup.procs for the parent's and the child's joins.
-Expected<UniqueFd> open_procs(std::string_view who, const std::string& dir);
+// Open dir/<file> O_WRONLY|O_CLOEXEC for the child's join ("cgroup.procs"
+// on v2, "tasks" on v1).
+Expected<UniqueFd> open_join_file(std::string_view who, const std::string& dir, const char* file);
 // mkdir the chain base/<parent components> (each may exist) — the caller
 // enables controllers between levels through `at_level`, called with each
 // directory from base down to the parent group (base first).

@@ -215,9 +215,10 @@ Expected<std::unique_ptr<CgroupBackend>> create_v2(const CgroupProbe& probe, con
   b->dir_fd.reset(::open(p.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!b->dir_fd) return fail(Error::from_errno(errno, std::string(kWho) + ": open " + p.dir));
   b->events_fd.reset(::open((p.dir + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));  // optional
-  auto procs = open_procs(kWho, p.dir);
+  // Used only where clone3 cannot place the child itself (CLONE_INTO_CGROUP).
+  auto procs = open_join_file(kWho, p.dir, "cgroup.procs");
   if (!procs) return fail(std::move(procs).error());
-  b->procs_fds.push_back(std::move(*procs));
+  b->join_fds.push_back(std::move(*procs));
   // The run directory is the authority; the probe can only turn a feature
   // off (tests use that to drive the fallbacks on a kernel that has both).
   b->has_kill = probe.v2_kill && file_exists(p.dir + "/cgroup.kill");
