@@ -19,6 +19,7 @@ SOMAJOR  := 0
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+PKG_STATIC_LIBS := $(shell pkg-config --libs --static $(PKGS) 2>/dev/null)
 
 OPT      ?= -O2 -g
 SANITIZE ?=
@@ -70,9 +71,15 @@ $(SHARED_LIB): $(LIB_OBJS) src/corral.map
 	ln -sf libcorral.so.$(VERSION) $@.$(SOMAJOR)
 	ln -sf libcorral.so.$(VERSION) $@
 
+# The CLI is a static PIE: a one-run `corral run` is a process start, and
+# the dynamic loader's relocations of libstdc++, libcrypto and friends cost
+# ~1.7 ms of it (corral --help: 3.0 ms dynamic, 0.9 ms static on the
+# reference host). Sanitizer runtimes cannot be linked statically, so a
+# SANITIZE build links the CLI dynamically.
+CLI_LINK ?= $(if $(SANITIZE),$(PKG_LIBS),-static-pie $(PKG_STATIC_LIBS))
 $(CLI): $(CLI_OBJS) $(STATIC_LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) -o $@ $(CLI_OBJS) $(STATIC_LIB) $(LDFLAGS) $(PKG_LIBS)
+	$(CXX) -o $@ $(CLI_OBJS) $(STATIC_LIB) $(LDFLAGS) $(CLI_LINK)
 
 $(BUILD)/tests/%: tests/%.cpp $(STATIC_LIB)
 	@mkdir -p $(dir $@)

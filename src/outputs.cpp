@@ -1,8 +1,8 @@
 #include "corral/outputs.hpp"
 
+#include "corral/capture.hpp"
 #include "corral/names.hpp"
 
-#include <openssl/evp.h>
 #include <utf8proc.h>
 
 #include <cstdlib>
@@ -310,17 +310,6 @@ TransferResult transfer(const std::vector<DeclaredOutput>& outputs, const Transf
   return t.deliver_all(sink);
 }
 
-std::string sha256_hex(std::string_view bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) != 1) return "";
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < length; ++i) {
-    out += kHex[digest[i] >> 4];
-    out += kHex[digest[i] & 15];
-  }
-  return out;
-}
+std::string sha256_hex(std::string_view bytes) { return Sha256::hex_of(bytes); }
 
 }  // namespace corral

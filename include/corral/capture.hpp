@@ -27,7 +27,7 @@
 
 namespace corral {
 
-// Incremental SHA-256 through OpenSSL's EVP interface. Movable, not copyable.
+// Incremental SHA-256 (OpenSSL's libcrypto). Movable, not copyable.
 class Sha256 {
  public:
   Sha256();
@@ -41,7 +41,7 @@ class Sha256 {
   void update(std::string_view data) { update(std::as_bytes(std::span(data.data(), data.size()))); }
   // 64 lowercase hex digits of everything fed so far. Does not end the
   // stream: it finalises a copy, so update() may go on afterwards.
-  // Returns "" only if libcrypto failed (allocation), never throws.
+  // Returns "" only if libcrypto failed, never throws.
   std::string hex_digest() const;
 
   // One-shot convenience.
