@@ -14,7 +14,7 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   impl->options = options;
   impl->uids = UidPool(options.uid_range_first, options.uid_range_count);
   impl->host = probe_host(/*with_containers=*/false);  // probed on the first container run
-  impl->scratch.resize(kScratchBytes);
+  impl->scratch.reset(new char[kScratchBytes]);
 
   // The fd table is what bounds runs in flight: raise the soft limit to the
   // hard one (raising the hard limit needs CAP_SYS_RESOURCE; we don't try).

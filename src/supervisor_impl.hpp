@@ -140,7 +140,10 @@ struct Supervisor::Impl {
   std::vector<FdWatch> watches;
   std::size_t armed_watches = 0;
   std::uint64_t run_counter = 0;
-  std::string scratch;
+  // Where pipe reads land. Allocated uninitialised (new char[], not a
+  // zero-filled string): zeroing 256 KiB faulted in 64 pages, ~0.2 ms of a
+  // one-run process, for reads that mostly use a few bytes of it.
+  std::unique_ptr<char[]> scratch;
   UniqueFd signal_fd;
   bool signal_armed = false;
   std::function<void(int)> signal_handler;
@@ -263,9 +266,9 @@ struct Supervisor::Impl {
     StreamId id = (op == kOpOut) ? StreamId::stdout_stream : StreamId::stderr_stream;
     pipe.ready = false;
     for (std::size_t i = 0; i < kReadBudget; ++i) {
-      ssize_t n = ::read(pipe.fd.get(), scratch.data(), scratch.size());
+      ssize_t n = ::read(pipe.fd.get(), scratch.get(), kScratchBytes);
       if (n > 0) {
-        emit(run, id, cap.on_data(std::string_view(scratch.data(), static_cast<std::size_t>(n))));
+        emit(run, id, cap.on_data(std::string_view(scratch.get(), static_cast<std::size_t>(n))));
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
