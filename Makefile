@@ -23,7 +23,8 @@ PKG_STATIC_LIBS := $(shell pkg-config --libs --static $(PKGS) 2>/dev/null)
 
 OPT      ?= -O2 -g
 SANITIZE ?=
-CPPFLAGS += -Iinclude -MMD -MP -D_GNU_SOURCE
+GEN      := $(BUILD)/gen
+CPPFLAGS += -Iinclude -I$(GEN) -MMD -MP -D_GNU_SOURCE
 CXXFLAGS += -std=c++20 -Wall -Wextra -Werror $(OPT) $(SANITIZE) -fPIC \
             -fvisibility=hidden -fvisibility-inlines-hidden $(PKG_CFLAGS)
 CFLAGS   += -std=c11 -Wall -Wextra -Werror $(OPT) $(SANITIZE)
@@ -57,6 +58,21 @@ deps:
 $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -DCORRAL_VERSION='"$(VERSION)"' -c $< -o $@
+
+# The tiers' seccomp filters, compiled by libseccomp at build time and built
+# into libcorral (src/seccomp_builtin.hpp says when they are used). The
+# generator links the seccomp module with an empty table of its own.
+SECCOMP_GEN := $(GEN)/seccomp-gen
+$(BUILD)/obj/gen/seccomp_builtin_empty.o: src/seccomp_builtin.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -DCORRAL_SECCOMP_NO_BUILTIN -c $< -o $@
+$(SECCOMP_GEN): src/gen/seccomp_gen.cpp $(BUILD)/obj/src/seccomp.o $(BUILD)/obj/src/status.o \
+                $(BUILD)/obj/gen/seccomp_builtin_empty.o
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MF $@.d -o $@ $^ $(LDFLAGS) $(PKG_LIBS)
+$(GEN)/seccomp_builtin.inc: $(SECCOMP_GEN)
+	$(SECCOMP_GEN) > $@.tmp && mv $@.tmp $@
+$(BUILD)/obj/src/seccomp_builtin.o: $(GEN)/seccomp_builtin.inc
 
 $(STATIC_LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
@@ -172,4 +188,4 @@ uninstall:
 clean:
 	rm -rf build
 
--include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:=.d)
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:=.d) $(SECCOMP_GEN).d

@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "corral/fd.hpp"
+#include "seccomp_builtin.hpp"
 #include "corral/syscalls.hpp"
 
 namespace corral {
@@ -290,7 +291,8 @@ SeccompProgram::SeccompProgram(SeccompProgram&& other) noexcept
     : filter_(std::move(other.filter_)),
       profiles_(std::move(other.profiles_)),
       skipped_(std::move(other.skipped_)),
-      denied_(other.denied_) {
+      denied_(other.denied_),
+      prebuilt_(other.prebuilt_) {
   repoint();
   other.repoint();
 }
@@ -301,6 +303,7 @@ SeccompProgram& SeccompProgram::operator=(SeccompProgram&& other) noexcept {
     profiles_ = std::move(other.profiles_);
     skipped_ = std::move(other.skipped_);
     denied_ = other.denied_;
+    prebuilt_ = other.prebuilt_;
     repoint();
     other.filter_.clear();
     other.repoint();
@@ -325,20 +328,80 @@ std::string SeccompProgram::describe() const {
   return out;
 }
 
-Expected<SeccompProgram> prepare(const SeccompSpec& spec) {
+namespace {
+
+// The profiles of `spec` with repeats dropped, each checked: the key of a
+// prebuilt filter and the order compile_with_libseccomp merges them in.
+Expected<std::vector<std::string>> distinct_profiles(const SeccompSpec& spec) {
   if (spec.profiles().empty()) return Error::invalid("seccomp: no profile given");
+  std::vector<std::string> out;
+  for (const auto& name : spec.profiles()) {
+    auto found = find_profile(name);
+    if (!found) return std::move(found).error();
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
+
+// Whether this process's libseccomp would compile exactly what the build's
+// did. Asked once: seccomp_api_get() probes the kernel on its first call.
+bool prebuilt_filters_apply() {
+  static const bool same = [] {
+    const auto& origin = detail::builtin_seccomp_origin();
+    const scmp_version* v = seccomp_version();
+    return origin.major != 0 && v && v->major == origin.major && v->minor == origin.minor &&
+           v->micro == origin.micro && seccomp_api_get() == origin.api_level &&
+           seccomp_arch_native() == origin.arch;
+  }();
+  return same;
+}
+
+std::vector<std::string> split_commas(std::string_view s) {
+  std::vector<std::string> out;
+  while (!s.empty()) {
+    auto comma = s.find(',');
+    out.emplace_back(s.substr(0, comma));
+    s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+Expected<SeccompProgram> prepare(const SeccompSpec& spec) {
+  auto names = distinct_profiles(spec);
+  if (!names) return std::move(names).error();
+  if (prebuilt_filters_apply()) {
+    std::string key;
+    for (const auto& n : *names) key += (key.empty() ? "" : ",") + n;
+    std::size_t count = 0;
+    const detail::BuiltinSeccomp* table = detail::builtin_seccomp_table(&count);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (key != table[i].profiles) continue;
+      SeccompProgram prog;
+      prog.filter_.assign(table[i].bpf, table[i].bpf + table[i].length);
+      prog.profiles_ = std::move(*names);
+      prog.skipped_ = split_commas(table[i].skipped);
+      prog.denied_ = table[i].denied;
+      prog.prebuilt_ = true;
+      prog.repoint();
+      return prog;
+    }
+  }
+  return compile_with_libseccomp(spec);
+}
+
+Expected<SeccompProgram> compile_with_libseccomp(const SeccompSpec& spec) {
+  auto names = distinct_profiles(spec);
+  if (!names) return std::move(names).error();
 
   // Merge the profiles' rows; a row shared by two profiles is added once.
   SeccompProgram prog;
   std::vector<const Row*> rows;
   std::set<std::tuple<std::string_view, int, When>> seen;
-  for (const auto& name : spec.profiles()) {
-    auto found = find_profile(name);
-    if (!found) return std::move(found).error();
-    if (std::find(prog.profiles_.begin(), prog.profiles_.end(), name) != prog.profiles_.end())
-      continue;
+  for (const auto& name : *names) {
     prog.profiles_.push_back(name);
-    for (const auto& row : (*found)->rows)
+    for (const auto& row : (*find_profile(name))->rows)
       if (seen.insert({row.syscall, row.err, row.when}).second) rows.push_back(&row);
   }
 

@@ -229,6 +229,42 @@ Test(seccomp, profiles_compose_into_one_filter) {
   expect_mentions(prog.describe(), {"default, no-network", "BPF instructions"});
 }
 
+// prepare() answers the tiers' combinations from the filters compiled at
+// build time; they must be exactly what libseccomp compiles now, or a
+// stale table would install a filter nobody reviewed.
+Test(seccomp, prebuilt_filters_are_what_libseccomp_compiles_now) {
+  const std::vector<std::vector<std::string>> combos = {
+      {"default"}, {"no-network"}, {"tcp-only"}, {"default", "no-network"}, {"default", "tcp-only"}};
+  for (const auto& combo : combos) {
+    SeccompSpec spec;
+    std::string key;
+    for (const auto& p : combo) spec.profile(p), key += key.empty() ? p : "," + p;
+    auto built = prepare(spec);
+    auto fresh = compile_with_libseccomp(spec);
+    cr_assert(built.ok() && fresh.ok(), "%s: did not prepare", key.c_str());
+    // Same build host, same libseccomp: the table must be in use here.
+    cr_assert(built->prebuilt(), "%s: prepare() compiled instead of using the build's filter", key.c_str());
+    cr_assert(!fresh->prebuilt());
+    cr_assert_eq(built->instruction_count(), fresh->instruction_count(), "%s: length differs", key.c_str());
+    cr_assert_eq(std::memcmp(built->fprog()->filter, fresh->fprog()->filter,
+                             fresh->instruction_count() * sizeof(sock_filter)),
+                 0, "%s: BPF differs from libseccomp's", key.c_str());
+    cr_assert_eq(built->denied_syscall_count(), fresh->denied_syscall_count());
+    cr_assert(built->skipped_syscalls() == fresh->skipped_syscalls(), "%s: skipped list differs", key.c_str());
+    cr_assert(built->describe() == fresh->describe(), "%s: %s vs %s", key.c_str(), built->describe().c_str(),
+              fresh->describe().c_str());
+  }
+}
+
+Test(seccomp, a_combination_outside_the_table_is_compiled) {
+  auto prog = must_prepare({"no-network", "default"});
+  cr_assert(!prog.prebuilt(), "no-network,default is not a built combination");
+  expect_probes(prog, {
+      {"ptrace", [] { return ptrace(PTRACE_TRACEME, 0, nullptr, nullptr); }, EPERM},
+      {"socket(AF_INET)", [] { return socket_probe(AF_INET, SOCK_STREAM); }, EACCES},
+  });
+}
+
 Test(seccomp, unknown_profile_is_named_with_the_known_ones) {
   auto prog = prepare(SeccompSpec().profile("default").profile("nonet"));
   cr_assert(!prog.ok());

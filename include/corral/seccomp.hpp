@@ -78,9 +78,13 @@ class SeccompProgram {
   std::size_t denied_syscall_count() const { return denied_; }
   // "seccomp: default, no-network (68 syscalls denied, 2 absent on x86_64: ...; 190 BPF instructions)"
   std::string describe() const;
+  // True when prepare() took the filter compiled into libcorral at build
+  // time instead of compiling it now (the same BPF; see prepare()).
+  bool prebuilt() const noexcept { return prebuilt_; }
 
  private:
   friend Expected<SeccompProgram> prepare(const SeccompSpec&);
+  friend Expected<SeccompProgram> compile_with_libseccomp(const SeccompSpec&);
   void repoint() noexcept;
 
   std::vector<sock_filter> filter_;
@@ -88,13 +92,23 @@ class SeccompProgram {
   std::vector<std::string> profiles_;
   std::vector<std::string> skipped_;
   std::size_t denied_ = 0;
+  bool prebuilt_ = false;
 };
 
 // Parent side: merge the profiles into one libseccomp filter for the native
 // architecture (other architectures: kill the process) and export its BPF
 // into memory. Errors name the profile or the libseccomp step:
 // "seccomp: unknown profile 'nonet' (known: default, no-network)".
+// The combinations the tiers use (default; default + no-network or
+// tcp-only; each single profile) were compiled when libcorral was built;
+// prepare() returns that BPF, without calling libseccomp's compiler, when
+// the running libseccomp version, its kernel API level and the
+// architecture are the ones it was built with, and compiles otherwise.
 Expected<SeccompProgram> prepare(const SeccompSpec& spec);
+
+// The same, always compiled through libseccomp now (the build uses it to
+// make the prebuilt filters; tests compare the two).
+Expected<SeccompProgram> compile_with_libseccomp(const SeccompSpec& spec);
 
 // Child side, between clone and exec (a CLONE_VM child too): raw
 // prctl(PR_SET_NO_NEW_PRIVS, 1) — seccomp(2) requires it without
