@@ -2,6 +2,7 @@
 // requests refused, nothing left behind, the CLI, the enforcement map, and
 // rootless runs (corral itself as uid 65534 in a forked child).
 #include "container_support.hpp"
+#include "corral/seccomp.hpp"
 
 using namespace corral;
 using namespace container_test;
@@ -181,6 +182,23 @@ Test(container, a_host_without_user_namespaces_refuses_the_tier_naming_why) {
   cr_assert(contains(st.error().message(), "user.max_user_namespaces"), "%s", st.error().message().c_str());
   r.tier = Tier::os_process;
   cr_assert(check_enforceable(facts, r, default_limits(), warnings).ok());
+}
+
+// The probe is a real attempt, so a host that refuses the first step shows
+// up as that step and its errno. Here the refusal is our own default
+// seccomp profile (clone3 is ENOSYS under it), applied in a child that has
+// not probed yet.
+Test(container, the_probe_names_the_step_a_host_refuses) {
+  EXPECT_EMPTY(corral_test::in_child(false, []() -> std::string {
+    auto prog = prepare(SeccompSpec().profile("default"));
+    if (!prog) return "seccomp: " + prog.error().message();
+    if (int e = apply_seccomp_in_child(*prog)) return std::string("apply: ") + strerror(e);
+    HostFacts facts = probe_host(/*with_containers=*/true);
+    if (facts.user_namespaces || facts.pivot_root) return "the probe passed under a filter that denies clone3";
+    if (!contains(facts.container_probe, "clone3(CLONE_NEWUSER|CLONE_NEWNS): Function not implemented"))
+      return "probe said: " + facts.container_probe;
+    return "";
+  }));
 }
 
 // ---- rootless: corral itself runs as uid 65534 ---------------------------------------
