@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <initializer_list>
 #include <set>
@@ -298,11 +299,20 @@ Test(cgroup, remove_and_destructor_kill_what_is_still_inside) {
   assert_gone(dirs);
 }
 
-Test(cgroup, child_joins_by_writing_zero_to_each_procs_fd) {
+Test(cgroup, child_joins_by_writing_zero_to_each_join_fd) {
   CgroupProbe p = host_or_skip({});
   RunCgroup run = must_create(p, CgroupSpec{}, "join");
   auto dirs = run.dirs();
   cr_assert_eq(run.join_fd_count(), static_cast<int>(dirs.size()));
+  // v1 joins through `tasks` (a move of the writer's own thread, without
+  // cgroup.procs' global lock and its RCU wait); v2 through cgroup.procs.
+  const char* file = run.version() == CgroupVersion::v1 ? "/tasks" : "/cgroup.procs";
+  for (int i = 0; i < run.join_fd_count(); ++i) {
+    char target[PATH_MAX] = {};
+    std::string link = "/proc/self/fd/" + std::to_string(run.join_fds()[i]);
+    cr_assert_gt(readlink(link.c_str(), target, sizeof target - 1), 0);
+    cr_assert_eq(std::string(target), dirs[static_cast<std::size_t>(i)] + file, "join fd %d is %s", i, target);
+  }
   ChildEnd end = run_in_child([&] {
     if (int err = join_cgroup_in_child(run)) return 100 + err;
     return listed_everywhere(dirs);
