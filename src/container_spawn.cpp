@@ -6,7 +6,6 @@
 // It runs on a copy of the parent's memory (no CLONE_VM), so it may write
 // to its own copy of the arguments.
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -17,6 +16,7 @@
 #include <cstring>
 
 #include "corral/container.hpp"
+#include "corral/run_setup.hpp"
 #include "corral/syscalls.hpp"
 
 namespace corral {
@@ -36,9 +36,6 @@ constexpr int kProgramErrorFd = 3;
 // Where the program's fds are lifted before they are dup'ed into 0-3, so no
 // source is overwritten while it is still needed.
 constexpr long kLiftAbove = 10;
-// How long the parent waits for the program to exec before giving up on a
-// child stuck in its setup (a hung bind source, say).
-constexpr int kExecTimeoutMs = 30000;
 
 struct ChildArgs {
   const ChildPlan* plan;
@@ -123,26 +120,6 @@ int container_child(void* p) noexcept {
   return fail_in_child(a, SpawnStage::execve, exec_plan_in_child(plan));
 }
 
-// Parent: read the error pipe until EOF (the program exec'd, or everything
-// that held the pipe is gone). A record means the child failed; the last
-// one wins. Returns false on timeout.
-bool read_child_records(int fd, ChildRecord& failure) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kExecTimeoutMs);
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd pfd{fd, POLLIN, 0};
-    int r = poll(&pfd, 1, static_cast<int>(left.count()));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) continue;
-    ChildRecord rec;
-    ssize_t n = read(fd, &rec, sizeof rec);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return true;
-    if (static_cast<std::size_t>(n) == sizeof rec) failure = rec;  // one atomic write each
-  }
-}
-
 }  // namespace
 
 Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
@@ -167,8 +144,8 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
   args.reset_mask = ignored_signal_mask();
   void* shared = mmap(nullptr, sizeof(std::uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   args.setup_ns_out = shared == MAP_FAILED ? nullptr : static_cast<std::uint64_t*>(shared);
-  struct Unmap {
-    void* p;
+  struct Unmap {  // until c.setup_word takes it
+    void*& p;
     ~Unmap() {
       if (p != MAP_FAILED) munmap(p, sizeof(std::uint64_t));
     }
@@ -212,22 +189,50 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
   };
   if (auto st = c.ns.finish_in_parent(child.pidfd.pid()); !st)
     return fail(SpawnStage::namespaces, st.error().code(), st.error().message());
-
-  ChildRecord failure;
-  if (!read_child_records(error_read.get(), failure))
-    return fail(SpawnStage::namespaces, ETIMEDOUT,
-                "container: the child did not exec within " + std::to_string(kExecTimeoutMs / 1000) + " s");
-  c.exec_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  c.setup_ns = args.setup_ns_out ? *args.setup_ns_out : 0;
-  child.report.setup_ns = c.setup_ns;
-  if (failure.stage != SpawnStage::none) {
-    std::string message =
-        failure.stage == SpawnStage::namespaces && failure.ns.stage != NsStage::none
-            ? c.ns.error_for(failure.ns).message()
-            : Error::from_errno(failure.err, "container: " + std::string(to_string(failure.stage))).message();
-    return fail(failure.stage, failure.err, std::move(message));
-  }
+  c.exec_report = std::move(error_read);
+  c.setup_word.word = args.setup_ns_out;
+  shared = MAP_FAILED;  // now c.setup_word's
   return child;
+}
+
+void read_container_exec_report(ContainerRun& c, RunEnd& end) {
+  if (c.setup_word.word) c.setup_ns = *c.setup_word.word;
+  end.report.setup_ns = c.setup_ns;
+  c.exec_seconds = end.clone_seconds + static_cast<double>(c.setup_ns) / 1e9;
+  if (!c.exec_report) return;
+  // Non-blocking: the child, pid 1 and the program are gone, so what they
+  // wrote is all there, then EOF. A record is one atomic write; the last
+  // one is the step that ended the set-up.
+  ChildRecord failure, rec;
+  for (;;) {
+    ssize_t n = ::read(c.exec_report.get(), &rec, sizeof rec);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != static_cast<ssize_t>(sizeof rec)) break;
+    failure = rec;
+  }
+  c.exec_report.reset();
+  if (failure.stage == SpawnStage::none) {
+    if (c.setup_ns == 0 && end.status)
+      c.failure = "container: the child ended before it reached exec, with no record of why";
+    return;
+  }
+  end.report.stage = failure.stage;
+  end.report.error = failure.err;
+  c.failure = failure.stage == SpawnStage::namespaces && failure.ns.stage != NsStage::none
+                  ? c.ns.error_for(failure.ns).message()
+                  : Error::from_errno(failure.err, "container: " + std::string(to_string(failure.stage))).message();
+}
+
+ContainerRun::SharedWord& ContainerRun::SharedWord::operator=(SharedWord&& o) noexcept {
+  if (this != &o) {
+    if (word) munmap(word, sizeof *word);
+    word = std::exchange(o.word, nullptr);
+  }
+  return *this;
+}
+
+ContainerRun::SharedWord::~SharedWord() {
+  if (word) munmap(word, sizeof *word);
 }
 
 void kill_container(ContainerRun& c, const Pidfd& pid1, int sig) {

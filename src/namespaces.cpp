@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -281,6 +282,12 @@ Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec) {
     if (auto st = check_hostname(spec.hostname()); !st) return std::move(st).error();
   p.hostname_ = spec.hostname();
   p.die_with_parent_ = spec.die_with_parent();
+  if (p.die_with_parent_) {
+    // The child's check that we did not die before its PDEATHSIG was set.
+    long fd = sys::call(SYS_pidfd_open, ::getpid(), 0);
+    if (fd < 0) return Error::from_errno(sys::error_of(fd), "namespaces: pidfd_open of ourselves (die_with_parent)");
+    p.parent_pidfd_.reset(static_cast<int>(fd));
+  }
 
   if (spec.mount()) {
     // proc(5): mounting proc needs CAP_SYS_ADMIN over the pid namespace's
@@ -304,6 +311,7 @@ Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec) {
 }
 
 Status PreparedNamespaces::finish_in_parent(pid_t child) {
+  parent_pidfd_.reset();  // the child has its copy
   if (has_user()) {
     if (auto st = write_id_maps(child, map_, rootless_); !st) {
       sync_.abandon();
@@ -367,6 +375,15 @@ int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, 
   if (ns.die_with_parent_) {
     if (long ret = sys::call(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0); ret < 0)
       return fail(NsStage::parent_death, sys::error_of(ret));
+    // A parent that died before that line sends no signal: ask its pidfd
+    // (readable once it has exited). Our parent is outside our pid
+    // namespace, so getppid() cannot tell (it is 0 for pid 1).
+    struct pollfd alive = {ns.parent_pidfd_.get(), POLLIN, 0};
+    struct timespec now = {0, 0};
+    long ready = sys::call(SYS_ppoll, reinterpret_cast<long>(&alive), 1, reinterpret_cast<long>(&now), 0, 0);
+    sys::call(SYS_close, ns.parent_pidfd_.get());
+    if (ready < 0) return fail(NsStage::parent_death, sys::error_of(ready));
+    if (ready > 0) return fail(NsStage::parent_death, ESRCH);
   }
   if (ns.flags_ & CLONE_NEWUTS) {
     if ((err = set_hostname_in_child(ns.hostname_.data(), ns.hostname_.size())))

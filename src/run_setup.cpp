@@ -361,7 +361,11 @@ std::string describe_end(const Result& r) {
 
 }  // namespace
 
-Result finish_run(PreparedRun& run, const RunEnd& end, StreamCapture& out, StreamCapture* err) {
+Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, StreamCapture* err) {
+  // A container's spawn did not wait for the exec: whether the set-up
+  // failed, and how long it took, is known only now.
+  RunEnd end = ended;
+  if (run.container) read_container_exec_report(*run.container, end);
   Result r;
   r.id = run.request.id;
   r.run_id = run.run_id;

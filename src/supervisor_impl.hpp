@@ -43,10 +43,11 @@ enum Op : std::uint8_t { kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4, kOpWa
 // spawn and reopened for collection; the base fd is shared), the plan's
 // fds (stdin memfd, Landlock ruleset) are closed once the child has them.
 constexpr std::size_t kFdsPerRun = 3;
-// A container run holds more while it runs: pid 1's report pipe, /dev/null,
+// A container run holds more while it runs: pid 1's report pipe, the exec
+// report pipe (read when the run ends), /dev/null,
 // the cgroup's directory and procs fds (up to four hierarchies on v1), the
 // OOM eventfd. Counted generously so the budget stays honest.
-constexpr std::size_t kFdsPerContainerRun = 12;
+constexpr std::size_t kFdsPerContainerRun = 13;
 inline std::size_t fds_per_run(Tier tier) { return tier == Tier::container ? kFdsPerContainerRun : kFdsPerRun; }
 // Above the fds open when the supervisor was made: what one submit or one
 // collection holds for a moment (workspace, staging, pipe write ends,

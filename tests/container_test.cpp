@@ -194,11 +194,14 @@ Test(container, a_deadline_forwards_sigterm_then_kills_everything) {
   cr_assert_eq(h.leftovers(), 0u);
 }
 
-Test(container, a_killed_supervisor_takes_its_sandboxes_with_it) {
-  SKIP_UNLESS_CONTAINER();
+// A supervisor in a child process submits one sandboxed program and is
+// SIGKILLed: once the program runs (`wait_for_program`), or right after
+// submit returns, while the sandbox may still be in its set-up (submit does
+// not wait for the exec). Nothing with the marker may outlive it.
+void kill_supervisor_and_expect_no_survivor(bool wait_for_program, int attempt) {
   TempDir base;
   chmod(base.path().c_str(), 0755);
-  std::string marker = "orphan-marker-" + std::to_string(getpid());
+  std::string marker = "orphan-marker-" + std::to_string(getpid()) + "-" + std::to_string(attempt);
   int ready[2];
   cr_assert_eq(pipe2(ready, O_CLOEXEC), 0);
   pid_t sup_pid = fork();
@@ -209,25 +212,41 @@ Test(container, a_killed_supervisor_takes_its_sandboxes_with_it) {
     if (!sup) _exit(1);
     auto h = (*sup)->submit(boxed({"/helpers/hostile", "ignore-term", marker}));
     if (!h) _exit(2);
-    (void)!write(ready[1], "x", 1);  // the program has exec'd: submit waits for that
+    (void)!write(ready[1], "x", 1);
     for (;;) pause();
   }
   close(ready[1]);
   char byte;
   cr_assert_eq(read(ready[0], &byte, 1), 1, "the supervisor child did not start its run");
   close(ready[0]);
-  cr_assert_eq(host_processes_with(marker), 1u, "the sandboxed program is not running");
+  if (wait_for_program) {
+    for (int i = 0; i < 250 && host_processes_with(marker) == 0; ++i) usleep(20000);
+    cr_assert_eq(host_processes_with(marker), 1u, "the sandboxed program did not start");
+  }
   kill(sup_pid, SIGKILL);
   waitpid(sup_pid, nullptr, 0);
   std::size_t left = 1;
   for (int i = 0; i < 100 && (left = host_processes_with(marker)) != 0; ++i) usleep(20000);
-  cr_assert_eq(left, 0u, "the sandbox outlived its supervisor");
+  cr_assert_eq(left, 0u, "the sandbox outlived its supervisor (attempt %d)", attempt);
   // Its cgroup stays until a sweep: the supervisor died before removing it.
   for (int i = 0; i < 100 && my_run_cgroups(sup_pid) != 0; ++i) {
     (void)sweep_stale_run_cgroups(host().cgroups, CgroupSpec{});
     usleep(20000);
   }
   cr_assert_eq(my_run_cgroups(sup_pid), 0u, "the dead supervisor's cgroup was not swept");
+}
+
+Test(container, a_killed_supervisor_takes_its_sandboxes_with_it) {
+  SKIP_UNLESS_CONTAINER();
+  kill_supervisor_and_expect_no_survivor(true, 0);
+}
+
+// The window between the child's release and its PR_SET_PDEATHSIG: no
+// signal comes for a parent that is already dead, so the child checks a
+// pidfd of it. Several tries land at different points of the set-up.
+Test(container, a_supervisor_killed_during_the_sandbox_set_up_leaves_nothing) {
+  SKIP_UNLESS_CONTAINER();
+  for (int attempt = 1; attempt <= 8; ++attempt) kill_supervisor_and_expect_no_survivor(false, attempt);
 }
 
 Test(container, outputs_are_collected_after_exit_and_after_a_kill) {

@@ -77,7 +77,19 @@ struct ContainerRun {
   UniqueFd oom_event;    // v1: readable on an OOM kill in the run's cgroup (RunCgroup::oom_notifier)
   std::string failure;   // the full message when the child failed before exec
   std::uint64_t setup_ns = 0;  // child entry -> just before execve
-  double exec_seconds = 0;     // clone3 -> the program exec'd (error pipe EOF)
+  double exec_seconds = 0;     // clone3 -> the program exec'd (clone + setup)
+  // The spawn does not wait for the exec (see spawn_container): the child's
+  // failure record, if any, waits in this pipe, and the setup time in a
+  // MAP_SHARED word the program sets just before execve, until the run
+  // ends (read_container_exec_report).
+  UniqueFd exec_report;
+  struct SharedWord {
+    std::uint64_t* word = nullptr;
+    SharedWord() = default;
+    SharedWord(SharedWord&& o) noexcept : word(std::exchange(o.word, nullptr)) {}
+    SharedWord& operator=(SharedWord&& o) noexcept;
+    ~SharedWord();
+  } setup_word;
 };
 
 // Parent, from prepare_run: the mount tree (workspace at /workspace, the
@@ -95,12 +107,21 @@ Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_
 Limits container_rlimit_limits(const Limits& limits);
 
 // Parent: clone the child for `plan` with `c`'s namespaces and cgroup, write
-// the maps, release it, and wait (bounded) until the program has exec'd.
-// An Error is corral's own failure (pipe, clone3); a child that failed
-// before exec is a Child with report.stage set (namespaces, cgroup, fds,
-// rlimits, capabilities, seccomp, execve), the full message in c.failure,
-// already reaped.
+// the maps and release it. It does not wait for the exec: the child's set-up
+// (~1.5 ms of mount tree, pid 1 and the program's last steps) runs on its own
+// while the supervisor's loop goes on with other runs. An Error is corral's
+// own failure (pipe, clone3). Maps that cannot be written: a Child with
+// report.stage namespaces, already killed and reaped, the message in
+// c.failure. A child that fails before exec writes a record and exits; the run then
+// ends like any other and read_container_exec_report() turns the record into
+// a spawn stage (namespaces, cgroup, fds, rlimits, capabilities, seccomp,
+// execve) with the full message in c.failure.
 Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c);
+
+// Parent, once the run has ended (pid 1 reaped, so every writer of the pipe
+// is gone): the failure record, if the child wrote one, into end.report and
+// c.failure; the setup time into end.report.setup_ns and c.exec_seconds.
+void read_container_exec_report(ContainerRun& c, RunEnd& end);
 
 // Parent: the supervisor's group kill for this tier. SIGKILL: pid 1 (its
 // death ends the pid namespace) and every task in the cgroup. Any other

@@ -138,8 +138,9 @@ class NamespaceSpec {
   // would clear it): the sandbox, and with pid 1 everything in it, dies with
   // the thread that cloned it. Off by default: only for a spawner whose
   // cloning thread lives as long as its children (a single-threaded
-  // supervisor). A parent that dies between releasing the child and this
-  // step is not noticed.
+  // supervisor). A parent that died before that step is caught too: the
+  // child then polls a pidfd of the preparing process (prepare opens it; the
+  // clone must come from that process) and ends with NsStage::parent_death.
   NamespaceSpec& die_with_parent(bool on) { die_with_parent_ = on; return *this; }
 
   bool user() const { return user_; }
@@ -192,7 +193,10 @@ class PreparedNamespaces {
   // fails with NsStage::sync); the error names the step.
   Status finish_in_parent(pid_t child);
   // Parent, when clone itself failed: drop the pipe.
-  void abandon() noexcept { sync_.abandon(); }
+  void abandon() noexcept {
+    sync_.abandon();
+    parent_pidfd_.reset();
+  }
 
   // "namespaces: mount tree: step 6 'bind /usr (ro, from /usr)': open_tree: ..."
   Error error_for(const NsFailure& failure) const;
@@ -204,6 +208,7 @@ class PreparedNamespaces {
   std::uint64_t flags_ = 0;
   bool rootless_ = false;
   bool die_with_parent_ = false;
+  UniqueFd parent_pidfd_;  // die_with_parent: a pidfd of the preparing process, for the child
   UserNsMap map_;
   std::string hostname_;
   bool has_tree_ = false;
