@@ -212,7 +212,8 @@ void read_container_exec_report(ContainerRun& c, RunEnd& end) {
   }
   c.exec_report.reset();
   if (failure.stage == SpawnStage::none) {
-    if (c.setup_ns == 0 && end.status)
+    // Killed in its set-up by the deadline or a cancel: the outcome says so.
+    if (c.setup_ns == 0 && end.status && !end.timed_out && !end.cancelled)
       c.failure = "container: the child ended before it reached exec, with no record of why";
     return;
   }

@@ -249,6 +249,27 @@ Test(container, a_supervisor_killed_during_the_sandbox_set_up_leaves_nothing) {
   for (int attempt = 1; attempt <= 8; ++attempt) kill_supervisor_and_expect_no_survivor(false, attempt);
 }
 
+// submit does not wait for the exec, so a cancel can land while the child
+// is still in its set-up: the run still ends cancelled, with nothing left.
+Test(container, a_cancel_during_the_set_up_ends_the_run_cleanly) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  for (int i = 0; i < 5; ++i) {
+    std::shared_ptr<Result> result;
+    RunCallbacks cb;
+    cb.on_result = [&](const Result& r) { result = std::make_shared<Result>(r); };
+    auto handle = h.sup->submit(boxed({"sleep", "30"}), cb);
+    cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+    handle->cancel();
+    cr_assert(h.sup->run_until_idle().ok());
+    cr_assert(result);
+    cr_assert_eq(result->outcome, Outcome::cancelled, "try %d: %s", i, result->detail.c_str());
+    cr_assert(!contains(result->detail, "no record of why"), "try %d: %s", i, result->detail.c_str());
+  }
+  cr_assert_eq(my_run_cgroups(), 0u);
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
 Test(container, outputs_are_collected_after_exit_and_after_a_kill) {
   SKIP_UNLESS_CONTAINER();
   Harness h;
