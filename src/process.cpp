@@ -177,7 +177,17 @@ Expected<Pidfd> clone_child(const CloneSpec& spec, ChildFunction fn, void* arg) 
     args.flags |= CLONE_INTO_CGROUP;
     args.cgroup = static_cast<std::uint64_t>(spec.cgroup_fd);
   }
+  // Sharing our memory, the child runs on a borrowed stack: no handler of
+  // ours may run there, so every signal is blocked around the clone (the
+  // child sets its own mask; ours comes back). A fork-like child inherits
+  // the caller's mask as fork(2) would.
+  sigset_t all, old;
+  if (spec.share_memory) {
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+  }
   long pid = corral_clone3_raw(&args, sizeof args, fn, arg);
+  if (spec.share_memory) pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) return Error::from_errno(sys::error_of(pid), "clone3");
   // clone3 sets O_CLOEXEC on the pidfd it returns.
   return Pidfd(static_cast<pid_t>(pid), UniqueFd(pidfd));

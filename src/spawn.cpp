@@ -189,11 +189,6 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
 
   const int slot_fds[3] = {slots_[0].get(), slots_[1].get(), slots_[2].get()};
   ChildArgs args{&plan, slot_fds, max_slot_, ignored_signals_, &child.report};
-  // Block every signal around clone: no handler of ours may run on the
-  // child's stack while it shares our memory. The child unblocks its own.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
   CloneSpec spec;
   spec.flags = CLONE_FILES | CLONE_CLEAR_SIGHAND;
   spec.share_memory = true;
@@ -201,7 +196,6 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
   auto t0 = std::chrono::steady_clock::now();
   auto pidfd = clone_child(spec, run_plan_in_child, &args);
   child.clone_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 
   // Give the slots back to /dev/null: holding a pipe's write end open here
   // would keep the program's stdout from ever reaching EOF.

@@ -101,9 +101,10 @@ struct CloneSpec {
 // process's exit status (via exit_group). Must be async-signal-safe.
 using ChildFunction = int (*)(void* arg) noexcept;
 
-// clone3(2) with CLONE_PIDFD; `fn(arg)` runs in the child. The caller should
-// have blocked signals around the call when the child shares memory, so no
-// handler of ours runs on the child's stack (spawn does).
+// clone3(2) with CLONE_PIDFD; `fn(arg)` runs in the child. With
+// share_memory the child starts with every signal blocked (no handler of
+// ours may run on its borrowed stack) and sets its own mask; the caller's
+// mask is restored on return. A fork-like child inherits the caller's mask.
 Expected<Pidfd> clone_child(const CloneSpec& spec, ChildFunction fn, void* arg);
 
 // Child side: setsid(2), so the child leads its own session and process
