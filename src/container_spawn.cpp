@@ -142,14 +142,10 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
   args.error_fd = error_write.get();
   args.report_fd = report_write.get();
   args.reset_mask = ignored_signal_mask();
+  // Owned by c from here on (unmapped with it), read when the run ends.
   void* shared = mmap(nullptr, sizeof(std::uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  args.setup_ns_out = shared == MAP_FAILED ? nullptr : static_cast<std::uint64_t*>(shared);
-  struct Unmap {  // until c.setup_word takes it
-    void*& p;
-    ~Unmap() {
-      if (p != MAP_FAILED) munmap(p, sizeof(std::uint64_t));
-    }
-  } unmap{shared};
+  if (shared != MAP_FAILED) c.setup_word = ContainerRun::SharedWord(static_cast<std::uint64_t*>(shared));
+  args.setup_ns_out = c.setup_word.word;
 
   CloneSpec spec;
   spec.flags = c.ns.clone_flags() | CLONE_CLEAR_SIGHAND;
@@ -190,8 +186,6 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
   if (auto st = c.ns.finish_in_parent(child.pidfd.pid()); !st)
     return fail(SpawnStage::namespaces, st.error().code(), st.error().message());
   c.exec_report = std::move(error_read);
-  c.setup_word.word = args.setup_ns_out;
-  shared = MAP_FAILED;  // now c.setup_word's
   return child;
 }
 

@@ -32,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "corral/cgroup.hpp"
@@ -86,6 +87,7 @@ struct ContainerRun {
   struct SharedWord {
     std::uint64_t* word = nullptr;
     SharedWord() = default;
+    explicit SharedWord(std::uint64_t* w) noexcept : word(w) {}
     SharedWord(SharedWord&& o) noexcept : word(std::exchange(o.word, nullptr)) {}
     SharedWord& operator=(SharedWord&& o) noexcept;
     ~SharedWord();
