@@ -1,8 +1,10 @@
 // The CLI contract, through the real binary: exit codes, the `corral:`
 // prefix, --json fields, CORRAL_LIMITS, refusals.
+#include <elf.h>
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "support.hpp"
@@ -129,4 +131,30 @@ Test(cli, enforcement_lists_limits_and_kernel_facts) {
     cr_assert(has(r.out, name), "enforcement does not mention %s:\n%s", name, r.out.c_str());
   Ran j = corral("enforcement --json --tier none");
   cr_assert(!nlohmann::json::parse(j.out, nullptr, false).is_discarded());
+}
+
+// The CLI is a static PIE (the Makefile says why: a one-run `corral run` is
+// mostly process start): no program interpreter, position-independent. A
+// sanitizer build links it dynamically, so this test skips there.
+Test(cli, the_binary_is_a_static_pie) {
+#if defined(__SANITIZE_ADDRESS__)
+  cr_skip_test("sanitizer build: the CLI is linked dynamically (ASan has no static runtime)");
+#endif
+  // The ELF header and the program headers sit at the start of the file.
+  std::string elf(65536, '\0');
+  FILE* f = std::fopen((build_dir() + "/bin/corral").c_str(), "rb");
+  cr_assert_not_null(f);
+  elf.resize(std::fread(elf.data(), 1, elf.size(), f));
+  std::fclose(f);
+  cr_assert_geq(elf.size(), sizeof(Elf64_Ehdr));
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, elf.data(), sizeof eh);
+  cr_assert_eq(std::memcmp(eh.e_ident, ELFMAG, SELFMAG), 0, "not an ELF file");
+  cr_assert_eq(eh.e_type, ET_DYN, "not position-independent (e_type %u)", eh.e_type);
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    cr_assert_leq(eh.e_phoff + (i + 1) * sizeof ph, elf.size());
+    std::memcpy(&ph, elf.data() + eh.e_phoff + i * sizeof ph, sizeof ph);
+    cr_assert_neq(ph.p_type, PT_INTERP, "the CLI names a dynamic loader");
+  }
 }
