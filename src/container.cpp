@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "corral/enforcement.hpp"
+#include "corral/landlock.hpp"
 #include "corral/run_setup.hpp"
 #include "corral/seccomp.hpp"
 
@@ -107,6 +108,9 @@ Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_
   // A killed supervisor takes its sandboxes with it (the Supervisor is
   // single-threaded: the cloning thread lives as long as its runs).
   spec.die_with_parent(true);
+  // The shared template needs Landlock's abstract-unix scoping (ABI 6) to
+  // keep runs in one network namespace from reaching each other's sockets.
+  spec.use_template(host.root && !req.loopback && req.binds.empty() && !req.cwd && host.landlock_abi >= 6);
   auto ns = prepare_namespaces(spec);
   if (!ns) return std::move(ns).error().context("container");
   c->ns = std::move(*ns);
@@ -114,10 +118,17 @@ Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_
   c->devnull.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!c->devnull) return Error::from_errno(errno, "container: open /dev/null");
 
-  // The seccomp filter (`default`: io_uring, namespace creation, mount and
-  // the other host-wide calls denied; no `no-network`, the network namespace
-  // is empty) is the run layer's: plan.seccomp is set before this is called.
-  if (!run.plan.seccomp) return Error::invalid("container: the plan has no seccomp filter");
+  if (c->ns.in_template()) {
+    // Runs share the template's network namespace: an abstract unix socket
+    // of one must be out of another's reach.
+    LandlockSpec scope;
+    scope.confine_writes(false).scope_abstract_unix(true);
+    auto ruleset = prepare(scope);
+    if (!ruleset) return std::move(ruleset).error().context("container: landlock scope for the shared network namespace");
+    run.plan.landlock.emplace(std::move(*ruleset));
+  } else if (!c->ns.template_error().empty()) {
+    run.warnings.push_back("container: built per run, the namespace template failed: " + c->ns.template_error());
+  }
   run.container = std::move(c);
   return {};
 }

@@ -105,6 +105,11 @@ int container_child(void* p) noexcept {
   if (int e = apply_namespaces_in_child(*a->ns, a->report_fd, &a->record.ns))
     return fail_in_child(a, SpawnStage::namespaces, e);
 
+  // The shared template's scoping (container.cpp), while its ruleset fd is
+  // still open; we hold CAP_SYS_ADMIN in our own user namespace, which
+  // landlock_restrict_self accepts in place of no_new_privs.
+  if (plan.landlock)
+    if (int e = apply_landlock_in_child(*plan.landlock)) return fail_in_child(a, SpawnStage::landlock, e);
   if (int e = install_fds_in_child(a)) return fail_in_child(a, SpawnStage::fds, e);
   if (plan.rlimits)
     if (int e = apply_rlimits_in_child(*plan.rlimits)) return fail_in_child(a, SpawnStage::rlimits, e);

@@ -110,9 +110,9 @@ Expected<Request> request_from_json(std::string_view text) {
     } else if (key == "cwd") {
       if (!v.is_string()) return Error::invalid("field 'cwd' must be a string");
       r.cwd = v.get<std::string>();
-    } else if (key == "merge_output" || key == "confine_writes") {
+    } else if (key == "merge_output" || key == "confine_writes" || key == "loopback") {
       if (!v.is_boolean()) return Error::invalid("field '" + key + "' must be true or false");
-      (key == "merge_output" ? r.merge_output : r.confine_writes) = v.get<bool>();
+      (key == "merge_output" ? r.merge_output : key == "loopback" ? r.loopback : r.confine_writes) = v.get<bool>();
     } else if (key == "write_paths") {
       auto s = strings(v, "write_paths");
       if (!s) return std::move(s).error();

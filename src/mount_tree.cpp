@@ -15,6 +15,7 @@
 #include <cstring>
 #include <set>
 
+#include "corral/fd.hpp"
 #include "corral/syscalls.hpp"
 
 namespace corral {
@@ -175,6 +176,15 @@ class Builder {
     tree.add_step(st);
   }
 
+  // Attach the detached mount `fd` (open_tree'd by the parent) at `inside`.
+  void attach(int fd, const std::string& inside, const std::string& host) {
+    MountStep st{MountOp::attach};
+    st.what = s("bind " + inside + " (rw, from " + host + ")");
+    st.target = s(inside);
+    st.fd = fd;
+    tree.add_step(st);
+  }
+
   void setattr(const std::string& target, std::uint64_t attr, std::string_view what) {
     MountStep st{MountOp::setattr};
     st.what = s(what);
@@ -258,7 +268,9 @@ Status add_rootfs(Builder& b, const std::string& rootfs) {
   return {};
 }
 
-void add_dev(Builder& b, const MountTreeSpec& spec) {
+// `run`: where the per-run /dev/shm goes when the tree is split (see
+// prepare_split_mount_tree); null puts it in `b`.
+void add_dev(Builder& b, const MountTreeSpec& spec, Builder* run) {
   b.mkdir("/dev");
   b.tmpfs("/dev", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755");
   // mknod is refused in a user namespace; the host's nodes are bound onto
@@ -274,7 +286,7 @@ void add_dev(Builder& b, const MountTreeSpec& spec) {
   b.symlink("/proc/self/fd/1", "/dev/stdout");
   b.symlink("/proc/self/fd/2", "/dev/stderr");
   b.mkdir("/dev/shm", 01777);
-  b.tmpfs("/dev/shm", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.shm_bytes()) + ",mode=1777");
+  (run ? *run : b).tmpfs("/dev/shm", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.shm_bytes()) + ",mode=1777");
   b.setattr("/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, "make /dev read-only");
 }
 
@@ -337,14 +349,41 @@ Error PreparedMountTree::error_for(const MountFailure& f) const {
   return Error::from_errno(f.err, step);
 }
 
-Expected<PreparedMountTree> prepare_mount_tree(const MountTreeSpec& spec, const EtcIdentity& who) {
-  if (auto st = check_sizes(spec); !st) return std::move(st).error();
+namespace {
+
+// The workspace as a detached, recursive mount the child attaches (split
+// trees: the child cannot see the host to bind it itself). Parent side.
+Expected<UniqueFd> open_detached_workspace(const std::string& host) {
+  struct open_how how;
+  std::memset(&how, 0, sizeof how);
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  long fd = sys::call(SYS_openat2, AT_FDCWD, reinterpret_cast<long>(host.c_str()), reinterpret_cast<long>(&how),
+                      sizeof how);
+  if (fd < 0) return Error::from_errno(sys::error_of(fd), "mount tree: workspace '" + host + "': openat2");
+  UniqueFd path(static_cast<int>(fd));
+  long tree = sys::call(SYS_open_tree, path.get(), reinterpret_cast<long>(""),
+                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
+  if (tree < 0) return Error::from_errno(sys::error_of(tree), "mount tree: workspace '" + host + "': open_tree");
+  UniqueFd out(static_cast<int>(tree));
+  struct mount_attr ma;
+  std::memset(&ma, 0, sizeof ma);
+  ma.attr_set = kWritable;
+  long ret = sys::call(SYS_mount_setattr, out.get(), reinterpret_cast<long>(""), AT_EMPTY_PATH | AT_RECURSIVE,
+                       reinterpret_cast<long>(&ma), sizeof ma);
+  if (ret < 0) return Error::from_errno(sys::error_of(ret), "mount tree: workspace '" + host + "': mount_setattr");
+  return out;
+}
+
+// Both trees: everything in `b`, or with `run` set (a split tree), the
+// per-run mounts in `run` and only their mount points in `b`.
+Status build_tree(const MountTreeSpec& spec, const EtcIdentity& who, Builder& b, Builder* run, UniqueFd* workspace_fd) {
+  if (auto st = check_sizes(spec); !st) return st;
   auto staging = canonical_host(spec.staging_dir(), "staging dir");
   if (!staging) return std::move(staging).error();
   if (host_kind(*staging) != HostKind::directory || *staging == "/")
     return Error::invalid("mount tree: staging dir '" + spec.staging_dir() + "' must be a directory other than /");
 
-  Builder b;
   const std::string old_root = *staging + std::string(kOldRoot);
   b.add(MountOp::make_private, "make every mount private", "/");
   b.tmpfs(*staging, MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.root_bytes()) + ",mode=0755");
@@ -352,20 +391,22 @@ Expected<PreparedMountTree> prepare_mount_tree(const MountTreeSpec& spec, const 
   b.add(MountOp::pivot_root, "pivot_root into the new root", old_root, *staging);
 
   if (spec.rootfs().empty()) {
-    if (auto st = add_host_system(b, who); !st) return std::move(st).error();
+    if (auto st = add_host_system(b, who); !st) return st;
   } else {
-    if (auto st = add_rootfs(b, spec.rootfs()); !st) return std::move(st).error();
+    if (auto st = add_rootfs(b, spec.rootfs()); !st) return st;
   }
-  add_dev(b, spec);
+  add_dev(b, spec, run);
   if (spec.proc()) {
     // Mounted while the host's /proc is still attached under /.oldroot: in a
     // user namespace the kernel allows a new proc mount only where one is
-    // already fully visible (mount_too_revealing).
+    // already fully visible (mount_too_revealing). A split tree's per-run
+    // proc is mounted by a child still in the host's user namespace, where
+    // that rule does not apply.
     b.mkdir("/proc", 0555);
-    b.mount("mount proc on /proc", "proc", "/proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, {});
+    (run ? *run : b).mount("mount proc on /proc", "proc", "/proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, {});
   }
   b.mkdir("/tmp", 01777);
-  b.tmpfs("/tmp", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.tmp_bytes()) + ",mode=1777");
+  (run ? *run : b).tmpfs("/tmp", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.tmp_bytes()) + ",mode=1777");
 
   std::string cwd = "/";
   if (!spec.workspace().empty()) {
@@ -377,9 +418,20 @@ Expected<PreparedMountTree> prepare_mount_tree(const MountTreeSpec& spec, const 
     if (!host) return std::move(host).error();
     if (host_kind(*host) != HostKind::directory)
       return Error(ENOTDIR, "mount tree: workspace '" + spec.workspace() + "' is not a directory");
-    b.bind(*host, *inside, kWritable, true);
+    if (run) {
+      auto fd = open_detached_workspace(*host);
+      if (!fd) return std::move(fd).error();
+      *workspace_fd = std::move(*fd);
+      b.mkdir_parents(*inside);
+      b.mkdir(*inside);
+      run->attach(workspace_fd->get(), *inside, *host);
+    } else {
+      b.bind(*host, *inside, kWritable, true);
+    }
     cwd = *inside;
   }
+  if (run && !spec.binds().empty())
+    return Error::invalid("mount tree: a split tree takes no binds (they would become part of the shared base)");
   for (const auto& bind : spec.binds()) {
     std::string what = std::string(bind.writable ? "bind" : "ro_bind") + " '" + bind.source + "' -> '" + bind.target + "'";
     auto inside = normalize_inside(bind.target, "mount tree: " + what);
@@ -401,8 +453,38 @@ Expected<PreparedMountTree> prepare_mount_tree(const MountTreeSpec& spec, const 
     if (!inside) return std::move(inside).error();
     cwd = *inside;
   }
-  b.add(MountOp::chdir, "chdir " + cwd, cwd);
+  (run ? *run : b).add(MountOp::chdir, "chdir " + cwd, cwd);
+  return {};
+}
+
+}  // namespace
+
+Expected<PreparedMountTree> prepare_mount_tree(const MountTreeSpec& spec, const EtcIdentity& who) {
+  Builder b;
+  if (auto st = build_tree(spec, who, b, nullptr, nullptr); !st) return std::move(st).error();
   return std::move(b.tree);
+}
+
+Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, const EtcIdentity& who) {
+  Builder base, run;
+  SplitMountTree out;
+  if (auto st = build_tree(spec, who, base, &run, &out.workspace_fd); !st) return std::move(st).error();
+  out.base = std::move(base.tree);
+  out.per_run = std::move(run.tree);
+  // What the base was built from: its steps (paths, /etc contents, sizes)
+  // and the identity of every host entry it binds, so a replaced file (an
+  // ldconfig run renames a new ld.so.cache into place) makes a new base.
+  out.fingerprint = out.base.describe();
+  for (const auto& st : out.base.steps()) {
+    if (st.op != MountOp::bind) continue;
+    const char* src = out.base.str(st.source);
+    struct stat sb;
+    std::string host = std::string(src).substr(kOldRoot.size());
+    if (host.empty()) host = "/";
+    if (::stat(host.c_str(), &sb) != 0) return Error::from_errno(errno, "mount tree: stat '" + host + "'");
+    out.fingerprint += host + " " + std::to_string(sb.st_dev) + ":" + std::to_string(sb.st_ino) + "\n";
+  }
+  return out;
 }
 
 // ---- child side: raw syscalls only ----------------------------------------
@@ -502,6 +584,9 @@ StepResult run_step(const PreparedMountTree& t, const MountStep& st) noexcept {
     case MountOp::chdir:
       ret = sys::call(SYS_chdir, L(tgt));
       return fail(ret, MountCall::chdir);
+    case MountOp::attach:
+      ret = sys::call(SYS_move_mount, st.fd, L(""), AT_FDCWD, L(tgt), MOVE_MOUNT_F_EMPTY_PATH);
+      return fail(ret, MountCall::move_mount);
   }
   return {EINVAL, MountCall::none};
 }

@@ -14,6 +14,7 @@
 
 #include <cstring>
 
+#include "corral/ns_template.hpp"
 #include "corral/syscalls.hpp"
 
 namespace corral {
@@ -205,6 +206,147 @@ int fork_program_under_pid1_in_child(int report_fd) noexcept {
   pid1_loop(static_cast<pid_t>(pid), report_fd);
 }
 
+namespace {
+
+// Template mode: what the program and pid 1 need for the user namespace the
+// program makes itself (see NamespaceSpec::use_template).
+struct UserNsStep {
+  const char* uid_map;
+  long uid_len;
+  const char* gid_map;
+  long gid_len;
+  long inside_uid, inside_gid, outside_uid, outside_gid;
+  int parent_pidfd;  // die_with_parent: a pidfd of the supervisor, else -1
+};
+
+// "/proc/<pid>/<name>" into buf (64 bytes); child-safe.
+void proc_path_in_child(char* buf, long pid, const char* name) noexcept {
+  const char prefix[] = "/proc/";
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + pid % 10);
+    pid /= 10;
+  } while (pid > 0 && n < 20);
+  int i = 0;
+  for (const char* c = prefix; *c; ++c) buf[i++] = *c;
+  while (n > 0) buf[i++] = digits[--n];
+  buf[i++] = '/';
+  for (const char* c = name; *c && i < 62; ++c) buf[i++] = *c;
+  buf[i] = 0;
+}
+
+int write_proc_in_child(long pid, const char* name, const char* data, long len) noexcept {
+  char path[64];
+  proc_path_in_child(path, pid, name);
+  long fd = sys::call(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return sys::error_of(fd);
+  long n = sys::call(SYS_write, fd, reinterpret_cast<long>(data), len);
+  sys::call(SYS_close, fd);
+  if (n < 0) return sys::error_of(n);
+  return n == len ? 0 : EIO;
+}
+
+int read_int_in_child(int fd, int fallback) noexcept {
+  int v = fallback;
+  long n;
+  while ((n = sys::call(SYS_read, fd, reinterpret_cast<long>(&v), sizeof v)) == -EINTR) {
+  }
+  return n == static_cast<long>(sizeof v) ? v : fallback;
+}
+
+// pid 1 in template mode: still the host's root (it made the mounts), so it
+// writes the maps of the user namespace the program has just made, then
+// becomes the run's outside ids and, with die_with_parent, sets its
+// PDEATHSIG and checks the supervisor is still there.
+[[noreturn]] void pid1_map_then_loop(pid_t program, int report_fd, int ready, int go, const UserNsStep& u) noexcept {
+  int answer = read_int_in_child(ready, ECANCELED);
+  sys::call(SYS_close, ready);
+  const bool made = answer == 0;
+  if (made) answer = write_proc_in_child(program, "uid_map", u.uid_map, u.uid_len);
+  if (made && answer == 0) answer = write_proc_in_child(program, "gid_map", u.gid_map, u.gid_len);
+  if (made) sys::write_all(go, &answer, sizeof answer);
+  sys::call(SYS_close, go);
+  // Never a host-root process left in the run: without the drop pid 1 ends
+  // (and the pid namespace with it).
+  if (sys::call(SYS_setresgid, u.outside_gid, u.outside_gid, u.outside_gid) < 0 ||
+      sys::call(SYS_setresuid, u.outside_uid, u.outside_uid, u.outside_uid) < 0)
+    exit_now(kPid1SignalExitBase + SIGKILL);
+  if (u.parent_pidfd >= 0) {
+    struct pollfd alive = {u.parent_pidfd, POLLIN, 0};
+    struct timespec now = {0, 0};
+    if (sys::call(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 ||
+        sys::call(SYS_ppoll, reinterpret_cast<long>(&alive), 1, reinterpret_cast<long>(&now), 0, 0) != 0)
+      exit_now(kPid1SignalExitBase + SIGKILL);
+  }
+  harden_pid1(report_fd);
+  pid1_loop(program, report_fd);
+}
+
+// The program's side: its own user namespace, the maps from pid 1, then the
+// inside ids (which keep its capabilities there: the inside 0 is unmapped;
+// the program's later steps drop them).
+int program_userns_in_child(int ready, int go, const UserNsStep& u, NsFailure* f) noexcept {
+  int err = sys::error_of(sys::call(SYS_unshare, CLONE_NEWUSER));
+  sys::write_all(ready, &err, sizeof err);
+  sys::call(SYS_close, ready);
+  if (err) {
+    sys::call(SYS_close, go);
+    f->stage = NsStage::user_ns;
+    return f->err = err;
+  }
+  int answer = read_int_in_child(go, ECANCELED);
+  sys::call(SYS_close, go);
+  if (answer) {
+    f->stage = NsStage::id_maps;
+    return f->err = answer;
+  }
+  long ret;
+  if ((ret = sys::call(SYS_setresgid, u.inside_gid, u.inside_gid, u.inside_gid)) < 0) {
+    f->stage = NsStage::setgid;
+    return f->err = sys::error_of(ret);
+  }
+  if ((ret = sys::call(SYS_setresuid, u.inside_uid, u.inside_uid, u.inside_uid)) < 0) {
+    f->stage = NsStage::setuid;
+    return f->err = sys::error_of(ret);
+  }
+  return 0;
+}
+
+int fork_program_with_userns_in_child(int report_fd, const UserNsStep& u, NsFailure* f) noexcept {
+  int ready[2], go[2];
+  long ret = sys::call(SYS_pipe2, reinterpret_cast<long>(ready), O_CLOEXEC);
+  if (ret >= 0 && (ret = sys::call(SYS_pipe2, reinterpret_cast<long>(go), O_CLOEXEC)) < 0) {
+    sys::call(SYS_close, ready[0]);
+    sys::call(SYS_close, ready[1]);
+  }
+  if (ret < 0) {
+    f->stage = NsStage::pid1;
+    return f->err = sys::error_of(ret);
+  }
+  std::uint64_t old_mask = 0;
+  ret = sys::call(SYS_rt_sigprocmask, SIG_BLOCK, reinterpret_cast<long>(&kPid1Signals),
+                  reinterpret_cast<long>(&old_mask), kSigsetSize);
+  long pid = ret < 0 ? ret : sys::call(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+  if (pid <= 0) {
+    sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&old_mask), 0, kSigsetSize);
+    if (pid < 0) {
+      for (int fd : {ready[0], ready[1], go[0], go[1]}) sys::call(SYS_close, fd);
+      f->stage = NsStage::pid1;
+      return f->err = sys::error_of(pid);
+    }
+    if (report_fd >= 0) sys::call(SYS_close, report_fd);
+    sys::call(SYS_close, ready[0]);
+    sys::call(SYS_close, go[1]);
+    return program_userns_in_child(ready[1], go[0], u, f);
+  }
+  sys::call(SYS_close, ready[1]);
+  sys::call(SYS_close, go[0]);
+  pid1_map_then_loop(static_cast<pid_t>(pid), report_fd, ready[0], go[1], u);
+}
+
+}  // namespace
+
 // ---- the combined spec ----------------------------------------------------------
 
 namespace {
@@ -299,10 +441,30 @@ Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec) {
     who.uid = spec.user() ? p.map_.inside_uid : ::geteuid();
     who.gid = spec.user() ? p.map_.inside_gid : ::getegid();
     who.hostname = spec.hostname();
-    auto tree = prepare_mount_tree(spec.mounts(), who);
-    if (!tree) return tree.error().context("namespaces");
-    p.tree_ = std::move(tree).value();
-    p.has_tree_ = true;
+    if (spec.use_template() && !p.rootless_ && spec.user() && spec.pid() && spec.net() && spec.mounts().binds().empty()) {
+      auto split = prepare_split_mount_tree(spec.mounts(), who);
+      if (!split) return split.error().context("namespaces");
+      auto tmpl = open_ns_template(split->base, split->fingerprint, spec.template_root());
+      if (tmpl) {
+        p.template_dir_ = tmpl->dir;
+        p.template_mnt_ = std::move(tmpl->mnt);
+        p.template_net_ = std::move(tmpl->net);
+        p.workspace_fd_ = std::move(split->workspace_fd);
+        p.tree_ = std::move(split->per_run);
+        p.has_tree_ = true;
+        p.flags_ &= ~static_cast<std::uint64_t>(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET);
+        p.uid_map_line_ = map_line(p.map_.inside_uid, p.map_.outside_uid);
+        p.gid_map_line_ = map_line(p.map_.inside_gid, p.map_.outside_gid);
+      } else {
+        p.template_error_ = tmpl.error().message();
+      }
+    }
+    if (!p.in_template()) {
+      auto tree = prepare_mount_tree(spec.mounts(), who);
+      if (!tree) return tree.error().context("namespaces");
+      p.tree_ = std::move(tree).value();
+      p.has_tree_ = true;
+    }
   }
   auto sync = SyncPipe::create();
   if (!sync) return std::move(sync).error();
@@ -333,6 +495,9 @@ const char* ns_stage_name(NsStage stage) noexcept {
     case NsStage::mount_tree: return "mount tree";
     case NsStage::pid1: return "fork the program under pid 1";
     case NsStage::parent_death: return "prctl(PR_SET_PDEATHSIG)";
+    case NsStage::template_enter: return "enter the namespace template (setns net, setns mnt, unshare mnt)";
+    case NsStage::user_ns: return "unshare(CLONE_NEWUSER) in the program";
+    case NsStage::id_maps: return "pid 1 writes the program's uid/gid maps";
   }
   return "?";
 }
@@ -361,6 +526,32 @@ int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, 
   int err = wait_for_parent_in_child(ns.sync_.read_fd());
   sys::call(SYS_close, ns.sync_.read_fd());
   if (err) return fail(NsStage::sync, err);
+
+  if (ns.in_template()) {
+    // Still the host's root: enter the template's namespaces (owned by the
+    // host's user namespace, so this must come before our own), copy its
+    // mount namespace so nothing we mount reaches it or other runs, then
+    // the per-run mounts, and the user namespace last, in the program.
+    long ret;
+    if ((ret = sys::call(SYS_setns, ns.template_net_.get(), CLONE_NEWNET)) < 0 ||
+        (ret = sys::call(SYS_setns, ns.template_mnt_.get(), CLONE_NEWNS)) < 0 ||
+        (ret = sys::call(SYS_unshare, CLONE_NEWNS)) < 0)
+      return fail(NsStage::template_enter, sys::error_of(ret));
+    sys::call(SYS_close, ns.template_net_.get());
+    sys::call(SYS_close, ns.template_mnt_.get());
+    if (ns.flags_ & CLONE_NEWUTS)
+      if ((err = set_hostname_in_child(ns.hostname_.data(), ns.hostname_.size())))
+        return fail(NsStage::hostname, err);
+    if ((err = apply_mount_tree_in_child(ns.tree_, &f->mount))) return fail(NsStage::mount_tree, err);
+    sys::call(SYS_close, ns.workspace_fd_.get());
+    // Root's supplementary groups must not reach pid 1 or the program.
+    if ((ret = sys::call(SYS_setgroups, 0, 0)) < 0) return fail(NsStage::setgroups, sys::error_of(ret));
+    UserNsStep u{ns.uid_map_line_.data(), static_cast<long>(ns.uid_map_line_.size()),
+                 ns.gid_map_line_.data(), static_cast<long>(ns.gid_map_line_.size()),
+                 ns.map_.inside_uid, ns.map_.inside_gid, ns.map_.outside_uid, ns.map_.outside_gid,
+                 ns.die_with_parent_ ? ns.parent_pidfd_.get() : -1};
+    return fork_program_with_userns_in_child(pid1_report_fd, u, f);
+  }
 
   if (ns.has_user()) {
     // Raw calls: glibc's set*id would broadcast to the parent's threads.

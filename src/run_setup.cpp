@@ -74,8 +74,10 @@ Expected<UniqueFd> stdin_memfd(const std::string& text) {
 // The tier's filter: `default`, plus `no-network` when the network is
 // closed, or `tcp-only` when it is closed but for an allow-list of ports.
 // In a container the network namespace is already empty: `default` only.
-Expected<std::shared_ptr<const SeccompProgram>> seccomp_for(const Request& req, MechanismCache* cache) {
-  const char* net = (req.tier == Tier::container || req.net != NetworkAccess::none)
+Expected<std::shared_ptr<const SeccompProgram>> seccomp_for(const Request& req, MechanismCache* cache,
+                                                            bool shared_netns = false) {
+  const char* net = shared_netns ? "no-network"
+                    : (req.tier == Tier::container || req.net != NetworkAccess::none)
                         ? nullptr
                         : (req.tcp_connect_ports.empty() ? "no-network" : "tcp-only");
   std::string key = net ? std::string("default,") + net : "default";
@@ -99,11 +101,16 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
   // Namespaces, mount tree, cgroup, seccomp; the host id is the run's own
   // uid when root, ours when rootless.
   if (req.tier == Tier::container) {
-    auto program = seccomp_for(req, cache);
+    auto st = owner ? prepare_container(run, host, owner->uid, owner->gid)
+                    : prepare_container(run, host, geteuid(), getegid());
+    if (!st) return st;
+    // `default` (io_uring, namespace creation, mount and the other host-wide
+    // calls denied); in the shared template's network namespace also
+    // `no-network`: a port bound there would collide with another run's.
+    auto program = seccomp_for(req, cache, run.container->ns.in_template());
     if (!program) return std::move(program).error();
     run.plan.seccomp = std::move(*program);
-    return owner ? prepare_container(run, host, owner->uid, owner->gid)
-                 : prepare_container(run, host, geteuid(), getegid());
+    return {};
   }
 
   // Not root: there is nothing to drop and the bounding set cannot shrink;

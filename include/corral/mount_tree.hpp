@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "corral/fd.hpp"
 #include "corral/status.hpp"
 
 namespace corral {
@@ -118,6 +119,7 @@ enum class MountOp : std::uint8_t {
   detach,        // umount2(target, MNT_DETACH)
   rmdir,         // rmdir(target)
   chdir,         // chdir(target)
+  attach,        // move_mount(fd, target): a detached mount the parent made
 };
 
 // Strings are offsets into PreparedMountTree's arena (kNoString = none), so
@@ -135,6 +137,7 @@ struct MountStep {
   std::uint32_t what = kNoString;  // "bind /usr (ro)": for error messages
   unsigned long flags = 0;         // MS_* for mount
   std::uint64_t attr = 0;          // MOUNT_ATTR_* for bind/setattr
+  int fd = -1;                     // attach: the detached mount (the child's copy of the parent's fd)
 };
 
 // Which syscall of a step failed.
@@ -175,6 +178,23 @@ const char* mount_call_name(MountCall call) noexcept;
 
 // Parent: validate the spec against the host and build the steps.
 Expected<PreparedMountTree> prepare_mount_tree(const MountTreeSpec& spec, const EtcIdentity& who);
+
+// The same tree in two parts, for a namespace template (ns_template.hpp):
+// `base` is what every run shares — the root, the host entries or rootfs,
+// /etc, /dev, the mount points — and ends with the host detached and /
+// read-only; `per_run` mounts what each run gets fresh on a private copy of
+// it: /proc, /tmp, /dev/shm and the workspace (attached from
+// `workspace_fd`, a detached mount made here, since the copy cannot see the
+// host), then the chdir. Refuses binds (they would become part of the shared
+// base). `fingerprint` names the base: its steps plus the device and inode
+// of every host entry it binds.
+struct SplitMountTree {
+  PreparedMountTree base;
+  PreparedMountTree per_run;
+  UniqueFd workspace_fd;
+  std::string fingerprint;
+};
+Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, const EtcIdentity& who);
 
 // Child, async-signal-safe: raw syscalls only, no allocation. Must run in a
 // new mount namespace (else it would rearrange the host's mounts; the first

@@ -142,6 +142,18 @@ class NamespaceSpec {
   // child then polls a pidfd of the preparing process (prepare opens it; the
   // clone must come from that process) and ends with NsStage::parent_death.
   NamespaceSpec& die_with_parent(bool on) { die_with_parent_ = on; return *this; }
+  // Root only, with user, pid, net and mount on and no binds: enter a
+  // namespace template (ns_template.hpp; made on first use) instead of
+  // building the mount tree's base and a network namespace per run. The
+  // child then stays in the host's user namespace until its mounts are made
+  // (the template's namespaces are not ours to enter from a new one): it
+  // joins the template's network namespace, copies its mount namespace,
+  // mounts /proc, /tmp, /dev/shm and the workspace, and forks; the program
+  // unshares its user namespace, pid 1 writes the maps and drops to the
+  // outside ids. When the template cannot be had, the run is built the
+  // per-run way and template_error() says why.
+  NamespaceSpec& use_template(bool on) { use_template_ = on; return *this; }
+  NamespaceSpec& template_root(std::string dir) { template_root_ = std::move(dir); return *this; }
 
   bool user() const { return user_; }
   bool pid() const { return pid_; }
@@ -154,9 +166,13 @@ class NamespaceSpec {
   const std::string& hostname() const { return hostname_; }
   const MountTreeSpec& mounts() const { return mounts_; }
   bool die_with_parent() const { return die_with_parent_; }
+  bool use_template() const { return use_template_; }
+  const std::string& template_root() const { return template_root_; }
 
  private:
   bool die_with_parent_ = false;
+  bool use_template_ = false;
+  std::string template_root_ = "/run/corral/templates";
   bool user_ = true, pid_ = true, net_ = true, mount_ = true, ipc_ = true, uts_ = true, cgroup_ = true;
   std::optional<UserNsMap> map_;
   std::string hostname_ = "corral";
@@ -166,6 +182,7 @@ class NamespaceSpec {
 // Which stage of apply_namespaces_in_child failed.
 enum class NsStage : std::uint8_t {
   none, sync, setgroups, setgid, setuid, hostname, loopback, mount_tree, pid1, parent_death,
+  template_enter, user_ns, id_maps,
 };
 
 // The fixed record a failing child hands back (e.g. through its error pipe).
@@ -187,6 +204,11 @@ class PreparedNamespaces {
   const UserNsMap& map() const noexcept { return map_; }
   const PreparedMountTree* mount_tree() const noexcept { return has_tree_ ? &tree_ : nullptr; }
   const SyncPipe& sync() const noexcept { return sync_; }
+  // In a namespace template (NamespaceSpec::use_template): its directory;
+  // empty when built per run, and then template_error() is why, if one was asked for.
+  const std::string& template_dir() const noexcept { return template_dir_; }
+  const std::string& template_error() const noexcept { return template_error_; }
+  bool in_template() const noexcept { return !template_dir_.empty(); }
 
   // Parent, right after clone: write the id maps (if a user namespace) and
   // release the child. On failure the child is abandoned (it reads EOF and
@@ -212,8 +234,13 @@ class PreparedNamespaces {
   UserNsMap map_;
   std::string hostname_;
   bool has_tree_ = false;
-  PreparedMountTree tree_;
+  PreparedMountTree tree_;  // the per-run part when in a template
   SyncPipe sync_;
+  // Template mode: the namespaces to enter, the detached workspace the tree
+  // attaches, and the map lines pid 1 writes for the program.
+  std::string template_dir_, template_error_;
+  UniqueFd template_mnt_, template_net_, workspace_fd_;
+  std::string uid_map_line_, gid_map_line_;
 };
 
 // Parent: validate the spec (ids, hostname, mount tree against this host),

@@ -84,6 +84,10 @@ struct Request {
   // and nothing else leaves (Landlock TCP rules, ABI >= 4, plus a seccomp
   // profile that keeps sockets to AF_UNIX and TCP). Ignored on other tiers.
   std::vector<std::uint16_t> tcp_connect_ports;
+  // Tier container: a network namespace of the run's own with lo up. Off,
+  // a root supervisor runs it in the shared namespace template
+  // (ns_template.hpp): no loopback, sockets but AF_UNIX refused.
+  bool loopback = false;
   std::optional<uid_t> user;               // pin the run's uid (root only); in tier
                                            // container: the uid inside (default 65534)
   std::optional<std::string> rootfs;       // tier container: a prepared root instead of the host's /usr...

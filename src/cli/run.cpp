@@ -48,6 +48,10 @@ const char kRunHelp[] =
     "  --write-path P                 add P to the write set (implies\n"
     "                                 --confine-writes; repeatable)\n"
     "  --net none|host                none: no sockets but AF_UNIX (default: host)\n"
+    "  --loopback                     tier container: a network namespace of the\n"
+    "                                 run's own with lo up (default as root: the\n"
+    "                                 shared template's, no loopback, sockets but\n"
+    "                                 AF_UNIX refused; ~0.7 ms more per run)\n"
     "  --env K=V                      set a variable (repeatable; default: none)\n"
     "  --pass-env K                   pass corral's K through (repeatable;\n"
     "                                 PATH is always passed)\n"
@@ -167,6 +171,7 @@ int parse(int argc, char** argv, Options& o) {
     else if (a == "--untrusted") o.untrusted = true;
     else if (a == "--confine-writes") o.request.confine_writes = true;
     else if (a == "--merge-output") o.request.merge_output = true;
+    else if (a == "--loopback") o.request.loopback = true;
     else if (!(v = value(a.c_str()))) return 2;
     else if (a == "--tier") {
       auto t = parse_tier(v);

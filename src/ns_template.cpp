@@ -1,0 +1,228 @@
+#include "corral/ns_template.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/nsfs.h>
+#include <sched.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <vector>
+
+#include "corral/capture.hpp"
+#include "corral/syscalls.hpp"
+
+namespace corral {
+namespace {
+
+constexpr long kNsfsMagic = 0x6e736673;  // NSFS_MAGIC, <linux/magic.h>
+
+Error template_error(int err, const std::string& what) {
+  return Error::from_errno(err, "namespace template: " + what);
+}
+
+// A directory we own that nobody else can write: what we bind the
+// namespaces under, and what a run trusts when it enters them.
+Status ensure_private_dir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return template_error(errno, "mkdir '" + path + "'");
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return template_error(errno, "stat '" + path + "'");
+  if (!S_ISDIR(st.st_mode)) return template_error(ENOTDIR, "'" + path + "' is not a directory");
+  if (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))
+    return template_error(EPERM, "'" + path + "' must be ours and writable by nobody else");
+  return {};
+}
+
+Status ensure_root(std::string_view root) {
+  std::string path(root);
+  auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0)
+    if (auto st = ensure_private_dir(path.substr(0, slash), 0755); !st) return st;
+  return ensure_private_dir(path, 0700);
+}
+
+// An nsfs file of the given kind (CLONE_NEWNS, CLONE_NEWNET), or an empty fd.
+UniqueFd open_ns(const std::string& path, int kind) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) return {};
+  struct statfs fs;
+  if (::fstatfs(fd.get(), &fs) != 0 || fs.f_type != kNsfsMagic) return {};
+  if (::ioctl(fd.get(), NS_GET_NSTYPE) != kind) return {};
+  return fd;
+}
+
+bool open_existing(const std::string& dir, NsTemplate& out) {
+  out.mnt = open_ns(dir + "/mnt", CLONE_NEWNS);
+  if (!out.mnt) return false;
+  out.net = open_ns(dir + "/net", CLONE_NEWNET);
+  return static_cast<bool>(out.net);
+}
+
+// Whatever a crashed maker or an old boot left: both files unmounted and gone.
+void clear_dir(const std::string& dir) {
+  for (const char* name : {"mnt", "net"}) {
+    std::string p = dir + "/" + name;
+    while (::umount2(p.c_str(), MNT_DETACH) == 0) {
+    }
+    ::unlink(p.c_str());
+  }
+  ::rmdir(dir.c_str());
+}
+
+Status touch(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_CREAT | O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return template_error(errno, "create '" + path + "'");
+  return {};
+}
+
+struct HelperRecord {
+  int unshare_err = 0;
+  int tree_err = 0;
+  MountFailure failure;
+};
+
+// Fork a helper into a new mount and network namespace, build `base` there,
+// and bind its namespaces onto dir/{mnt,net}. The helper waits on a pipe
+// until the binds are made, so its namespaces are alive while we bind them.
+Status make_template(const PreparedMountTree& base, const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return template_error(errno, "mkdir '" + dir + "'");
+  for (const char* name : {"/mnt", "/net"})
+    if (auto st = touch(dir + name); !st) return st;
+
+  int report[2], hold[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return template_error(errno, "pipe");
+  if (::pipe2(hold, O_CLOEXEC) != 0) {
+    int e = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    return template_error(e, "pipe");
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    for (int fd : {report[0], report[1], hold[0], hold[1]}) ::close(fd);
+    return template_error(e, "fork the helper");
+  }
+  if (pid == 0) {
+    // The helper: raw calls only (we may have forked a threaded process).
+    sys::call(SYS_close, report[0]);
+    sys::call(SYS_close, hold[1]);
+    HelperRecord rec;
+    rec.unshare_err = sys::error_of(sys::call(SYS_unshare, CLONE_NEWNS | CLONE_NEWNET));
+    if (!rec.unshare_err) rec.tree_err = apply_mount_tree_in_child(base, &rec.failure);
+    sys::write_all(report[1], &rec, sizeof rec);
+    char byte;
+    while (sys::call(SYS_read, hold[0], reinterpret_cast<long>(&byte), 1) == -EINTR) {
+    }
+    for (;;) sys::call(SYS_exit_group, 0);
+  }
+  ::close(report[1]);
+  ::close(hold[0]);
+  UniqueFd report_read(report[0]), hold_write(hold[1]);
+
+  HelperRecord rec;
+  ssize_t n;
+  do {
+    n = ::read(report_read.get(), &rec, sizeof rec);
+  } while (n < 0 && errno == EINTR);
+  Status result;
+  if (n != static_cast<ssize_t>(sizeof rec)) {
+    result = template_error(n < 0 ? errno : EPIPE, "the helper ended without a report");
+  } else if (rec.unshare_err) {
+    result = template_error(rec.unshare_err, "unshare(CLONE_NEWNS|CLONE_NEWNET)");
+  } else if (rec.tree_err) {
+    result = base.error_for(rec.failure).context("namespace template");
+  } else {
+    for (const char* name : {"mnt", "net"}) {
+      std::string src = "/proc/" + std::to_string(pid) + "/ns/" + name;
+      std::string dst = dir + "/" + name;
+      if (::mount(src.c_str(), dst.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+        result = template_error(errno, "bind " + src + " on " + dst);
+        break;
+      }
+    }
+  }
+  hold_write.reset();
+  int status;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!result) clear_dir(dir);
+  return result;
+}
+
+// Keep the newest kKeptTemplates - 1 others (by the directory's mtime), so
+// with the new one there are at most kKeptTemplates.
+void remove_old_templates(const std::string& root, const std::string& keep) {
+  DIR* d = ::opendir(root.c_str());
+  if (!d) return;
+  std::vector<std::pair<long long, std::string>> dirs;
+  while (struct dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name.empty() || name[0] == '.' || root + "/" + name == keep) continue;
+    struct stat st;
+    std::string path = root + "/" + name;
+    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      dirs.emplace_back(static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec, path);
+  }
+  ::closedir(d);
+  std::sort(dirs.begin(), dirs.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = kKeptTemplates - 1; i < dirs.size(); ++i) clear_dir(dirs[i].second);
+}
+
+}  // namespace
+
+Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::string& fingerprint,
+                                      std::string_view root) {
+  NsTemplate out;
+  const std::string root_s(root);
+  out.dir = root_s + "/" + Sha256::hex_of(fingerprint).substr(0, 24);
+  if (open_existing(out.dir, out)) return out;
+
+  if (auto st = ensure_root(root); !st) return std::move(st).error();
+  // The directories are ours alone (checked above), so the lock file is too.
+  std::string lock_path = root_s + "/.lock";
+  UniqueFd lock(::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!lock) return template_error(errno, "open '" + lock_path + "'");
+  while (::flock(lock.get(), LOCK_EX) != 0)
+    if (errno != EINTR) return template_error(errno, "flock '" + lock_path + "'");
+  if (open_existing(out.dir, out)) return out;  // another caller made it while we waited
+
+  clear_dir(out.dir);
+  if (auto st = make_template(base, out.dir); !st) return std::move(st).error();
+  remove_old_templates(root_s, out.dir);
+  if (!open_existing(out.dir, out))
+    return template_error(ENOENT, "'" + out.dir + "' was made but does not open as two namespaces");
+  out.created = true;
+  return out;
+}
+
+Expected<int> remove_ns_templates(std::string_view root) {
+  const std::string root_s(root);
+  DIR* d = ::opendir(root_s.c_str());
+  if (!d) {
+    if (errno == ENOENT) return 0;
+    return template_error(errno, "open '" + root_s + "'");
+  }
+  std::vector<std::string> dirs;
+  while (struct dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (!name.empty() && name[0] != '.') dirs.push_back(root_s + "/" + name);
+  }
+  ::closedir(d);
+  int removed = 0;
+  for (const auto& dir : dirs) {
+    clear_dir(dir);
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) != 0) ++removed;
+  }
+  return removed;
+}
+
+}  // namespace corral
