@@ -474,8 +474,17 @@ Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, con
   // What the base was built from: its steps (paths, /etc contents, sizes)
   // and the identity of every host entry it binds, so a replaced file (an
   // ldconfig run renames a new ld.so.cache into place) makes a new base.
-  out.fingerprint = out.base.describe();
-  for (const auto& st : out.base.steps()) {
+  const PreparedMountTree& b = out.base;
+  auto field = [&](std::uint32_t off, std::uint32_t len = 0) {
+    if (off == kNoString) return std::string("-");
+    return len ? std::string(b.str(off), len) : std::string(b.str(off));
+  };
+  for (const auto& st : b.steps()) {
+    out.fingerprint += std::to_string(static_cast<int>(st.op)) + " " + field(st.source) + " " + field(st.target) +
+                       " " + field(st.fstype) + " " + std::to_string(st.flags) + " " + std::to_string(st.attr) +
+                       " " + std::to_string(st.mode) + " " + field(st.data, st.data_len) + "\n";
+  }
+  for (const auto& st : b.steps()) {
     if (st.op != MountOp::bind) continue;
     const char* src = out.base.str(st.source);
     struct stat sb;

@@ -60,7 +60,30 @@ inline std::string helpers_dir() {
   return realpath(corral_test::helper("").c_str(), buf) ? std::string(buf) : corral_test::helper("");
 }
 
-// A container-tier request with the test helpers at /helpers.
+#ifdef CONTAINER_TEST_STAGED
+// container_template_test: the helper in argv[0] ("/helpers/NAME") staged
+// into the workspace instead of bound, so a root run (no binds) enters the
+// namespace template (ns_template.hpp) and every test below holds there too.
+inline constexpr bool kStaged = true;
+inline Request boxed(std::vector<std::string> argv) {
+  Request r;
+  r.tier = Tier::container;
+  const std::string prefix = "/helpers/";
+  if (!argv.empty() && argv[0].rfind(prefix, 0) == 0) {
+    Input in;
+    in.name = argv[0].substr(prefix.size());
+    in.host_path = helpers_dir() + "/" + in.name;
+    in.mode = 0755;
+    r.inputs.push_back(std::move(in));
+    argv[0] = "/workspace/" + argv[0].substr(prefix.size());
+  }
+  r.argv = std::move(argv);
+  return r;
+}
+#else
+// A container-tier request with the test helpers at /helpers (a bind: the
+// run builds its namespaces per run).
+inline constexpr bool kStaged = false;
 inline Request boxed(std::vector<std::string> argv) {
   Request r;
   r.tier = Tier::container;
@@ -68,6 +91,10 @@ inline Request boxed(std::vector<std::string> argv) {
   r.binds.push_back(MountBind{helpers_dir(), "/helpers", false});
   return r;
 }
+#endif
+
+// Whether runs from this process enter the namespace template.
+inline bool in_template() { return kStaged && geteuid() == 0 && host().landlock_abi >= 6; }
 
 // "" or the list of observations that differ from `want`.
 inline std::string mismatches(const Result& r, const std::map<std::string, std::string>& want) {

@@ -8,7 +8,17 @@
  *   alloc BYTES       allocate BYTES and touch every page; print "allocated"
  *   write FILE TEXT   write TEXT to FILE (created 0644)
  *   exit CODE         exit with CODE (128+N codes too: pid 1 must not confuse them)
+ *   abstract-listen NAME SECONDS
+ *                     listen on the abstract unix socket @NAME, print
+ *                     "self_connect=" (a connect from this run) and
+ *                     "listening", then accept for SECONDS
+ *   abstract-connect NAME SECONDS
+ *                     connect to @NAME, retrying while nothing listens
+ *                     (ECONNREFUSED) for up to SECONDS; "abstract_connect="
+ *   ns                "netns=" and "mntns=": this process's namespaces
  */
+#include <sys/un.h>
+#include <time.h>
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -21,6 +31,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <stddef.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -150,6 +161,60 @@ static int write_text(const char *path, const char *text) {
   return fclose(f) == 0 ? 0 : 4;
 }
 
+static int abstract_socket(const char *name, struct sockaddr_un *a, socklen_t *len) {
+  memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  size_t n = strlen(name);
+  if (n > sizeof a->sun_path - 2) n = sizeof a->sun_path - 2;
+  memcpy(a->sun_path + 1, name, n);  /* sun_path[0] = 0: abstract */
+  *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+  return socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+}
+
+static int abstract_listen(const char *name, int seconds) {
+  struct sockaddr_un a;
+  socklen_t len;
+  int s = abstract_socket(name, &a, &len);
+  if (s < 0 || bind(s, (struct sockaddr *)&a, len) != 0 || listen(s, 8) != 0) {
+    printf("listen: %s\n", err_name(errno));
+    return 3;
+  }
+  int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  result("self_connect", connect(c, (struct sockaddr *)&a, len));
+  close(c);
+  printf("listening\n");
+  alarm((unsigned)seconds);
+  for (;;) {
+    int fd = accept(s, NULL, NULL);
+    if (fd >= 0) close(fd);
+  }
+}
+
+static int abstract_connect(const char *name, int seconds) {
+  struct sockaddr_un a;
+  socklen_t len;
+  struct timespec pause = {0, 50 * 1000 * 1000};
+  for (int i = 0;; i++) {
+    int s = abstract_socket(name, &a, &len);
+    int r = connect(s, (struct sockaddr *)&a, len);
+    int e = errno;
+    close(s);
+    if (r == 0 || e != ECONNREFUSED || i >= seconds * 20) {
+      errno = e;
+      result("abstract_connect", r);
+      return 0;
+    }
+    nanosleep(&pause, NULL);
+  }
+}
+
+static void ns_link(const char *key, const char *path) {
+  char buf[128];
+  ssize_t n = readlink(path, buf, sizeof buf - 1);
+  buf[n > 0 ? n : 0] = 0;
+  printf("%s=%s\n", key, buf);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) return 2;
@@ -158,5 +223,12 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "alloc") && argc > 2) return alloc(atoll(argv[2]));
   if (!strcmp(m, "write") && argc > 3) return write_text(argv[2], argv[3]);
   if (!strcmp(m, "exit") && argc > 2) return atoi(argv[2]);
+  if (!strcmp(m, "abstract-listen") && argc > 3) return abstract_listen(argv[2], atoi(argv[3]));
+  if (!strcmp(m, "abstract-connect") && argc > 3) return abstract_connect(argv[2], atoi(argv[3]));
+  if (!strcmp(m, "ns")) {
+    ns_link("netns", "/proc/self/ns/net");
+    ns_link("mntns", "/proc/self/ns/mnt");
+    return 0;
+  }
   return 2;
 }

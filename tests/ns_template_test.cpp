@@ -1,0 +1,262 @@
+// The namespace template (ns_template.hpp): root runs without binds share
+// one prepared mount-tree base and one empty network namespace, and still
+// cannot reach each other; a broken or stale template is rebuilt, old ones
+// are dropped, and --loopback keeps a network namespace of the run's own.
+// The guarantees themselves are observed in the template by
+// container_template_test (container_test.cpp with the helpers staged).
+#define CONTAINER_TEST_STAGED 1
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "container_support.hpp"
+#include "corral/ns_template.hpp"
+
+using namespace corral;
+using namespace container_test;
+using corral_test::TempDir;
+
+namespace {
+
+#define SKIP_UNLESS_TEMPLATE()                                                                       \
+  do {                                                                                               \
+    SKIP_UNLESS_CONTAINER();                                                                         \
+    if (geteuid() != 0) cr_skip_test("not root: rootless runs build their namespaces per run");      \
+    if (host().landlock_abi < 6)                                                                     \
+      cr_skip_test("Landlock ABI %d < 6: no abstract-unix scoping, so no shared network namespace", \
+                   host().landlock_abi);                                                             \
+  } while (0)
+
+std::map<std::string, std::string> observations(const Result& r) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(r.stdout_capture.text);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto eq = line.find('=');
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+// "net:[4026532290]" for an nsfs file on the host.
+std::string ns_link_of(const std::string& kind, const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return "?";
+  return kind + ":[" + std::to_string(st.st_ino) + "]";
+}
+
+std::vector<std::string> template_dirs(const std::string& root) {
+  std::vector<std::string> out;
+  DIR* d = opendir(root.c_str());
+  while (dirent* e = d ? readdir(d) : nullptr)
+    if (e->d_name[0] != '.') out.push_back(root + "/" + e->d_name);
+  if (d) closedir(d);
+  return out;
+}
+
+std::size_t mounts_under(const std::string& dir) {
+  std::string text = corral_test::read_file("/proc/self/mountinfo");
+  std::size_t n = 0, pos = 0;
+  while ((pos = text.find(" " + dir + "/", pos)) != std::string::npos) ++n, ++pos;
+  return n;
+}
+
+// A split tree for `uid` with `ws` as the workspace: what open_ns_template takes.
+SplitMountTree split_for(const std::string& ws, uid_t uid) {
+  MountTreeSpec spec;
+  spec.workspace(ws);
+  EtcIdentity who;
+  who.uid = who.gid = uid;
+  auto split = prepare_split_mount_tree(spec, who);
+  cr_assert(split.ok(), "%s", split.ok() ? "" : split.error().message().c_str());
+  return std::move(*split);
+}
+
+// `corral run --tier container ARGS...` in the background; its pid.
+pid_t cli_in_background(const std::vector<std::string>& args, int out_fd) {
+  std::string bin = corral_test::build_dir() + "/bin/corral";
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_fd, 1);
+    std::vector<std::string> copy = {"run", "--tier", "container"};
+    copy.insert(copy.end(), args.begin(), args.end());
+    std::vector<char*> argv{bin.data()};
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+Test(ns_template, runs_share_the_templates_network_namespace_and_copy_its_mounts) {
+  SKIP_UNLESS_TEMPLATE();
+  Harness h;
+  Result a = h.run(boxed({"/helpers/inside", "ns"}));
+  Result b = h.run(boxed({"/helpers/inside", "ns"}));
+  cr_assert_eq(a.outcome, Outcome::exited, "%s", a.detail.c_str());
+  cr_assert_eq(b.outcome, Outcome::exited, "%s", b.detail.c_str());
+  auto oa = observations(a), ob = observations(b);
+  cr_assert_eq(oa["netns"], ob["netns"], "two runs, two network namespaces: %s %s", oa["netns"].c_str(),
+               ob["netns"].c_str());
+  cr_assert_neq(oa["mntns"], ob["mntns"], "two runs share one mount namespace: %s", oa["mntns"].c_str());
+  // The shared one is a template's, and no run is in the template's own
+  // mount namespace (each has a copy).
+  bool found = false;
+  for (const auto& dir : template_dirs(std::string(kTemplateRoot))) {
+    if (ns_link_of("net", dir + "/net") != oa["netns"]) continue;
+    found = true;
+    cr_assert_neq(ns_link_of("mnt", dir + "/mnt"), oa["mntns"], "a run is in the template's mount namespace");
+  }
+  cr_assert(found, "the runs' %s is no template's under %s", oa["netns"].c_str(), std::string(kTemplateRoot).c_str());
+}
+
+Test(ns_template, one_run_cannot_connect_to_anothers_abstract_unix_socket) {
+  SKIP_UNLESS_TEMPLATE();
+  std::string name = "corral-test-" + std::to_string(getpid());
+  std::string inside = helpers_dir() + "/inside";
+  TempDir out;
+  std::string out_path = out.path() + "/listener.out";
+  int fd = open(out_path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+  cr_assert(fd >= 0);
+  pid_t listener = cli_in_background({"--input", inside, "--", "/workspace/inside", "abstract-listen", name, "6"}, fd);
+  close(fd);
+  // The listener's run shares our runs' network namespace: wait until it listens.
+  for (int i = 0; i < 200 && !contains(corral_test::read_file(out_path), "listening"); ++i) usleep(20000);
+  std::string heard = corral_test::read_file(out_path);
+  cr_assert(contains(heard, "listening"), "the listener did not start: %s", heard.c_str());
+  // Within its own run the socket works, so the refusal below is the scoping.
+  cr_assert(contains(heard, "self_connect=ok"), "%s", heard.c_str());
+
+  Harness h;
+  Result r = h.run(boxed({"/helpers/inside", "abstract-connect", name, "2"}));
+  kill(listener, SIGTERM);
+  int st;
+  waitpid(listener, &st, 0);
+  cr_assert_eq(r.outcome, Outcome::exited, "%s", r.detail.c_str());
+  cr_assert_eq(observations(r)["abstract_connect"], "EPERM", "another run's abstract socket: %s",
+               r.stdout_capture.text.c_str());
+}
+
+Test(ns_template, loopback_gives_a_run_its_own_network_namespace_with_lo_up) {
+  SKIP_UNLESS_TEMPLATE();
+  Harness h;
+  Result shared = h.run(boxed({"/helpers/inside", "ns"}));
+  Request own = boxed({"/helpers/inside", "ns"});
+  own.loopback = true;
+  Result r = h.run(std::move(own));
+  cr_assert_eq(r.outcome, Outcome::exited, "%s", r.detail.c_str());
+  cr_assert_neq(observations(r)["netns"], observations(shared)["netns"], "--loopback ran in the shared namespace");
+  in_port_t port = 0;
+  int l = corral_test::tcp_listen(&port);
+  cr_assert(l >= 0);
+  Request obs = boxed({"/helpers/inside", "observe", std::to_string(port)});
+  obs.loopback = true;
+  Result o = h.run(std::move(obs));
+  close(l);
+  // lo is up and empty: the connect reaches it and nobody listens there.
+  EXPECT_EMPTY(mismatches(o, {{"net_devices", "lo"}, {"connect", "ECONNREFUSED"}, {"uid", "65534"}}));
+}
+
+Test(ns_template, a_template_is_made_once_reused_and_rebuilt_when_broken) {
+  SKIP_UNLESS_TEMPLATE();
+  TempDir root, ws;
+  std::string r = root.path() + "/templates";
+  SplitMountTree t = split_for(ws.path(), 65534);
+  auto first = open_ns_template(t.base, t.fingerprint, r);
+  cr_assert(first.ok(), "%s", first.ok() ? "" : first.error().message().c_str());
+  cr_assert(first->created);
+  auto again = open_ns_template(t.base, t.fingerprint, r);
+  cr_assert(again.ok());
+  cr_assert(!again->created, "an intact template was made again");
+  cr_assert_eq(again->dir, first->dir);
+  cr_assert_eq(mounts_under(r), 2u, "a template is two nsfs mounts");
+
+  // A template whose mount namespace file is no longer an nsfs (a reboot,
+  // a crash mid-way, someone's umount) is rebuilt, not trusted.
+  cr_assert_eq(umount2((first->dir + "/mnt").c_str(), MNT_DETACH), 0, "%s", strerror(errno));
+  auto rebuilt = open_ns_template(t.base, t.fingerprint, r);
+  cr_assert(rebuilt.ok(), "%s", rebuilt.ok() ? "" : rebuilt.error().message().c_str());
+  cr_assert(rebuilt->created, "a broken template was reused");
+  cr_assert_eq(mounts_under(r), 2u);
+
+  // Another identity in /etc is another base, so another template.
+  SplitMountTree other = split_for(ws.path(), 4242);
+  auto second = open_ns_template(other.base, other.fingerprint, r);
+  cr_assert(second.ok());
+  cr_assert_neq(second->dir, first->dir);
+
+  auto removed = remove_ns_templates(r);
+  cr_assert(removed.ok());
+  cr_assert_eq(*removed, 2);
+  cr_assert_eq(mounts_under(r), 0u, "remove_ns_templates left mounts");
+  cr_assert(template_dirs(r).empty());
+}
+
+Test(ns_template, at_most_the_kept_number_of_templates_stays) {
+  SKIP_UNLESS_TEMPLATE();
+  TempDir root, ws;
+  std::string r = root.path() + "/templates";
+  for (int i = 0; i < kKeptTemplates + 3; ++i) {
+    SplitMountTree t = split_for(ws.path(), static_cast<uid_t>(5000 + i));
+    auto made = open_ns_template(t.base, t.fingerprint, r);
+    cr_assert(made.ok(), "template %d: %s", i, made.ok() ? "" : made.error().message().c_str());
+  }
+  cr_assert_eq(template_dirs(r).size(), static_cast<std::size_t>(kKeptTemplates));
+  cr_assert_eq(mounts_under(r), static_cast<std::size_t>(2 * kKeptTemplates));
+  (void)remove_ns_templates(r);
+}
+
+Test(ns_template, a_template_root_anyone_else_can_write_is_refused) {
+  SKIP_UNLESS_TEMPLATE();
+  TempDir root, ws;
+  std::string r = root.path() + "/templates";
+  cr_assert_eq(mkdir(r.c_str(), 0777), 0);
+  cr_assert_eq(chmod(r.c_str(), 0777), 0);
+  SplitMountTree t = split_for(ws.path(), 65534);
+  auto made = open_ns_template(t.base, t.fingerprint, r);
+  cr_assert(!made.ok(), "a world-writable template root was used");
+  cr_assert(contains(made.error().message(), "writable by nobody else"), "%s", made.error().message().c_str());
+  // The run does not fail for it: it is built per run, and says why.
+}
+
+Test(ns_template, a_changed_host_file_makes_a_new_base) {
+  SKIP_UNLESS_TEMPLATE();
+  TempDir ws, src;
+  // A bind source replaced by rename (as ldconfig replaces ld.so.cache)
+  // keeps its path but not its inode: the fingerprint must change with it.
+  std::string f = src.path() + "/file";
+  corral_test::write_file(f, "one");
+  MountTreeSpec spec;
+  spec.workspace(ws.path());
+  spec.rootfs(src.path());
+  EtcIdentity who;
+  auto a = prepare_split_mount_tree(spec, who);
+  cr_assert(a.ok(), "%s", a.ok() ? "" : a.error().message().c_str());
+  corral_test::write_file(f + ".new", "two");
+  cr_assert_eq(rename((f + ".new").c_str(), f.c_str()), 0);
+  auto b = prepare_split_mount_tree(spec, who);
+  cr_assert(b.ok());
+  cr_assert_neq(a->fingerprint, b->fingerprint, "the same fingerprint after the file was replaced");
+  cr_assert_eq(a->base.describe(), b->base.describe());
+}
+
+Test(ns_template, runs_in_the_template_leave_no_mount_cgroup_or_workspace) {
+  SKIP_UNLESS_TEMPLATE();
+  Harness h;
+  (void)h.run(boxed({"true"}));  // the template exists from here on
+  std::size_t mounts = mount_count();
+  std::size_t templates = template_dirs(std::string(kTemplateRoot)).size();
+  for (int i = 0; i < 50; ++i) {
+    Request r = boxed({"true"});
+    r.limits.set(Limit::memory_bytes, 64ull << 20);
+    Result res = h.run(std::move(r));
+    cr_assert_eq(res.outcome, Outcome::exited, "run %d: %s", i, res.detail.c_str());
+  }
+  cr_assert_eq(mount_count(), mounts, "host mounts changed");
+  cr_assert_eq(template_dirs(std::string(kTemplateRoot)).size(), templates, "runs made new templates");
+  cr_assert_eq(my_run_cgroups(), 0u);
+  cr_assert_eq(h.leftovers(), 0u);
+}
