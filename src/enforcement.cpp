@@ -208,7 +208,12 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
         "seccomp no-network (socket() only for AF_UNIX) + Landlock TCP rules (ABI >= 4)");
   else if (container)
     add(kGuaranteeNetworkNone, h.user_namespaces ? "container" : "unsupported",
-        "empty network namespace (loopback only): neither the host's network nor its loopback");
+        h.root && h.landlock_abi >= 6
+            ? "the namespace template's empty network namespace, shared by runs: lo down, sockets but AF_UNIX "
+              "refused (seccomp no-network), abstract unix sockets scoped to the run (Landlock ABI 6); "
+              "--loopback: one of the run's own with lo up. Neither the host's network nor its loopback"
+            : "empty network namespace of the run's own (loopback only): neither the host's network nor its "
+              "loopback");
   else
     add(kGuaranteeNetworkNone, "unsupported", "tier none has no boundary: use --tier process");
 

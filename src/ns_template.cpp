@@ -203,21 +203,28 @@ Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::
   return out;
 }
 
-Expected<int> remove_ns_templates(std::string_view root) {
+Expected<std::vector<std::string>> list_ns_templates(std::string_view root) {
   const std::string root_s(root);
+  std::vector<std::string> dirs;
   DIR* d = ::opendir(root_s.c_str());
   if (!d) {
-    if (errno == ENOENT) return 0;
+    if (errno == ENOENT) return dirs;
     return template_error(errno, "open '" + root_s + "'");
   }
-  std::vector<std::string> dirs;
   while (struct dirent* e = ::readdir(d)) {
     std::string name = e->d_name;
     if (!name.empty() && name[0] != '.') dirs.push_back(root_s + "/" + name);
   }
   ::closedir(d);
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+Expected<int> remove_ns_templates(std::string_view root) {
+  auto dirs = list_ns_templates(root);
+  if (!dirs) return std::move(dirs).error();
   int removed = 0;
-  for (const auto& dir : dirs) {
+  for (const auto& dir : *dirs) {
     clear_dir(dir);
     struct stat st;
     if (::lstat(dir.c_str(), &st) != 0) ++removed;

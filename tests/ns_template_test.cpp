@@ -260,3 +260,18 @@ Test(ns_template, runs_in_the_template_leave_no_mount_cgroup_or_workspace) {
   cr_assert_eq(my_run_cgroups(), 0u);
   cr_assert_eq(h.leftovers(), 0u);
 }
+
+Test(ns_template, the_cli_lists_and_clears_the_templates) {
+  SKIP_UNLESS_TEMPLATE();
+  Harness h;
+  (void)h.run(boxed({"true"}));
+  cr_assert_eq(cli({"templates"}), 0);
+  cr_assert_eq(cli({"templates", "--bogus"}), 2);
+  cr_assert_eq(cli({"templates", "--clear"}), 0);
+  cr_assert(template_dirs(std::string(kTemplateRoot)).empty(), "--clear left templates");
+  cr_assert_eq(mounts_under(std::string(kTemplateRoot)), 0u);
+  // The next run makes its template again.
+  Result r = h.run(boxed({"/helpers/inside", "ns"}));
+  cr_assert_eq(r.outcome, Outcome::exited, "%s", r.detail.c_str());
+  cr_assert_eq(template_dirs(std::string(kTemplateRoot)).size(), 1u);
+}

@@ -27,6 +27,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "corral/fd.hpp"
 #include "corral/mount_tree.hpp"
@@ -52,6 +53,9 @@ struct NsTemplate {
 // the step ("namespace template: ... : mount tree: step 4 ...").
 Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::string& fingerprint,
                                       std::string_view root = kTemplateRoot);
+
+// The template directories under `root` (intact or not), sorted.
+Expected<std::vector<std::string>> list_ns_templates(std::string_view root = kTemplateRoot);
 
 // Unmount and remove every template under `root`; the count removed.
 // Runs that already entered one keep it (a namespace lives while a

@@ -6,6 +6,7 @@ int run_main(int argc, char** argv);
 int enforcement_main(int argc, char** argv);
 int check_main(int argc, char** argv);
 int batch_main(int argc, char** argv);
+int templates_main(int argc, char** argv);
 
 std::span<const Command> commands() {
   static const Command kCommands[] = {
@@ -13,6 +14,7 @@ std::span<const Command> commands() {
       {"enforcement", enforcement_main},
       {"check", check_main},
       {"batch", batch_main},
+      {"templates", templates_main},
   };
   return kCommands;
 }

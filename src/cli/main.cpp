@@ -21,6 +21,7 @@ const char kUsage[] =
     "                                        default: process); --json: one object\n"
     "  check --routes FILE                   build every route of a routes file through the gate\n"
     "  batch [--parallel N] [--json]         run JSON jobs from stdin, results as JSON lines\n"
+    "  templates [--clear]                   the container tier's namespace templates\n"
     "  --version                             print the version\n"
     "  --help                                this text\n"
     "\n"

@@ -1,0 +1,54 @@
+// corral templates [--clear]: the container tier's namespace templates
+// (ns_template.hpp) this host keeps, or their removal.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli.hpp"
+#include "corral/ns_template.hpp"
+#include "output.hpp"
+
+namespace corral::cli {
+
+int templates_main(int argc, char** argv) {
+  bool clear = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--clear") == 0) {
+      clear = true;
+    } else if (std::strcmp(argv[i], "--help") == 0) {
+      write_all_fd(1,
+                   "usage: corral templates [--clear]\n"
+                   "The namespace templates root container runs enter (a shared read-only base mount\n"
+                   "tree and an empty network namespace, kept as nsfs bind mounts under\n"
+                   "/run/corral/templates/<key>/{mnt,net}); a run makes the one it needs.\n"
+                   "\n"
+                   "  --clear   unmount and remove them all (runs in flight keep theirs)\n");
+      return 0;
+    } else {
+      say("templates: unknown argument '%s'", argv[i]);
+      return 2;
+    }
+  }
+  const std::string root(kTemplateRoot);
+  if (clear) {
+    auto removed = remove_ns_templates(root);
+    if (!removed) return say("templates: %s", removed.error().message().c_str()), 125;
+    std::printf("removed %d template(s) from %s\n", *removed, root.c_str());
+    return 0;
+  }
+  int n = 0;
+  if (auto listed = list_ns_templates(root); listed) {
+    for (const auto& dir : *listed) {
+      std::printf("%s\n", dir.c_str());
+      ++n;
+    }
+  } else {
+    return say("templates: %s", listed.error().message().c_str()), 125;
+  }
+  if (n == 0) std::printf("no templates under %s\n", root.c_str());
+  return 0;
+}
+
+}  // namespace corral::cli
