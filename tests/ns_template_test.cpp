@@ -5,6 +5,7 @@
 // The guarantees themselves are observed in the template by
 // container_template_test (container_test.cpp with the helpers staged).
 #define CONTAINER_TEST_STAGED 1
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -26,6 +27,17 @@ namespace {
       cr_skip_test("Landlock ABI %d < 6: no abstract-unix scoping, so no shared network namespace", \
                    host().landlock_abi);                                                             \
   } while (0)
+
+// Tests in this binary run two at a time: the one that clears the host's
+// templates takes this lock exclusively, the ones that look at them shared.
+struct TemplatesLock {
+  int fd;
+  explicit TemplatesLock(bool exclusive) : fd(open("/tmp/corral-ns-template-test.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0600)) {
+    cr_assert(fd >= 0);
+    flock(fd, exclusive ? LOCK_EX : LOCK_SH);
+  }
+  ~TemplatesLock() { close(fd); }
+};
 
 std::map<std::string, std::string> observations(const Result& r) {
   std::map<std::string, std::string> out;
@@ -93,6 +105,7 @@ pid_t cli_in_background(const std::vector<std::string>& args, int out_fd) {
 
 Test(ns_template, runs_share_the_templates_network_namespace_and_copy_its_mounts) {
   SKIP_UNLESS_TEMPLATE();
+  TemplatesLock lock(false);
   Harness h;
   Result a = h.run(boxed({"/helpers/inside", "ns"}));
   Result b = h.run(boxed({"/helpers/inside", "ns"}));
@@ -115,6 +128,7 @@ Test(ns_template, runs_share_the_templates_network_namespace_and_copy_its_mounts
 
 Test(ns_template, one_run_cannot_connect_to_anothers_abstract_unix_socket) {
   SKIP_UNLESS_TEMPLATE();
+  TemplatesLock lock(false);
   std::string name = "corral-test-" + std::to_string(getpid());
   std::string inside = helpers_dir() + "/inside";
   TempDir out;
@@ -142,6 +156,7 @@ Test(ns_template, one_run_cannot_connect_to_anothers_abstract_unix_socket) {
 
 Test(ns_template, loopback_gives_a_run_its_own_network_namespace_with_lo_up) {
   SKIP_UNLESS_TEMPLATE();
+  TemplatesLock lock(false);
   Harness h;
   Result shared = h.run(boxed({"/helpers/inside", "ns"}));
   Request own = boxed({"/helpers/inside", "ns"});
@@ -245,6 +260,7 @@ Test(ns_template, a_changed_host_file_makes_a_new_base) {
 
 Test(ns_template, runs_in_the_template_leave_no_mount_cgroup_or_workspace) {
   SKIP_UNLESS_TEMPLATE();
+  TemplatesLock lock(false);
   Harness h;
   (void)h.run(boxed({"true"}));  // the template exists from here on
   std::size_t mounts = mount_count();
@@ -263,6 +279,7 @@ Test(ns_template, runs_in_the_template_leave_no_mount_cgroup_or_workspace) {
 
 Test(ns_template, the_cli_lists_and_clears_the_templates) {
   SKIP_UNLESS_TEMPLATE();
+  TemplatesLock lock(true);
   Harness h;
   (void)h.run(boxed({"true"}));
   cr_assert_eq(cli({"templates"}), 0);
