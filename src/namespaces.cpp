@@ -265,10 +265,9 @@ int read_int_in_child(int fd, int fallback) noexcept {
   const bool made = answer == 0;
   if (made) answer = write_proc_in_child(program, "uid_map", u.uid_map, u.uid_len);
   if (made && answer == 0) answer = write_proc_in_child(program, "gid_map", u.gid_map, u.gid_len);
-  if (made) sys::write_all(go, &answer, sizeof answer);
-  sys::call(SYS_close, go);
-  // Never a host-root process left in the run: without the drop pid 1 ends
-  // (and the pid namespace with it).
+  // The drop comes before the program is let go, so no code of the
+  // program's ever runs beside a host-root pid 1. Without it pid 1 ends
+  // (and the pid namespace with it); the program then reads EOF.
   if (sys::call(SYS_setresgid, u.outside_gid, u.outside_gid, u.outside_gid) < 0 ||
       sys::call(SYS_setresuid, u.outside_uid, u.outside_uid, u.outside_uid) < 0)
     exit_now(kPid1SignalExitBase + SIGKILL);
@@ -279,6 +278,8 @@ int read_int_in_child(int fd, int fallback) noexcept {
         sys::call(SYS_ppoll, reinterpret_cast<long>(&alive), 1, reinterpret_cast<long>(&now), 0, 0) != 0)
       exit_now(kPid1SignalExitBase + SIGKILL);
   }
+  if (made) sys::write_all(go, &answer, sizeof answer);
+  sys::call(SYS_close, go);
   harden_pid1(report_fd);
   pid1_loop(program, report_fd);
 }
