@@ -241,6 +241,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   wopts.base_dir = ctx.workspace_base;
   wopts.base = ctx.base;
   wopts.owner = owner;
+  wopts.make_tmp = !container;
   auto ws = Workspace::create(wopts);
   if (!ws) return who(std::move(ws).error());
   run.workspace.emplace(std::move(*ws));

@@ -424,6 +424,7 @@ Expected<Workspace> Workspace::create(const WorkspaceOptions& options) {
   // subdirectory names below cannot have been planted.
   if (::fchmod(rd.get(), 0700) != 0) return errno_error("workspace: chmod " + quoted(ws.path_));
   for (const char* sub : {"home", "tmp"}) {
+    if (!options.make_tmp && std::strcmp(sub, "tmp") == 0) continue;
     if (::mkdirat(rd.get(), sub, 0700) != 0 || ::fchmodat(rd.get(), sub, 0700, 0) != 0)
       return errno_error("workspace: create " + quoted(ws.path_ + "/" + sub));
     if (ws.owner_ && ::fchownat(rd.get(), sub, ws.owner_->uid, ws.owner_->gid, AT_SYMLINK_NOFOLLOW) != 0)

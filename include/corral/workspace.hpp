@@ -85,6 +85,9 @@ struct WorkspaceOptions {
   // Create the workspace in this shared base (no fd of its own for the
   // base; release_fd() allowed).
   std::shared_ptr<const WorkspaceBase> base = nullptr;
+  // Make tmp/ (the process tiers' TMPDIR). A container run has a tmpfs
+  // /tmp of its own, and on a disk each directory made and removed costs.
+  bool make_tmp = true;
 };
 
 // Caps for collect(); unset means unbounded. Names in messages are the
