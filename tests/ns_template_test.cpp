@@ -101,6 +101,17 @@ pid_t cli_in_background(const std::vector<std::string>& args, int out_fd) {
   return pid;
 }
 
+// The private template roots a test made, unmounted in its .fini even when
+// an assertion ended the test early (else their nsfs mounts outlive it).
+std::vector<std::string> g_roots;
+std::string private_root(const TempDir& dir) {
+  g_roots.push_back(dir.path() + "/templates");
+  return g_roots.back();
+}
+void drop_private_roots() {
+  for (const auto& r : g_roots) (void)remove_ns_templates(r);
+}
+
 }  // namespace
 
 Test(ns_template, runs_share_the_templates_network_namespace_and_copy_its_mounts) {
@@ -175,10 +186,10 @@ Test(ns_template, loopback_gives_a_run_its_own_network_namespace_with_lo_up) {
   EXPECT_EMPTY(mismatches(o, {{"net_devices", "lo"}, {"connect", "ECONNREFUSED"}, {"uid", "65534"}}));
 }
 
-Test(ns_template, a_template_is_made_once_reused_and_rebuilt_when_broken) {
+Test(ns_template, a_template_is_made_once_reused_and_rebuilt_when_broken, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
   TempDir root, ws;
-  std::string r = root.path() + "/templates";
+  std::string r = private_root(root);
   SplitMountTree t = split_for(ws.path(), 65534);
   auto first = open_ns_template(t.base, t.fingerprint, r);
   cr_assert(first.ok(), "%s", first.ok() ? "" : first.error().message().c_str());
@@ -210,10 +221,10 @@ Test(ns_template, a_template_is_made_once_reused_and_rebuilt_when_broken) {
   cr_assert(template_dirs(r).empty());
 }
 
-Test(ns_template, at_most_the_kept_number_of_templates_stays) {
+Test(ns_template, at_most_the_kept_number_of_templates_stays, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
   TempDir root, ws;
-  std::string r = root.path() + "/templates";
+  std::string r = private_root(root);
   for (int i = 0; i < kKeptTemplates + 3; ++i) {
     SplitMountTree t = split_for(ws.path(), static_cast<uid_t>(5000 + i));
     auto made = open_ns_template(t.base, t.fingerprint, r);
@@ -224,10 +235,10 @@ Test(ns_template, at_most_the_kept_number_of_templates_stays) {
   (void)remove_ns_templates(r);
 }
 
-Test(ns_template, a_template_root_anyone_else_can_write_is_refused) {
+Test(ns_template, a_template_root_anyone_else_can_write_is_refused, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
   TempDir root, ws;
-  std::string r = root.path() + "/templates";
+  std::string r = private_root(root);
   cr_assert_eq(mkdir(r.c_str(), 0777), 0);
   cr_assert_eq(chmod(r.c_str(), 0777), 0);
   SplitMountTree t = split_for(ws.path(), 65534);
