@@ -109,8 +109,10 @@ Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_
   // single-threaded: the cloning thread lives as long as its runs).
   spec.die_with_parent(true);
   // The shared template needs Landlock's abstract-unix scoping (ABI 6) to
-  // keep runs in one network namespace from reaching each other's sockets.
-  spec.use_template(host.root && !req.loopback && req.binds.empty() && !req.cwd && host.landlock_abi >= 6);
+  // keep runs in one network namespace from reaching each other's sockets;
+  // prepare_namespaces takes it only as root and for a tree without binds
+  // (a --cwd is one).
+  spec.use_template(!req.loopback && host.landlock_abi >= 6);
   auto ns = prepare_namespaces(spec);
   if (!ns) return std::move(ns).error().context("container");
   c->ns = std::move(*ns);

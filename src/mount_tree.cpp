@@ -21,8 +21,6 @@
 namespace corral {
 namespace {
 
-// umount(2): lazy unmount; an enum in glibc's <sys/mount.h>, which we avoid.
-constexpr long kMntDetach = 2;
 // Where the host's root sits between the first pivot_root and its detach.
 constexpr std::string_view kOldRoot = "/.oldroot";
 
@@ -268,9 +266,9 @@ Status add_rootfs(Builder& b, const std::string& rootfs) {
   return {};
 }
 
-// `run`: where the per-run /dev/shm goes when the tree is split (see
-// prepare_split_mount_tree); null puts it in `b`.
-void add_dev(Builder& b, const MountTreeSpec& spec, Builder* run) {
+// `fresh`: where the per-run /dev/shm goes (`b` itself, or the per-run half
+// of a split tree; see prepare_split_mount_tree).
+void add_dev(Builder& b, const MountTreeSpec& spec, Builder& fresh) {
   b.mkdir("/dev");
   b.tmpfs("/dev", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755");
   // mknod is refused in a user namespace; the host's nodes are bound onto
@@ -286,7 +284,7 @@ void add_dev(Builder& b, const MountTreeSpec& spec, Builder* run) {
   b.symlink("/proc/self/fd/1", "/dev/stdout");
   b.symlink("/proc/self/fd/2", "/dev/stderr");
   b.mkdir("/dev/shm", 01777);
-  (run ? *run : b).tmpfs("/dev/shm", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.shm_bytes()) + ",mode=1777");
+  fresh.tmpfs("/dev/shm", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.shm_bytes()) + ",mode=1777");
   b.setattr("/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, "make /dev read-only");
 }
 
@@ -354,25 +352,11 @@ namespace {
 // The workspace as a detached, recursive mount the child attaches (split
 // trees: the child cannot see the host to bind it itself). Parent side.
 Expected<UniqueFd> open_detached_workspace(const std::string& host) {
-  struct open_how how;
-  std::memset(&how, 0, sizeof how);
-  how.flags = O_PATH | O_CLOEXEC;
-  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  long fd = sys::call(SYS_openat2, AT_FDCWD, reinterpret_cast<long>(host.c_str()), reinterpret_cast<long>(&how),
-                      sizeof how);
-  if (fd < 0) return Error::from_errno(sys::error_of(fd), "mount tree: workspace '" + host + "': openat2");
-  UniqueFd path(static_cast<int>(fd));
-  long tree = sys::call(SYS_open_tree, path.get(), reinterpret_cast<long>(""),
-                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
-  if (tree < 0) return Error::from_errno(sys::error_of(tree), "mount tree: workspace '" + host + "': open_tree");
-  UniqueFd out(static_cast<int>(tree));
-  struct mount_attr ma;
-  std::memset(&ma, 0, sizeof ma);
-  ma.attr_set = kWritable;
-  long ret = sys::call(SYS_mount_setattr, out.get(), reinterpret_cast<long>(""), AT_EMPTY_PATH | AT_RECURSIVE,
-                       reinterpret_cast<long>(&ma), sizeof ma);
-  if (ret < 0) return Error::from_errno(sys::error_of(ret), "mount tree: workspace '" + host + "': mount_setattr");
-  return out;
+  MountCall failed = MountCall::none;
+  long fd = open_detached_tree(host.c_str(), kWritable, &failed);
+  if (fd < 0)
+    return Error::from_errno(sys::error_of(fd), "mount tree: workspace '" + host + "': " + mount_call_name(failed));
+  return UniqueFd(static_cast<int>(fd));
 }
 
 // Both trees: everything in `b`, or with `run` set (a split tree), the
@@ -395,7 +379,9 @@ Status build_tree(const MountTreeSpec& spec, const EtcIdentity& who, Builder& b,
   } else {
     if (auto st = add_rootfs(b, spec.rootfs()); !st) return st;
   }
-  add_dev(b, spec, run);
+  // Where what each run gets fresh goes: `run` for a split tree.
+  Builder& fresh = run ? *run : b;
+  add_dev(b, spec, fresh);
   if (spec.proc()) {
     // Mounted while the host's /proc is still attached under /.oldroot: in a
     // user namespace the kernel allows a new proc mount only where one is
@@ -403,10 +389,10 @@ Status build_tree(const MountTreeSpec& spec, const EtcIdentity& who, Builder& b,
     // proc is mounted by a child still in the host's user namespace, where
     // that rule does not apply.
     b.mkdir("/proc", 0555);
-    (run ? *run : b).mount("mount proc on /proc", "proc", "/proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, {});
+    fresh.mount("mount proc on /proc", "proc", "/proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, {});
   }
   b.mkdir("/tmp", 01777);
-  (run ? *run : b).tmpfs("/tmp", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.tmp_bytes()) + ",mode=1777");
+  fresh.tmpfs("/tmp", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.tmp_bytes()) + ",mode=1777");
 
   std::string cwd = "/";
   if (!spec.workspace().empty()) {
@@ -453,7 +439,7 @@ Status build_tree(const MountTreeSpec& spec, const EtcIdentity& who, Builder& b,
     if (!inside) return std::move(inside).error();
     cwd = *inside;
   }
-  (run ? *run : b).add(MountOp::chdir, "chdir " + cwd, cwd);
+  fresh.add(MountOp::chdir, "chdir " + cwd, cwd);
   return {};
 }
 
@@ -494,132 +480,6 @@ Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, con
     out.fingerprint += host + " " + std::to_string(sb.st_dev) + ":" + std::to_string(sb.st_ino) + "\n";
   }
   return out;
-}
-
-// ---- child side: raw syscalls only ----------------------------------------
-
-namespace {
-
-struct StepResult {
-  int err;
-  MountCall call;
-};
-
-inline StepResult fail(long ret, MountCall call) noexcept { return {sys::error_of(ret), call}; }
-
-StepResult do_bind(const char* source, const char* target, std::uint64_t attr) noexcept {
-  struct open_how how;
-  std::memset(&how, 0, sizeof how);
-  how.flags = O_PATH | O_CLOEXEC;
-  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  long fd = sys::call(SYS_openat2, AT_FDCWD, reinterpret_cast<long>(source), reinterpret_cast<long>(&how),
-                      sizeof how);
-  if (fd < 0) return fail(fd, MountCall::openat2);
-  long tree = sys::call(SYS_open_tree, fd, reinterpret_cast<long>(""),
-                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
-  sys::call(SYS_close, fd);
-  if (tree < 0) return fail(tree, MountCall::open_tree);
-  StepResult r{0, MountCall::none};
-  if (attr != 0) {
-    struct mount_attr ma;
-    std::memset(&ma, 0, sizeof ma);
-    ma.attr_set = attr;
-    long ret = sys::call(SYS_mount_setattr, tree, reinterpret_cast<long>(""), AT_EMPTY_PATH | AT_RECURSIVE,
-                         reinterpret_cast<long>(&ma), sizeof ma);
-    if (ret < 0) r = fail(ret, MountCall::mount_setattr);
-  }
-  if (r.err == 0) {
-    long ret = sys::call(SYS_move_mount, tree, reinterpret_cast<long>(""), AT_FDCWD,
-                         reinterpret_cast<long>(target), MOVE_MOUNT_F_EMPTY_PATH);
-    if (ret < 0) r = fail(ret, MountCall::move_mount);
-  }
-  sys::call(SYS_close, tree);
-  return r;
-}
-
-StepResult create_file(const MountStep& st, const char* target, const char* data) noexcept {
-  bool write = st.op == MountOp::write_file;
-  long flags = O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | (write ? O_WRONLY : O_RDONLY);
-  long fd = sys::call(SYS_openat, AT_FDCWD, reinterpret_cast<long>(target), flags, st.mode);
-  if (fd == -EEXIST && !write) return {0, MountCall::none};
-  if (fd < 0) return fail(fd, MountCall::open);
-  int err = write ? sys::write_all(static_cast<int>(fd), data, st.data_len) : 0;
-  sys::call(SYS_close, fd);
-  return {err, err ? MountCall::write : MountCall::none};
-}
-
-StepResult run_step(const PreparedMountTree& t, const MountStep& st) noexcept {
-  const char* src = t.str(st.source);
-  const char* tgt = t.str(st.target);
-  auto L = [](const void* p) { return reinterpret_cast<long>(p); };
-  long ret = 0;
-  switch (st.op) {
-    case MountOp::make_private:
-      ret = sys::call(SYS_mount, 0, L("/"), 0, MS_REC | MS_PRIVATE, 0);
-      return fail(ret, MountCall::mount);
-    case MountOp::mount:
-      ret = sys::call(SYS_mount, L(src), L(tgt), L(t.str(st.fstype)), static_cast<long>(st.flags),
-                      L(t.str(st.data)));
-      return fail(ret, MountCall::mount);
-    case MountOp::bind:
-      return do_bind(src, tgt, st.attr);
-    case MountOp::setattr: {
-      struct mount_attr ma;
-      std::memset(&ma, 0, sizeof ma);
-      ma.attr_set = st.attr;
-      ret = sys::call(SYS_mount_setattr, AT_FDCWD, L(tgt), 0, L(&ma), sizeof ma);
-      return fail(ret, MountCall::mount_setattr);
-    }
-    case MountOp::mkdir:
-      ret = sys::call(SYS_mkdirat, AT_FDCWD, L(tgt), st.mode);
-      return fail(ret == -EEXIST ? 0 : ret, MountCall::mkdir);
-    case MountOp::touch:
-    case MountOp::write_file:
-      return create_file(st, tgt, t.str(st.data));
-    case MountOp::symlink:
-      ret = sys::call(SYS_symlinkat, L(src), AT_FDCWD, L(tgt));
-      return fail(ret, MountCall::symlink);
-    case MountOp::pivot_root:
-      ret = sys::call(SYS_pivot_root, L(src), L(tgt));
-      if (ret < 0) return fail(ret, MountCall::pivot_root);
-      ret = sys::call(SYS_chdir, L("/"));
-      return fail(ret, MountCall::chdir);
-    case MountOp::detach:
-      ret = sys::call(SYS_umount2, L(tgt), kMntDetach);
-      return fail(ret, MountCall::umount2);
-    case MountOp::rmdir:
-      ret = sys::call(SYS_unlinkat, AT_FDCWD, L(tgt), AT_REMOVEDIR);
-      return fail(ret, MountCall::rmdir);
-    case MountOp::chdir:
-      ret = sys::call(SYS_chdir, L(tgt));
-      return fail(ret, MountCall::chdir);
-    case MountOp::attach:
-      ret = sys::call(SYS_move_mount, st.fd, L(""), AT_FDCWD, L(tgt), MOVE_MOUNT_F_EMPTY_PATH);
-      return fail(ret, MountCall::move_mount);
-  }
-  return {EINVAL, MountCall::none};
-}
-
-}  // namespace
-
-// Child side; async-signal-safe (raw syscalls, no allocation: the vector and
-// arena are only read).
-int apply_mount_tree_in_child(const PreparedMountTree& tree, MountFailure* failure) noexcept {
-  long old_umask = sys::call(SYS_umask, 0);
-  const auto& steps = tree.steps();
-  StepResult r{0, MountCall::none};
-  std::size_t i = 0;
-  for (; i < steps.size(); ++i) {
-    r = run_step(tree, steps[i]);
-    if (r.err != 0) break;
-  }
-  sys::call(SYS_umask, old_umask);
-  if (r.err != 0 && failure) {
-    failure->step = static_cast<std::int32_t>(i);
-    failure->err = r.err;
-    failure->call = r.call;
-  }
-  return r.err;
 }
 
 }  // namespace corral

@@ -115,238 +115,34 @@ int set_hostname_in_child(const char* name, std::size_t len) noexcept {
   return sys::error_of(sys::call(SYS_sethostname, reinterpret_cast<long>(name), static_cast<long>(len)));
 }
 
-// ---- pid 1 ----------------------------------------------------------------------
-
-namespace {
-
-constexpr std::uint64_t sigbit(int sig) { return 1ull << (sig - 1); }
-// What pid 1 takes synchronously: SIGCHLD to reap, the rest to forward.
-// The kernel's sigset is 64 bits; rt_sig* calls get its size, 8.
-constexpr std::uint64_t kPid1Signals = sigbit(SIGCHLD) | sigbit(SIGTERM) | sigbit(SIGINT) | sigbit(SIGHUP) |
-                                       sigbit(SIGQUIT) | sigbit(SIGUSR1) | sigbit(SIGUSR2);
-constexpr long kSigsetSize = 8;
-
-[[noreturn]] void exit_now(int code) noexcept {
-  for (;;) sys::call(SYS_exit_group, code);
+// Child side; async-signal-safe. PDEATHSIG is cleared by every change of
+// credentials (commit_creds), so this comes after the last id switch. A
+// parent that died before it sends no signal: ask its pidfd (readable once
+// it has exited). Our parent is outside our pid namespace, so getppid()
+// cannot tell (it is 0 for pid 1).
+int die_with_parent_in_child(int parent_pidfd) noexcept {
+  if (long ret = sys::call(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0); ret < 0) return sys::error_of(ret);
+  struct pollfd alive = {parent_pidfd, POLLIN, 0};
+  struct timespec now = {0, 0};
+  long ready = sys::call(SYS_ppoll, reinterpret_cast<long>(&alive), 1, reinterpret_cast<long>(&now), 0, 0);
+  if (ready < 0) return sys::error_of(ready);
+  return ready > 0 ? ESRCH : 0;
 }
 
-// pid 1 keeps nothing it does not need: the program's pipes must see EOF
-// when the program and its descendants are gone (and an exec-error pipe
-// must not be held open by a process that never execs); no capabilities in
-// the namespace; not dumpable, so the program (same uid) cannot ptrace it
-// or read its memory through /proc.
-void harden_pid1(int report_fd) noexcept {
-  if (report_fd > 0) sys::call(SYS_close_range, 0, report_fd - 1, 0);
-  sys::call(SYS_close_range, report_fd < 0 ? 0 : report_fd + 1, ~0u, 0);
-  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
-  struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
-  std::memset(data, 0, sizeof data);
-  sys::call(SYS_capset, reinterpret_cast<long>(&hdr), reinterpret_cast<long>(data));
-  sys::call(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0);
-  sys::call(SYS_prctl, PR_SET_NAME, reinterpret_cast<long>("corral-init"), 0, 0, 0);
-}
-
-[[noreturn]] void finish_pid1(int status, int report_fd) noexcept {
-  if (report_fd >= 0) {
-    Pid1Report report{kPid1ReportMagic, status};
-    sys::write_all(report_fd, &report, sizeof report);
-  }
-  int code = 255;
-  if (WIFEXITED(status)) code = WEXITSTATUS(status);
-  else if (WIFSIGNALED(status)) code = kPid1SignalExitBase + WTERMSIG(status);
-  exit_now(code);
-}
-
-// Reap everything that has ended; finish when the program is among them.
-void reap_pid1(pid_t program, int report_fd, long options) noexcept {
-  int status = 0;
-  long pid;
-  while ((pid = sys::call(SYS_wait4, -1, reinterpret_cast<long>(&status), options | __WALL, 0)) > 0) {
-    if (pid == program) finish_pid1(status, report_fd);
-    if (!(options & WNOHANG)) return;
-  }
-}
-
-[[noreturn]] void pid1_loop(pid_t program, int report_fd) noexcept {
-  siginfo_t info;
-  for (;;) {
-    long sig = sys::call(SYS_rt_sigtimedwait, reinterpret_cast<long>(&kPid1Signals),
-                         reinterpret_cast<long>(&info), 0, kSigsetSize);
-    if (sig == SIGCHLD) {
-      // SIGCHLDs coalesce: one wakeup reaps all; a child ending after the
-      // last wait4 raises a fresh pending SIGCHLD.
-      reap_pid1(program, report_fd, WNOHANG);
-    } else if (sig > 0) {
-      sys::call(SYS_kill, program, sig);
-    } else if (sig != -EINTR) {
-      // Should not happen; do not spin. Blocking reaping still ends us.
-      reap_pid1(program, report_fd, 0);
-    }
-  }
-}
-
-}  // namespace
-
-// Child side; async-signal-safe. The signals pid 1 handles are blocked
-// before the fork, so none can be lost between fork and the wait loop (an
-// init ignores signals it has no handler for unless they are blocked:
-// blocked ones stay pending and rt_sigtimedwait collects them).
-int fork_program_under_pid1_in_child(int report_fd) noexcept {
-  std::uint64_t old_mask = 0;
-  long ret = sys::call(SYS_rt_sigprocmask, SIG_BLOCK, reinterpret_cast<long>(&kPid1Signals),
-                       reinterpret_cast<long>(&old_mask), kSigsetSize);
-  if (ret < 0) return sys::error_of(ret);
-  long pid = sys::call(SYS_clone, SIGCHLD, 0, 0, 0, 0);
-  if (pid <= 0) {
-    sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&old_mask), 0, kSigsetSize);
-    if (pid == 0 && report_fd >= 0) sys::call(SYS_close, report_fd);
-    return sys::error_of(pid);
-  }
-  harden_pid1(report_fd);
-  pid1_loop(static_cast<pid_t>(pid), report_fd);
-}
-
-namespace {
-
-// Template mode: what the program and pid 1 need for the user namespace the
-// program makes itself (see NamespaceSpec::use_template).
-struct UserNsStep {
-  const char* uid_map;
-  long uid_len;
-  const char* gid_map;
-  long gid_len;
-  long inside_uid, inside_gid, outside_uid, outside_gid;
-  int parent_pidfd;  // die_with_parent: a pidfd of the supervisor, else -1
-};
-
-// "/proc/<pid>/<name>" into buf (64 bytes); child-safe.
-void proc_path_in_child(char* buf, long pid, const char* name) noexcept {
-  const char prefix[] = "/proc/";
-  char digits[24];
-  int n = 0;
-  do {
-    digits[n++] = static_cast<char>('0' + pid % 10);
-    pid /= 10;
-  } while (pid > 0 && n < 20);
-  int i = 0;
-  for (const char* c = prefix; *c; ++c) buf[i++] = *c;
-  while (n > 0) buf[i++] = digits[--n];
-  buf[i++] = '/';
-  for (const char* c = name; *c && i < 62; ++c) buf[i++] = *c;
-  buf[i] = 0;
-}
-
-int write_proc_in_child(long pid, const char* name, const char* data, long len) noexcept {
-  char path[64];
-  proc_path_in_child(path, pid, name);
-  long fd = sys::call(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return sys::error_of(fd);
-  long n = sys::call(SYS_write, fd, reinterpret_cast<long>(data), len);
-  sys::call(SYS_close, fd);
-  if (n < 0) return sys::error_of(n);
-  return n == len ? 0 : EIO;
-}
-
-int read_int_in_child(int fd, int fallback) noexcept {
-  int v = fallback;
-  long n;
-  while ((n = sys::call(SYS_read, fd, reinterpret_cast<long>(&v), sizeof v)) == -EINTR) {
-  }
-  return n == static_cast<long>(sizeof v) ? v : fallback;
-}
-
-// pid 1 in template mode: still the host's root (it made the mounts), so it
-// writes the maps of the user namespace the program has just made, then
-// becomes the run's outside ids and, with die_with_parent, sets its
-// PDEATHSIG and checks the supervisor is still there.
-[[noreturn]] void pid1_map_then_loop(pid_t program, int report_fd, int ready, int go, const UserNsStep& u) noexcept {
-  int answer = read_int_in_child(ready, ECANCELED);
-  sys::call(SYS_close, ready);
-  const bool made = answer == 0;
-  if (made) answer = write_proc_in_child(program, "uid_map", u.uid_map, u.uid_len);
-  if (made && answer == 0) answer = write_proc_in_child(program, "gid_map", u.gid_map, u.gid_len);
-  // The drop comes before the program is let go, so no code of the
-  // program's ever runs beside a host-root pid 1. Without it pid 1 ends
-  // (and the pid namespace with it); the program then reads EOF.
-  if (sys::call(SYS_setresgid, u.outside_gid, u.outside_gid, u.outside_gid) < 0 ||
-      sys::call(SYS_setresuid, u.outside_uid, u.outside_uid, u.outside_uid) < 0)
-    exit_now(kPid1SignalExitBase + SIGKILL);
-  if (u.parent_pidfd >= 0) {
-    struct pollfd alive = {u.parent_pidfd, POLLIN, 0};
-    struct timespec now = {0, 0};
-    if (sys::call(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 ||
-        sys::call(SYS_ppoll, reinterpret_cast<long>(&alive), 1, reinterpret_cast<long>(&now), 0, 0) != 0)
-      exit_now(kPid1SignalExitBase + SIGKILL);
-  }
-  if (made) sys::write_all(go, &answer, sizeof answer);
-  sys::call(SYS_close, go);
-  harden_pid1(report_fd);
-  pid1_loop(program, report_fd);
-}
-
-// The program's side: its own user namespace, the maps from pid 1, then the
-// inside ids (which keep its capabilities there: the inside 0 is unmapped;
-// the program's later steps drop them).
-int program_userns_in_child(int ready, int go, const UserNsStep& u, NsFailure* f) noexcept {
-  int err = sys::error_of(sys::call(SYS_unshare, CLONE_NEWUSER));
-  sys::write_all(ready, &err, sizeof err);
-  sys::call(SYS_close, ready);
-  if (err) {
-    sys::call(SYS_close, go);
-    f->stage = NsStage::user_ns;
-    return f->err = err;
-  }
-  int answer = read_int_in_child(go, ECANCELED);
-  sys::call(SYS_close, go);
-  if (answer) {
-    f->stage = NsStage::id_maps;
-    return f->err = answer;
-  }
+// Child side; async-signal-safe. Raw calls: glibc's set*id would broadcast
+// to the parent's threads.
+int switch_ids_in_child(long gid, long uid, NsFailure* f) noexcept {
   long ret;
-  if ((ret = sys::call(SYS_setresgid, u.inside_gid, u.inside_gid, u.inside_gid)) < 0) {
+  if ((ret = sys::call(SYS_setresgid, gid, gid, gid)) < 0) {
     f->stage = NsStage::setgid;
     return f->err = sys::error_of(ret);
   }
-  if ((ret = sys::call(SYS_setresuid, u.inside_uid, u.inside_uid, u.inside_uid)) < 0) {
+  if ((ret = sys::call(SYS_setresuid, uid, uid, uid)) < 0) {
     f->stage = NsStage::setuid;
     return f->err = sys::error_of(ret);
   }
   return 0;
 }
-
-int fork_program_with_userns_in_child(int report_fd, const UserNsStep& u, NsFailure* f) noexcept {
-  int ready[2], go[2];
-  long ret = sys::call(SYS_pipe2, reinterpret_cast<long>(ready), O_CLOEXEC);
-  if (ret >= 0 && (ret = sys::call(SYS_pipe2, reinterpret_cast<long>(go), O_CLOEXEC)) < 0) {
-    sys::call(SYS_close, ready[0]);
-    sys::call(SYS_close, ready[1]);
-  }
-  if (ret < 0) {
-    f->stage = NsStage::pid1;
-    return f->err = sys::error_of(ret);
-  }
-  std::uint64_t old_mask = 0;
-  ret = sys::call(SYS_rt_sigprocmask, SIG_BLOCK, reinterpret_cast<long>(&kPid1Signals),
-                  reinterpret_cast<long>(&old_mask), kSigsetSize);
-  long pid = ret < 0 ? ret : sys::call(SYS_clone, SIGCHLD, 0, 0, 0, 0);
-  if (pid <= 0) {
-    sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&old_mask), 0, kSigsetSize);
-    if (pid < 0) {
-      for (int fd : {ready[0], ready[1], go[0], go[1]}) sys::call(SYS_close, fd);
-      f->stage = NsStage::pid1;
-      return f->err = sys::error_of(pid);
-    }
-    if (report_fd >= 0) sys::call(SYS_close, report_fd);
-    sys::call(SYS_close, ready[0]);
-    sys::call(SYS_close, go[1]);
-    return program_userns_in_child(ready[1], go[0], u, f);
-  }
-  sys::call(SYS_close, ready[1]);
-  sys::call(SYS_close, go[0]);
-  pid1_map_then_loop(static_cast<pid_t>(pid), report_fd, ready[0], go[1], u);
-}
-
-}  // namespace
 
 // ---- the combined spec ----------------------------------------------------------
 
@@ -467,9 +263,14 @@ Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec) {
       p.has_tree_ = true;
     }
   }
-  auto sync = SyncPipe::create();
-  if (!sync) return std::move(sync).error();
-  p.sync_ = std::move(sync).value();
+  // The child waits only for what the parent does after clone: the maps.
+  // Without a user namespace at clone (none, or template mode, where pid 1
+  // writes them) there is nothing to wait for.
+  if (p.has_user()) {
+    auto sync = SyncPipe::create();
+    if (!sync) return std::move(sync).error();
+    p.sync_ = std::move(sync).value();
+  }
   return p;
 }
 
@@ -480,8 +281,9 @@ Status PreparedNamespaces::finish_in_parent(pid_t child) {
       sync_.abandon();
       return st.error().context("namespaces");
     }
+    return sync_.release();
   }
-  return sync_.release();
+  return {};
 }
 
 const char* ns_stage_name(NsStage stage) noexcept {
@@ -522,11 +324,14 @@ int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, 
     f->err = err;
     return err;
   };
-  // The parent's end: if we kept it, a parent that dies would never give EOF.
-  if (ns.sync_.write_fd() >= 0) sys::call(SYS_close, ns.sync_.write_fd());
-  int err = wait_for_parent_in_child(ns.sync_.read_fd());
-  sys::call(SYS_close, ns.sync_.read_fd());
-  if (err) return fail(NsStage::sync, err);
+  int err = 0;
+  if (ns.sync_.read_fd() >= 0) {
+    // The parent's end: if we kept it, a parent that dies would never give EOF.
+    if (ns.sync_.write_fd() >= 0) sys::call(SYS_close, ns.sync_.write_fd());
+    err = wait_for_parent_in_child(ns.sync_.read_fd());
+    sys::call(SYS_close, ns.sync_.read_fd());
+    if (err) return fail(NsStage::sync, err);
+  }
 
   if (ns.in_template()) {
     // Still the host's root: enter the template's namespaces (owned by the
@@ -547,35 +352,24 @@ int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, 
     sys::call(SYS_close, ns.workspace_fd_.get());
     // Root's supplementary groups must not reach pid 1 or the program.
     if ((ret = sys::call(SYS_setgroups, 0, 0)) < 0) return fail(NsStage::setgroups, sys::error_of(ret));
-    UserNsStep u{ns.uid_map_line_.data(), static_cast<long>(ns.uid_map_line_.size()),
+    Pid1UserNs u{ns.uid_map_line_.data(), static_cast<long>(ns.uid_map_line_.size()),
                  ns.gid_map_line_.data(), static_cast<long>(ns.gid_map_line_.size()),
                  ns.map_.inside_uid, ns.map_.inside_gid, ns.map_.outside_uid, ns.map_.outside_gid,
                  ns.die_with_parent_ ? ns.parent_pidfd_.get() : -1};
-    return fork_program_with_userns_in_child(pid1_report_fd, u, f);
+    return fork_program_under_pid1_in_child(pid1_report_fd, &u, f);
   }
 
   if (ns.has_user()) {
-    // Raw calls: glibc's set*id would broadcast to the parent's threads.
     long ret = 0;
     if (!ns.rootless_ && (ret = sys::call(SYS_setgroups, 0, 0)) < 0)
       return fail(NsStage::setgroups, sys::error_of(ret));
-    long g = ns.map_.inside_gid, u = ns.map_.inside_uid;
-    if ((ret = sys::call(SYS_setresgid, g, g, g)) < 0) return fail(NsStage::setgid, sys::error_of(ret));
-    if ((ret = sys::call(SYS_setresuid, u, u, u)) < 0) return fail(NsStage::setuid, sys::error_of(ret));
+    if ((err = switch_ids_in_child(ns.map_.inside_gid, ns.map_.inside_uid, f))) return err;
   }
-  // After the id switch, which clears it (commit_creds); pid 1 keeps it.
+  // After the id switch, which clears it; pid 1 keeps it.
   if (ns.die_with_parent_) {
-    if (long ret = sys::call(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0); ret < 0)
-      return fail(NsStage::parent_death, sys::error_of(ret));
-    // A parent that died before that line sends no signal: ask its pidfd
-    // (readable once it has exited). Our parent is outside our pid
-    // namespace, so getppid() cannot tell (it is 0 for pid 1).
-    struct pollfd alive = {ns.parent_pidfd_.get(), POLLIN, 0};
-    struct timespec now = {0, 0};
-    long ready = sys::call(SYS_ppoll, reinterpret_cast<long>(&alive), 1, reinterpret_cast<long>(&now), 0, 0);
+    err = die_with_parent_in_child(ns.parent_pidfd_.get());
     sys::call(SYS_close, ns.parent_pidfd_.get());
-    if (ready < 0) return fail(NsStage::parent_death, sys::error_of(ready));
-    if (ready > 0) return fail(NsStage::parent_death, ESRCH);
+    if (err) return fail(NsStage::parent_death, err);
   }
   if (ns.flags_ & CLONE_NEWUTS) {
     if ((err = set_hostname_in_child(ns.hostname_.data(), ns.hostname_.size())))
@@ -588,7 +382,7 @@ int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, 
     if ((err = apply_mount_tree_in_child(ns.tree_, &f->mount))) return fail(NsStage::mount_tree, err);
   }
   if (ns.has_pid()) {
-    if ((err = fork_program_under_pid1_in_child(pid1_report_fd))) return fail(NsStage::pid1, err);
+    if ((err = fork_program_under_pid1_in_child(pid1_report_fd, nullptr, f))) return err;
   }
   return 0;
 }

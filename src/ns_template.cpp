@@ -159,19 +159,15 @@ Status make_template(const PreparedMountTree& base, const std::string& dir) {
 
 // Keep the newest kKeptTemplates - 1 others (by the directory's mtime), so
 // with the new one there are at most kKeptTemplates.
-void remove_old_templates(const std::string& root, const std::string& keep) {
-  DIR* d = ::opendir(root.c_str());
-  if (!d) return;
+void remove_old_templates(std::string_view root, const std::string& keep) {
+  auto listed = list_ns_templates(root);
+  if (!listed) return;
   std::vector<std::pair<long long, std::string>> dirs;
-  while (struct dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (name.empty() || name[0] == '.' || root + "/" + name == keep) continue;
+  for (auto& path : *listed) {
     struct stat st;
-    std::string path = root + "/" + name;
-    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    if (path != keep && ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
       dirs.emplace_back(static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec, path);
   }
-  ::closedir(d);
   std::sort(dirs.begin(), dirs.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (std::size_t i = kKeptTemplates - 1; i < dirs.size(); ++i) clear_dir(dirs[i].second);
 }
@@ -196,7 +192,7 @@ Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::
 
   clear_dir(out.dir);
   if (auto st = make_template(base, out.dir); !st) return std::move(st).error();
-  remove_old_templates(root_s, out.dir);
+  remove_old_templates(root, out.dir);
   if (!open_existing(out.dir, out))
     return template_error(ENOENT, "'" + out.dir + "' was made but does not open as two namespaces");
   out.created = true;

@@ -76,10 +76,11 @@ Expected<UniqueFd> stdin_memfd(const std::string& text) {
 // In a container the network namespace is already empty: `default` only.
 Expected<std::shared_ptr<const SeccompProgram>> seccomp_for(const Request& req, MechanismCache* cache,
                                                             bool shared_netns = false) {
-  const char* net = shared_netns ? "no-network"
-                    : (req.tier == Tier::container || req.net != NetworkAccess::none)
-                        ? nullptr
-                        : (req.tcp_connect_ports.empty() ? "no-network" : "tcp-only");
+  const char* net = nullptr;
+  if (shared_netns)
+    net = "no-network";
+  else if (req.tier != Tier::container && req.net == NetworkAccess::none)
+    net = req.tcp_connect_ports.empty() ? "no-network" : "tcp-only";
   std::string key = net ? std::string("default,") + net : "default";
   if (cache)
     if (auto it = cache->seccomp.find(key); it != cache->seccomp.end()) return it->second;

@@ -196,6 +196,12 @@ struct SplitMountTree {
 };
 Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, const EtcIdentity& who);
 
+// Either side, async-signal-safe: a detached, recursive copy of the mount
+// at `source` (opened with openat2 RESOLVE_NO_SYMLINKS) with the
+// MOUNT_ATTR_* `attr` set on all of it, as an O_CLOEXEC fd for move_mount;
+// or a negative errno with *failed naming the call that failed.
+long open_detached_tree(const char* source, std::uint64_t attr, MountCall* failed) noexcept;
+
 // Child, async-signal-safe: raw syscalls only, no allocation. Must run in a
 // new mount namespace (else it would rearrange the host's mounts; the first
 // step makes "/" private recursively, so nothing propagates back), after the

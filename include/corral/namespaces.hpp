@@ -193,7 +193,7 @@ struct NsFailure {
 };
 
 // Everything one namespaced spawn needs, prepared. Single-use: it owns the
-// sync pipe of one child.
+// sync pipe of one child (when a user namespace comes with the clone).
 class PreparedNamespaces {
  public:
   // CLONE_NEW* flags for clone3.
@@ -254,5 +254,34 @@ Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec);
 int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, NsFailure* failure) noexcept;
 
 const char* ns_stage_name(NsStage stage) noexcept;
+
+// ---- child-side steps that report an NsFailure ------------------------------
+
+// Child: setresgid then setresuid (raw calls: glibc's set*id would
+// broadcast to the parent's threads). 0, or the errno with f->stage setgid
+// or setuid.
+int switch_ids_in_child(long gid, long uid, NsFailure* f) noexcept;
+// Child: PR_SET_PDEATHSIG SIGKILL, then ESRCH if `parent_pidfd` (a pidfd of
+// the parent) says the parent exited before that. Credential changes clear
+// PDEATHSIG: call it after the last one. 0 or errno.
+int die_with_parent_in_child(int parent_pidfd) noexcept;
+
+// Template mode's pid-1 split (NamespaceSpec::use_template): right after the
+// fork the program unshares its own user namespace; pid 1, still the host's
+// root, writes its maps (the lines below), becomes the outside ids, with
+// parent_pidfd >= 0 sets its PDEATHSIG and checks the parent, and only then
+// lets the program switch to the inside ids.
+struct Pid1UserNs {
+  const char* uid_map;
+  long uid_len;
+  const char* gid_map;
+  long gid_len;
+  long inside_uid, inside_gid, outside_uid, outside_gid;
+  int parent_pidfd;  // die_with_parent: a pidfd of the supervisor, else -1
+};
+// fork_program_under_pid1_in_child, with template mode's user namespace
+// step when `userns` is set. Failures in the program fill *failure (stage
+// pid1, user_ns, id_maps, setgid or setuid) and return the errno.
+int fork_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* failure) noexcept;
 
 }  // namespace corral

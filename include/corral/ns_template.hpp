@@ -22,7 +22,7 @@
 // Landlock scoping keeps one run from connecting to another's abstract
 // unix sockets, and /proc/net/unix still lists the unix sockets of every
 // run in flight. A run that needs lo asks for its own network namespace
-// (Request::net == NetworkAccess::loopback) and is built the old way.
+// (Request::loopback) and is built per run.
 #pragma once
 
 #include <string>

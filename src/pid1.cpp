@@ -1,0 +1,218 @@
+// pid 1 of a container run's pid namespace (namespaces.hpp): it splits
+// off the program, then reaps, forwards signals and reports the program's
+// end. In template mode it also maps the user namespace the program makes.
+// Everything here runs in the cloned child: raw syscalls only.
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include <cstring>
+
+#include "corral/namespaces.hpp"
+#include "corral/syscalls.hpp"
+
+namespace corral {
+
+namespace {
+
+constexpr std::uint64_t sigbit(int sig) { return 1ull << (sig - 1); }
+// What pid 1 takes synchronously: SIGCHLD to reap, the rest to forward.
+// The kernel's sigset is 64 bits; rt_sig* calls get its size, 8.
+constexpr std::uint64_t kPid1Signals = sigbit(SIGCHLD) | sigbit(SIGTERM) | sigbit(SIGINT) | sigbit(SIGHUP) |
+                                       sigbit(SIGQUIT) | sigbit(SIGUSR1) | sigbit(SIGUSR2);
+constexpr long kSigsetSize = 8;
+
+[[noreturn]] void exit_now(int code) noexcept {
+  for (;;) sys::call(SYS_exit_group, code);
+}
+
+// pid 1 keeps nothing it does not need: the program's pipes must see EOF
+// when the program and its descendants are gone (and an exec-error pipe
+// must not be held open by a process that never execs); no capabilities in
+// the namespace; not dumpable, so the program (same uid) cannot ptrace it
+// or read its memory through /proc.
+void harden_pid1(int report_fd) noexcept {
+  if (report_fd > 0) sys::call(SYS_close_range, 0, report_fd - 1, 0);
+  sys::call(SYS_close_range, report_fd < 0 ? 0 : report_fd + 1, ~0u, 0);
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+  std::memset(data, 0, sizeof data);
+  sys::call(SYS_capset, reinterpret_cast<long>(&hdr), reinterpret_cast<long>(data));
+  sys::call(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0);
+  sys::call(SYS_prctl, PR_SET_NAME, reinterpret_cast<long>("corral-init"), 0, 0, 0);
+}
+
+[[noreturn]] void finish_pid1(int status, int report_fd) noexcept {
+  if (report_fd >= 0) {
+    Pid1Report report{kPid1ReportMagic, status};
+    sys::write_all(report_fd, &report, sizeof report);
+  }
+  int code = 255;
+  if (WIFEXITED(status)) code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status)) code = kPid1SignalExitBase + WTERMSIG(status);
+  exit_now(code);
+}
+
+// Reap everything that has ended; finish when the program is among them.
+void reap_pid1(pid_t program, int report_fd, long options) noexcept {
+  int status = 0;
+  long pid;
+  while ((pid = sys::call(SYS_wait4, -1, reinterpret_cast<long>(&status), options | __WALL, 0)) > 0) {
+    if (pid == program) finish_pid1(status, report_fd);
+    if (!(options & WNOHANG)) return;
+  }
+}
+
+[[noreturn]] void pid1_loop(pid_t program, int report_fd) noexcept {
+  siginfo_t info;
+  for (;;) {
+    long sig = sys::call(SYS_rt_sigtimedwait, reinterpret_cast<long>(&kPid1Signals),
+                         reinterpret_cast<long>(&info), 0, kSigsetSize);
+    if (sig == SIGCHLD) {
+      // SIGCHLDs coalesce: one wakeup reaps all; a child ending after the
+      // last wait4 raises a fresh pending SIGCHLD.
+      reap_pid1(program, report_fd, WNOHANG);
+    } else if (sig > 0) {
+      sys::call(SYS_kill, program, sig);
+    } else if (sig != -EINTR) {
+      // Should not happen; do not spin. Blocking reaping still ends us.
+      reap_pid1(program, report_fd, 0);
+    }
+  }
+}
+
+// "/proc/<pid>/<name>" into buf (64 bytes); child-safe.
+void proc_path_in_child(char* buf, long pid, const char* name) noexcept {
+  const char prefix[] = "/proc/";
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + pid % 10);
+    pid /= 10;
+  } while (pid > 0 && n < 20);
+  int i = 0;
+  for (const char* c = prefix; *c; ++c) buf[i++] = *c;
+  while (n > 0) buf[i++] = digits[--n];
+  buf[i++] = '/';
+  for (const char* c = name; *c && i < 62; ++c) buf[i++] = *c;
+  buf[i] = 0;
+}
+
+int write_proc_in_child(long pid, const char* name, const char* data, long len) noexcept {
+  char path[64];
+  proc_path_in_child(path, pid, name);
+  long fd = sys::call(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return sys::error_of(fd);
+  long n = sys::call(SYS_write, fd, reinterpret_cast<long>(data), len);
+  sys::call(SYS_close, fd);
+  if (n < 0) return sys::error_of(n);
+  return n == len ? 0 : EIO;
+}
+
+int read_int_in_child(int fd, int fallback) noexcept {
+  int v = fallback;
+  long n;
+  while ((n = sys::call(SYS_read, fd, reinterpret_cast<long>(&v), sizeof v)) == -EINTR) {
+  }
+  return n == static_cast<long>(sizeof v) ? v : fallback;
+}
+
+// pid 1 with a Pid1UserNs: still the host's root (it made the mounts), so
+// it writes the maps of the user namespace the program has just made. The
+// drop to the outside ids and the parent check come before the program is
+// let go, so no code of the program's ever runs beside a host-root pid 1;
+// if either fails pid 1 ends (and the pid namespace with it), and the
+// program reads EOF.
+void map_program_in_pid1(pid_t program, int ready, int go, const Pid1UserNs& u) noexcept {
+  int answer = read_int_in_child(ready, ECANCELED);
+  sys::call(SYS_close, ready);
+  const bool made = answer == 0;
+  if (made) answer = write_proc_in_child(program, "uid_map", u.uid_map, u.uid_len);
+  if (made && answer == 0) answer = write_proc_in_child(program, "gid_map", u.gid_map, u.gid_len);
+  if (sys::call(SYS_setresgid, u.outside_gid, u.outside_gid, u.outside_gid) < 0 ||
+      sys::call(SYS_setresuid, u.outside_uid, u.outside_uid, u.outside_uid) < 0)
+    exit_now(kPid1SignalExitBase + SIGKILL);
+  if (u.parent_pidfd >= 0 && die_with_parent_in_child(u.parent_pidfd) != 0) exit_now(kPid1SignalExitBase + SIGKILL);
+  if (made) sys::write_all(go, &answer, sizeof answer);
+  sys::call(SYS_close, go);
+}
+
+// The program's side: its own user namespace, the maps from pid 1, then the
+// inside ids (which keep its capabilities there: the inside 0 is unmapped;
+// the program's later steps drop them).
+int program_userns_in_child(int ready, int go, const Pid1UserNs& u, NsFailure* f) noexcept {
+  int err = sys::error_of(sys::call(SYS_unshare, CLONE_NEWUSER));
+  sys::write_all(ready, &err, sizeof err);
+  sys::call(SYS_close, ready);
+  int answer = err ? err : read_int_in_child(go, ECANCELED);
+  sys::call(SYS_close, go);
+  if (answer) {
+    f->stage = err ? NsStage::user_ns : NsStage::id_maps;
+    return f->err = answer;
+  }
+  return switch_ids_in_child(u.inside_gid, u.inside_uid, f);
+}
+
+int fail_pid1(NsFailure* f, long ret) noexcept {
+  f->stage = NsStage::pid1;
+  return f->err = sys::error_of(ret);
+}
+
+}  // namespace
+
+// Child side; async-signal-safe. The signals pid 1 handles are blocked
+// before the fork, so none can be lost between fork and the wait loop (an
+// init ignores signals it has no handler for unless they are blocked:
+// blocked ones stay pending and rt_sigtimedwait collects them).
+int fork_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* failure) noexcept {
+  NsFailure local;
+  NsFailure* f = failure ? failure : &local;
+  int ready[2] = {-1, -1}, go[2] = {-1, -1};
+  if (userns) {
+    long ret = sys::call(SYS_pipe2, reinterpret_cast<long>(ready), O_CLOEXEC);
+    if (ret < 0) return fail_pid1(f, ret);
+    if ((ret = sys::call(SYS_pipe2, reinterpret_cast<long>(go), O_CLOEXEC)) < 0) {
+      sys::call(SYS_close, ready[0]);
+      sys::call(SYS_close, ready[1]);
+      return fail_pid1(f, ret);
+    }
+  }
+  auto close_pipes = [&] {
+    for (int fd : {ready[0], ready[1], go[0], go[1]})
+      if (fd >= 0) sys::call(SYS_close, fd);
+  };
+  std::uint64_t old_mask = 0;
+  long ret = sys::call(SYS_rt_sigprocmask, SIG_BLOCK, reinterpret_cast<long>(&kPid1Signals),
+                       reinterpret_cast<long>(&old_mask), kSigsetSize);
+  long pid = ret < 0 ? ret : sys::call(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+  if (pid < 0) {
+    if (ret >= 0) sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&old_mask), 0, kSigsetSize);
+    close_pipes();
+    return fail_pid1(f, pid);
+  }
+  if (pid == 0) {
+    sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&old_mask), 0, kSigsetSize);
+    if (report_fd >= 0) sys::call(SYS_close, report_fd);
+    if (!userns) return 0;
+    sys::call(SYS_close, ready[0]);
+    sys::call(SYS_close, go[1]);
+    return program_userns_in_child(ready[1], go[0], *userns, f);
+  }
+  if (userns) {
+    sys::call(SYS_close, ready[1]);
+    sys::call(SYS_close, go[0]);
+    map_program_in_pid1(static_cast<pid_t>(pid), ready[0], go[1], *userns);
+  }
+  harden_pid1(report_fd);
+  pid1_loop(static_cast<pid_t>(pid), report_fd);
+}
+
+int fork_program_under_pid1_in_child(int report_fd) noexcept {
+  NsFailure f;
+  return fork_program_under_pid1_in_child(report_fd, nullptr, &f);
+}
+
+}  // namespace corral
