@@ -165,13 +165,14 @@ inline std::size_t host_processes_with(const std::string& marker) {
   return n;
 }
 
-// The CLI's exit code for `corral ARGS...` (output discarded).
-inline int cli(const std::vector<std::string>& args) {
+// `corral ARGS...` started with its stdout on `out_fd` (stderr discarded;
+// -1: stdout discarded too); its pid.
+inline pid_t start_cli(const std::vector<std::string>& args, int out_fd = -1) {
   std::string bin = corral_test::build_dir() + "/bin/corral";
   pid_t pid = fork();
   if (pid == 0) {
     int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
+    dup2(out_fd >= 0 ? out_fd : null, 1);
     dup2(null, 2);
     std::vector<char*> argv{bin.data()};
     std::vector<std::string> copy = args;
@@ -180,6 +181,12 @@ inline int cli(const std::vector<std::string>& args) {
     execv(bin.c_str(), argv.data());
     _exit(127);
   }
+  return pid;
+}
+
+// The CLI's exit code for `corral ARGS...` (output discarded).
+inline int cli(const std::vector<std::string>& args) {
+  pid_t pid = start_cli(args);
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

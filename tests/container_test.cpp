@@ -21,6 +21,60 @@ Test(container, no_capabilities_and_no_new_privs_inside) {
                                        {"Seccomp", "2"}}));
 }
 
+Test(container, as_root_the_program_has_no_supplementary_groups) {
+  SKIP_UNLESS_CONTAINER();
+  if (geteuid() != 0) cr_skip_test("not root: a rootless run keeps its creator's groups (setgroups is denied to it)");
+  Harness h;
+  EXPECT_EMPTY(mismatches(observe(h), {{"Groups", ""}}));
+}
+
+// pid 1 as the host sees it: the run's own unprivileged uid and no groups,
+// never root (in the namespace template it starts as host root and drops).
+Test(container, pid_1_runs_as_the_runs_host_uid) {
+  SKIP_UNLESS_CONTAINER();
+  if (geteuid() != 0) cr_skip_test("not root: pid 1 runs as the caller");
+  Harness h;
+  std::shared_ptr<Result> result;
+  RunCallbacks cb;
+  cb.on_result = [&](const Result& r) { result = std::make_shared<Result>(r); };
+  auto handle = h.sup->submit(boxed({"sleep", "30"}), cb);
+  cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+  std::string status;
+  for (int i = 0; i < 250 && status.empty(); ++i) {
+    (void)h.sup->run_once(0.02);
+    DIR* d = opendir("/proc");
+    while (dirent* e = d ? readdir(d) : nullptr) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      std::string st = corral_test::read_file("/proc/" + std::string(e->d_name) + "/status");
+      if (contains(st, "Name:\tcorral-init\n") && contains(st, "\nPPid:\t" + std::to_string(getpid()) + "\n")) status = st;
+    }
+    if (d) closedir(d);
+  }
+  handle->cancel();
+  cr_assert(h.sup->run_until_idle().ok());
+  cr_assert(!status.empty(), "no pid 1 (corral-init) of ours showed up");
+  unsigned uid = 0;
+  auto at = status.find("\nUid:\t");
+  cr_assert(at != std::string::npos);
+  std::sscanf(status.c_str() + at, "\nUid:\t%u", &uid);
+  cr_assert_geq(uid, 200000u, "pid 1 runs as host uid %u", uid);
+  auto groups = status.find("\nGroups:");
+  cr_assert(groups != std::string::npos);
+  std::string line = status.substr(groups + 8, status.find('\n', groups + 1) - groups - 8);
+  cr_assert(line.find_first_not_of(" \t") == std::string::npos, "pid 1 kept groups '%s'", line.c_str());
+}
+
+Test(container, the_workspace_has_home_but_no_tmp_the_run_has_its_own_tmp) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  Result r = h.run(boxed({"sh", "-c", "ls -a /workspace; echo TMPDIR=$TMPDIR"}));
+  cr_assert_eq(r.outcome, Outcome::exited, "%s", r.detail.c_str());
+  const std::string& out = r.stdout_capture.text;
+  cr_assert(contains(out, "\nhome\n"), "%s", out.c_str());
+  cr_assert(!contains(out, "\ntmp\n"), "a tmp/ in the workspace:\n%s", out.c_str());
+  cr_assert(contains(out, "TMPDIR=/tmp\n"), "%s", out.c_str());
+}
+
 Test(container, runs_as_a_non_root_uid_in_its_own_pid_and_uts_namespaces) {
   SKIP_UNLESS_CONTAINER();
   Harness h;

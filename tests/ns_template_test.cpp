@@ -84,23 +84,6 @@ SplitMountTree split_for(const std::string& ws, uid_t uid) {
   return std::move(*split);
 }
 
-// `corral run --tier container ARGS...` in the background; its pid.
-pid_t cli_in_background(const std::vector<std::string>& args, int out_fd) {
-  std::string bin = corral_test::build_dir() + "/bin/corral";
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out_fd, 1);
-    std::vector<std::string> copy = {"run", "--tier", "container"};
-    copy.insert(copy.end(), args.begin(), args.end());
-    std::vector<char*> argv{bin.data()};
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(bin.c_str(), argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
 // The private template roots a test made, unmounted in its .fini even when
 // an assertion ended the test early (else their nsfs mounts outlive it).
 std::vector<std::string> g_roots;
@@ -146,7 +129,8 @@ Test(ns_template, one_run_cannot_connect_to_anothers_abstract_unix_socket) {
   std::string out_path = out.path() + "/listener.out";
   int fd = open(out_path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
   cr_assert(fd >= 0);
-  pid_t listener = cli_in_background({"--input", inside, "--", "/workspace/inside", "abstract-listen", name, "6"}, fd);
+  pid_t listener =
+      start_cli({"run", "--tier", "container", "--input", inside, "--", "/workspace/inside", "abstract-listen", name, "6"}, fd);
   close(fd);
   // The listener's run shares our runs' network namespace: wait until it listens.
   for (int i = 0; i < 200 && !contains(corral_test::read_file(out_path), "listening"); ++i) usleep(20000);
@@ -302,4 +286,38 @@ Test(ns_template, the_cli_lists_and_clears_the_templates) {
   Result r = h.run(boxed({"/helpers/inside", "ns"}));
   cr_assert_eq(r.outcome, Outcome::exited, "%s", r.detail.c_str());
   cr_assert_eq(template_dirs(std::string(kTemplateRoot)).size(), 1u);
+}
+
+Test(ns_template, a_template_that_cannot_be_had_builds_the_run_per_run_and_says_why, .fini = drop_private_roots) {
+  SKIP_UNLESS_TEMPLATE();
+  TempDir root, ws;
+  std::string r = private_root(root);
+  cr_assert_eq(mkdir(r.c_str(), 0777), 0);
+  cr_assert_eq(chmod(r.c_str(), 0777), 0);
+  NamespaceSpec spec;
+  spec.map(UserNsMap{65534, 65534, 200000, 200000});
+  spec.mounts(MountTreeSpec().workspace(ws.path()));
+  spec.use_template(true).template_root(r);
+  auto ns = prepare_namespaces(spec);
+  cr_assert(ns.ok(), "%s", ns.ok() ? "" : ns.error().message().c_str());
+  cr_assert(!ns->in_template());
+  cr_assert(contains(ns->template_error(), "writable by nobody else"), "%s", ns->template_error().c_str());
+  cr_assert(ns->clone_flags() & CLONE_NEWNET, "the fallback has no network namespace of its own");
+  cr_assert(contains(ns->mount_tree()->describe(), "pivot_root"), "the fallback has no full tree");
+  // And with a usable root the same spec enters the template.
+  TempDir good;
+  spec.template_root(private_root(good));
+  auto in = prepare_namespaces(spec);
+  cr_assert(in.ok());
+  cr_assert(in->in_template());
+  cr_assert(!(in->clone_flags() & (CLONE_NEWNET | CLONE_NEWUSER | CLONE_NEWNS)));
+}
+
+Test(ns_template, the_loopback_job_field_is_a_boolean) {
+  auto on = request_from_json(R"({"argv":["true"],"tier":"container","loopback":true})");
+  cr_assert(on.ok(), "%s", on.ok() ? "" : on.error().message().c_str());
+  cr_assert(on->loopback);
+  auto bad = request_from_json(R"({"argv":["true"],"tier":"container","loopback":"yes"})");
+  cr_assert(!bad.ok());
+  cr_assert(contains(bad.error().message(), "'loopback' must be true or false"), "%s", bad.error().message().c_str());
 }

@@ -122,6 +122,7 @@ static int observe(int port) {
   status_field("CapAmb");
   status_field("NoNewPrivs");
   status_field("Seccomp");
+  status_field("Groups");
   proc_pids();
   net_devices();
   try_connect(port);
