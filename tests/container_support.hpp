@@ -96,6 +96,16 @@ inline Request boxed(std::vector<std::string> argv) {
 // Whether runs from this process enter the namespace template.
 inline bool in_template() { return kStaged && geteuid() == 0 && host().landlock_abi >= 6; }
 
+// `argv` submitted to h's supervisor without waiting; its Result lands in
+// *result once the loop has run it to the end.
+inline RunHandle submit_boxed(Harness& h, std::vector<std::string> argv, std::shared_ptr<Result>* result) {
+  RunCallbacks cb;
+  cb.on_result = [result](const Result& r) { *result = std::make_shared<Result>(r); };
+  auto handle = h.sup->submit(boxed(std::move(argv)), cb);
+  cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+  return std::move(*handle);
+}
+
 // "" or the list of observations that differ from `want`.
 inline std::string mismatches(const Result& r, const std::map<std::string, std::string>& want) {
   if (r.outcome != Outcome::exited || r.exit_code != 0)

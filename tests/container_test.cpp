@@ -35,10 +35,7 @@ Test(container, pid_1_runs_as_the_runs_host_uid) {
   if (geteuid() != 0) cr_skip_test("not root: pid 1 runs as the caller");
   Harness h;
   std::shared_ptr<Result> result;
-  RunCallbacks cb;
-  cb.on_result = [&](const Result& r) { result = std::make_shared<Result>(r); };
-  auto handle = h.sup->submit(boxed({"sleep", "30"}), cb);
-  cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+  RunHandle handle = submit_boxed(h, {"sleep", "30"}, &result);
   std::string status;
   for (int i = 0; i < 250 && status.empty(); ++i) {
     (void)h.sup->run_once(0.02);
@@ -50,7 +47,7 @@ Test(container, pid_1_runs_as_the_runs_host_uid) {
     }
     if (d) closedir(d);
   }
-  handle->cancel();
+  handle.cancel();
   cr_assert(h.sup->run_until_idle().ok());
   cr_assert(!status.empty(), "no pid 1 (corral-init) of ours showed up");
   unsigned uid = 0;
@@ -312,11 +309,8 @@ Test(container, a_cancel_during_the_set_up_ends_the_run_cleanly) {
   Harness h;
   for (int i = 0; i < 5; ++i) {
     std::shared_ptr<Result> result;
-    RunCallbacks cb;
-    cb.on_result = [&](const Result& r) { result = std::make_shared<Result>(r); };
-    auto handle = h.sup->submit(boxed({"sleep", "30"}), cb);
-    cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
-    handle->cancel();
+    RunHandle handle = submit_boxed(h, {"sleep", "30"}, &result);
+    handle.cancel();
     cr_assert(h.sup->run_until_idle().ok());
     cr_assert(result);
     cr_assert_eq(result->outcome, Outcome::cancelled, "try %d: %s", i, result->detail.c_str());
@@ -363,12 +357,9 @@ Test(container, cancel_ends_the_run_and_removes_its_cgroup) {
   SKIP_UNLESS_CONTAINER();
   Harness h;
   std::shared_ptr<Result> result;
-  RunCallbacks cb;
-  cb.on_result = [&](const Result& r) { result = std::make_shared<Result>(r); };
-  auto handle = h.sup->submit(boxed({"sleep", "30"}), cb);
-  cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+  RunHandle handle = submit_boxed(h, {"sleep", "30"}, &result);
   (void)h.sup->run_once(0.1);
-  handle->cancel();
+  handle.cancel();
   cr_assert(h.sup->run_until_idle().ok());
   cr_assert(result);
   cr_assert_eq(result->outcome, Outcome::cancelled, "%s", result->detail.c_str());

@@ -95,6 +95,14 @@ void drop_private_roots() {
   for (const auto& r : g_roots) (void)remove_ns_templates(r);
 }
 
+// A private template root that anyone may write to: refused as a root.
+std::string world_writable_root(const TempDir& dir) {
+  std::string r = private_root(dir);
+  cr_assert_eq(mkdir(r.c_str(), 0777), 0);
+  cr_assert_eq(chmod(r.c_str(), 0777), 0);
+  return r;
+}
+
 }  // namespace
 
 Test(ns_template, runs_share_the_templates_network_namespace_and_copy_its_mounts) {
@@ -222,9 +230,7 @@ Test(ns_template, at_most_the_kept_number_of_templates_stays, .fini = drop_priva
 Test(ns_template, a_template_root_anyone_else_can_write_is_refused, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
   TempDir root, ws;
-  std::string r = private_root(root);
-  cr_assert_eq(mkdir(r.c_str(), 0777), 0);
-  cr_assert_eq(chmod(r.c_str(), 0777), 0);
+  std::string r = world_writable_root(root);
   SplitMountTree t = split_for(ws.path(), 65534);
   auto made = open_ns_template(t.base, t.fingerprint, r);
   cr_assert(!made.ok(), "a world-writable template root was used");
@@ -291,9 +297,7 @@ Test(ns_template, the_cli_lists_and_clears_the_templates) {
 Test(ns_template, a_template_that_cannot_be_had_builds_the_run_per_run_and_says_why, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
   TempDir root, ws;
-  std::string r = private_root(root);
-  cr_assert_eq(mkdir(r.c_str(), 0777), 0);
-  cr_assert_eq(chmod(r.c_str(), 0777), 0);
+  std::string r = world_writable_root(root);
   NamespaceSpec spec;
   spec.map(UserNsMap{65534, 65534, 200000, 200000});
   spec.mounts(MountTreeSpec().workspace(ws.path()));
