@@ -271,13 +271,6 @@ Status CgroupBackend::add_process(pid_t pid) {
   return {};
 }
 
-void remove_empty_parents(const Placement& p) {
-  // The parent group goes too when no other run uses it; a concurrent
-  // create that loses it re-creates it (see create_v1/create_v2).
-  std::string dir = p.parent;
-  while (dir.size() > p.base.size() && ::rmdir(dir.c_str()) == 0) dir.erase(dir.rfind('/'));
-}
-
 Status CgroupBackend::remove() {
   if (removed) return {};
   Status first = kill_all();
@@ -296,7 +289,6 @@ Status CgroupBackend::remove() {
       }
       sleep_ms(2);
     }
-    remove_empty_parents(p);
   }
   // The fds stay while a directory does: a join must keep failing loudly
   // rather than write to nothing, and the destructor tries again.

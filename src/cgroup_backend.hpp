@@ -51,10 +51,6 @@ struct Placement {
   std::string dir;     // parent + "/" + name
 };
 
-// rmdir p.parent and the levels above it up to p.base, stopping at the first
-// one that is not empty.
-void remove_empty_parents(const Placement& p);
-
 // The variant part of a RunCgroup. A backend owns its directories and fds;
 // its destructor does not touch the kernel (RunCgroup's does, via remove()).
 class CgroupBackend {

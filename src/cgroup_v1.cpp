@@ -129,18 +129,15 @@ Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, con
     p.base = spec.under_hierarchy_root ? hier.mount_point : hier.own_dir;
     p.parent = p.base + "/" + spec.parent;
     p.dir = p.parent + "/" + name;
-    // Another supervisor's remove() may take the empty parent away between
-    // our two mkdirs: ENOENT means make it again.
+    // The parent is kept, but an operator (or an older corral) may remove it
+    // between our steps: ENOENT means make it again.
     Status made;
     for (int attempt = 0; attempt < 5; ++attempt) {
       made = make_parent_chain(kWho, p.base, spec.parent, [](const std::string&) { return Status{}; });
       if (made) made = make_dir(kWho, p.dir, false);
       if (made || made.error().code() != ENOENT) break;
     }
-    if (!made) {
-      remove_empty_parents(p);
-      return fail(std::move(made).error());
-    }
+    if (!made) return fail(std::move(made).error());
     b->placements.push_back(std::move(p));
   }
 

@@ -178,18 +178,15 @@ Expected<std::unique_ptr<CgroupBackend>> create_v2(const CgroupProbe& probe, con
   p.base = base;
   p.parent = base + "/" + spec.parent;
   p.dir = p.parent + "/" + name;
-  // Another supervisor's remove() may take the empty parent away between our
-  // steps: ENOENT means make it again.
+  // The parent is kept, but an operator (or an older corral) may remove it
+  // between our steps: ENOENT means make it again.
   Status made;
   for (int attempt = 0; attempt < 5; ++attempt) {
     made = make_parent_chain(kWho, base, spec.parent, enable);
     if (made) made = make_dir(kWho, p.dir, false);
     if (made || made.error().code() != ENOENT) break;
   }
-  if (!made) {
-    remove_empty_parents(p);
-    return std::move(made).error();
-  }
+  if (!made) return std::move(made).error();
   b->placements.push_back(p);
 
   std::vector<std::string> in_force;
