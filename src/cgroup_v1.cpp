@@ -114,8 +114,8 @@ Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, con
   // One run directory per distinct hierarchy; the roles point at it.
   std::vector<int> hierarchies;
   int* role_slot[] = {&b->memory, &b->pids, &b->cpuacct, &b->freezer};
-  int role_h[] = {probe.v1_memory, probe.v1_pids, spec.cpu_accounting ? probe.v1_cpuacct : -1,
-                  probe.v1_freezer};
+  int role_h[] = {probe.v1_memory, (spec.pids_max || spec.pids_accounting) ? probe.v1_pids : -1,
+                  spec.cpu_accounting ? probe.v1_cpuacct : -1, spec.freezer_kill ? probe.v1_freezer : -1};
   for (int r = 0; r < 4; ++r) {
     if (!usable(role_h[r])) continue;
     auto it = std::find(hierarchies.begin(), hierarchies.end(), role_h[r]);

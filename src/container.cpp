@@ -62,6 +62,11 @@ Status add_cgroup(PreparedRun& run, const HostFacts& host, ContainerRun& c) {
   CgroupSpec spec;
   if (host.cgroup_memory) spec.memory_bytes = run.limits.get(Limit::memory_bytes);
   if (host.cgroup_pids) spec.pids_max = run.limits.get(Limit::process_count);
+  // v1 hierarchies the run does without (each costs a mkdir, a join and an
+  // rmdir): the pid namespace kills the run as a whole, so no freezer; no
+  // pids hierarchy unless there is a ceiling to keep.
+  spec.freezer_kill = false;
+  spec.pids_accounting = false;
   auto cg = create_run_cgroup(host.cgroups, spec, run.run_id);
   if (!cg) return std::move(cg).error().context("container");
   c.join_in_child = cg->version() == CgroupVersion::v1;
