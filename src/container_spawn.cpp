@@ -190,6 +190,7 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
   };
   if (auto st = c.ns.finish_in_parent(child.pidfd.pid()); !st)
     return fail(SpawnStage::namespaces, st.error().code(), st.error().message());
+  c.ns.release_child_fds();
   c.exec_report = std::move(error_read);
   return child;
 }

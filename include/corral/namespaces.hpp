@@ -214,6 +214,17 @@ class PreparedNamespaces {
   // release the child. On failure the child is abandoned (it reads EOF and
   // fails with NsStage::sync); the error names the step.
   Status finish_in_parent(pid_t child);
+  // Parent, after a clone without CLONE_FILES (the child has its own
+  // copies): close the template's namespaces and the detached workspace,
+  // which only the child uses. Closed while the child's mount namespace
+  // still holds the workspace, the mount's release is cheap; the last
+  // reference dropped after that namespace is gone cost ~0.3 ms on the
+  // run's critical path.
+  void release_child_fds() noexcept {
+    template_mnt_.reset();
+    template_net_.reset();
+    workspace_fd_.reset();
+  }
   // Parent, when clone itself failed: drop the pipe.
   void abandon() noexcept {
     sync_.abandon();
