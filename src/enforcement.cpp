@@ -13,7 +13,9 @@
 #include <cstring>
 
 #include "corral/capabilities.hpp"
+#include "corral/container.hpp"
 #include "corral/landlock.hpp"
+#include "corral/ns_template.hpp"
 #include "corral/privilege.hpp"
 #include "corral/process.hpp"
 #include "corral/syscalls.hpp"
@@ -30,6 +32,7 @@ struct ContainerProbe {
   bool user_namespaces = false;
   bool pivot_root = false;
   std::string failed;  // "" or "pivot_root: Operation not permitted"
+  std::string how;
 };
 
 // The probe child's steps, raw syscalls on its own stack: it shares our
@@ -81,6 +84,7 @@ ContainerProbe probe_container() {
     return out;
   }
   auto end = wait_exit(*child, true);
+  out.how = "a throwaway user + mount namespace, a tmpfs and pivot_root";
   if (steps.failed_step >= 2 && steps.failed_step <= 4) {
     out.user_namespaces = true;
     out.failed = std::string(kSteps[steps.failed_step]) + ": " + strerror(steps.err);
@@ -90,6 +94,42 @@ ContainerProbe probe_container() {
     out.failed = "probe: the child ended without a report";
   }
   return out;
+}
+
+int return_zero_in_child(void*) noexcept { return 0; }
+
+// The light probe (see probe_host): a template `dir` shows mount
+// namespaces and pivot_root; a CLONE_VM child made with CLONE_NEWUSER
+// shows user namespaces, and costs no copy of the host's mount table.
+ContainerProbe probe_user_namespace(const std::string& dir) {
+  ContainerProbe out;
+  out.how = "a user namespace; mount namespaces and pivot_root shown by the namespace template " + dir;
+  auto stack = ChildStack::allocate(16 * 1024);
+  if (!stack) {
+    out.failed = "probe: " + stack.error().message();
+    return out;
+  }
+  CloneSpec spec;
+  spec.flags = CLONE_NEWUSER;
+  spec.share_memory = true;
+  spec.stack = &*stack;
+  auto child = clone_child(spec, return_zero_in_child, nullptr);
+  if (!child) {
+    out.failed = std::string("clone3(CLONE_NEWUSER): ") + strerror(child.error().code());
+    return out;
+  }
+  auto end = wait_exit(*child, true);
+  if (end && *end && (*end)->exited && (*end)->exit_code == 0)
+    out.user_namespaces = out.pivot_root = true;
+  else
+    out.failed = "probe: the child ended without a report";
+  return out;
+}
+
+ContainerProbe probe_container_for(const HostFacts& h) {
+  if (h.root)
+    if (std::string dir = live_ns_template(); !dir.empty()) return probe_user_namespace(dir);
+  return probe_container();
 }
 
 bool probe_io_uring() {
@@ -102,10 +142,11 @@ bool probe_io_uring() {
 
 void probe_container_facts(HostFacts& h) {
   if (h.containers_probed) return;
-  static const ContainerProbe once = probe_container();  // the host does not change under us
+  static const ContainerProbe once = probe_container_for(h);  // the host does not change under us
   h.user_namespaces = once.user_namespaces;
   h.pivot_root = once.pivot_root;
   h.container_probe = once.failed;
+  h.container_probe_how = once.how;
   h.containers_probed = true;
 }
 
@@ -318,6 +359,7 @@ std::vector<std::pair<std::string, std::string>> host_fact_lines(const HostFacts
       {"pidfd", yes(h.pidfd)},
       {"user_namespaces", yes(h.user_namespaces)},
       {"pivot_root", h.pivot_root ? std::string("yes") : "no (" + h.container_probe + ")"},
+      {"container_probe", h.container_probe_how.empty() ? std::string("not run") : h.container_probe_how},
       {"cgroups", h.cgroup_summary},
       {"cgroup_memory_per_run", yes(h.cgroup_memory)},
       {"cgroup_pids_per_run", yes(h.cgroup_pids)},

@@ -216,6 +216,16 @@ Expected<std::vector<std::string>> list_ns_templates(std::string_view root) {
   return dirs;
 }
 
+std::string live_ns_template(std::string_view root) {
+  auto dirs = list_ns_templates(root);
+  if (!dirs) return "";
+  for (const auto& dir : *dirs) {
+    NsTemplate t;
+    if (open_existing(dir, t)) return dir;
+  }
+  return "";
+}
+
 Expected<int> remove_ns_templates(std::string_view root) {
   auto dirs = list_ns_templates(root);
   if (!dirs) return std::move(dirs).error();

@@ -204,7 +204,9 @@ Test(container, the_probe_names_the_step_a_host_refuses) {
     if (int e = apply_seccomp_in_child(*prog)) return std::string("apply: ") + strerror(e);
     HostFacts facts = probe_host(/*with_containers=*/true);
     if (facts.user_namespaces || facts.pivot_root) return "the probe passed under a filter that denies clone3";
-    if (!contains(facts.container_probe, "clone3(CLONE_NEWUSER|CLONE_NEWNS): Function not implemented"))
+    // The full probe's first step, or the light one's (a live template).
+    if (!contains(facts.container_probe, "clone3(CLONE_NEWUSER") ||
+        !contains(facts.container_probe, "): Function not implemented"))
       return "probe said: " + facts.container_probe;
     return "";
   }));

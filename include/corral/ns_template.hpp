@@ -57,6 +57,12 @@ Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::
 // The template directories under `root` (intact or not), sorted.
 Expected<std::vector<std::string>> list_ns_templates(std::string_view root = kTemplateRoot);
 
+// The first template under `root` whose two files are live namespaces
+// (nsfs of the right kind), or "". A live one was made on this boot (nsfs
+// binds do not survive a reboot) by a helper that made a mount namespace
+// and pivot_root'ed in it: the container probe takes that as shown.
+std::string live_ns_template(std::string_view root = kTemplateRoot);
+
 // Unmount and remove every template under `root`; the count removed.
 // Runs that already entered one keep it (a namespace lives while a
 // process is in it).
