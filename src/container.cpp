@@ -89,7 +89,10 @@ Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_
   if (auto st = check_container_request(req, inside); !st) return st;
 
   MountTreeSpec tree;
-  tree.workspace(run.workspace->path(), std::string(kContainerWorkspace));
+  if (run.workspace->on_tmpfs())
+    tree.workspace_mount(run.workspace->dirfd(), std::string(kContainerWorkspace));
+  else
+    tree.workspace(run.workspace->path(), std::string(kContainerWorkspace));
   if (req.rootfs) tree.rootfs(*req.rootfs);
   for (const auto& b : req.binds) {
     if (b.writable) tree.bind(b.source, b.target);

@@ -229,6 +229,14 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   add("artifact_bytes", "supervisor", "per collected file");
   add("artifact_total_bytes", "supervisor", "all collected files");
   add("artifact_count", "supervisor", "a glob over the count collects nothing");
+  if (container && h.root)
+    add("workspace_bytes", "hard",
+        "the workspace is a tmpfs of this size (default " + std::to_string(kContainerWorkspaceBytes >> 20) +
+            " MiB): a write past it fails with ENOSPC; its pages count against memory_bytes");
+  else
+    add("workspace_bytes", "unsupported",
+        container ? "a rootless run's workspace is a host directory: no per-run size limit (as root it is a tmpfs)"
+                  : "the workspace is a host directory: no per-run size limit (tier container as root has one)");
 
   auto landlock_how = [&]() -> std::string {
     if (h.landlock_abi >= 3) return "hard_content";

@@ -17,6 +17,7 @@ constexpr std::array<LimitInfo, kLimitCount> kLimits{{
     {Limit::artifact_bytes, "artifact_bytes", "bytes", -1, true},
     {Limit::artifact_total_bytes, "artifact_total_bytes", "bytes", -1, true},
     {Limit::artifact_count, "artifact_count", "count", -1, true},
+    {Limit::workspace_bytes, "workspace_bytes", "bytes", -1, false},
 }};
 
 std::string_view trim(std::string_view s) {

@@ -395,7 +395,16 @@ Status build_tree(const MountTreeSpec& spec, const EtcIdentity& who, Builder& b,
   fresh.tmpfs("/tmp", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.tmp_bytes()) + ",mode=1777");
 
   std::string cwd = "/";
-  if (!spec.workspace().empty()) {
+  if (spec.workspace_mount_fd() >= 0) {
+    auto inside = normalize_inside(spec.workspace_inside(),
+                                   "mount tree: workspace at '" + spec.workspace_inside() + "'");
+    if (!inside) return std::move(inside).error();
+    if (*inside == "/") return Error::invalid("mount tree: workspace cannot be mounted on /");
+    b.mkdir_parents(*inside);
+    b.mkdir(*inside);
+    fresh.attach(spec.workspace_mount_fd(), *inside, "the run's tmpfs");
+    cwd = *inside;
+  } else if (!spec.workspace().empty()) {
     auto inside = normalize_inside(spec.workspace_inside(),
                                    "mount tree: workspace at '" + spec.workspace_inside() + "'");
     if (!inside) return std::move(inside).error();

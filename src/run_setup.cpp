@@ -243,6 +243,12 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   wopts.base = ctx.base;
   wopts.owner = owner;
   wopts.make_tmp = !container;
+  if (container && host.root) {
+    // The run's own tmpfs (container.hpp, kContainerWorkspaceBytes); the
+    // size is in the result's limits whether asked for or not.
+    if (!run.limits.has(Limit::workspace_bytes)) run.limits.set(Limit::workspace_bytes, kContainerWorkspaceBytes);
+    wopts.tmpfs_bytes = run.limits.get(Limit::workspace_bytes);
+  }
   auto ws = Workspace::create(wopts);
   if (!ws) return who(std::move(ws).error());
   run.workspace.emplace(std::move(*ws));

@@ -46,8 +46,9 @@ constexpr std::size_t kFdsPerRun = 3;
 // A container run holds more while it runs: pid 1's report pipe, the exec
 // report pipe (read when the run ends), /dev/null,
 // the cgroup's directory and procs fds (up to four hierarchies on v1), the
-// OOM eventfd. Counted generously so the budget stays honest.
-constexpr std::size_t kFdsPerContainerRun = 13;
+// OOM eventfd, the tmpfs workspace (kept: it has no name to reopen it by).
+// Counted generously so the budget stays honest.
+constexpr std::size_t kFdsPerContainerRun = 14;
 inline std::size_t fds_per_run(Tier tier) { return tier == Tier::container ? kFdsPerContainerRun : kFdsPerRun; }
 // Above the fds open when the supervisor was made: what one submit or one
 // collection holds for a moment (workspace, staging, pipe write ends,

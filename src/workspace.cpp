@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/mount.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -392,7 +393,63 @@ WorkspaceBase::~WorkspaceBase() {
     (void)::unlinkat(parent_.get(), name_.c_str(), AT_REMOVEDIR);
 }
 
+// A fresh tmpfs as a detached mount (fsopen, fsconfig, fsmount): root
+// directory 0700 and owned by the run's ids from the start, nosuid and
+// nodev. Nothing is mounted anywhere on the host.
+Expected<Workspace> Workspace::create_tmpfs(const WorkspaceOptions& options) {
+  Workspace ws;
+  ws.owner_ = options.owner;
+  ws.tmpfs_bytes_ = *options.tmpfs_bytes;
+  unsigned char rnd[8];
+  if (::getrandom(rnd, sizeof rnd, 0) != sizeof rnd) return errno_error("workspace: getrandom");
+  static constexpr char kHex[] = "0123456789abcdef";
+  ws.name_ = "corral-";
+  for (unsigned char b : rnd) ws.name_ += {kHex[b >> 4], kHex[b & 0xf]};
+  const std::string who = "workspace: tmpfs of " + std::to_string(ws.tmpfs_bytes_) + " bytes (workspace_bytes)";
+  UniqueFd fs(static_cast<int>(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
+  if (!fs) return errno_error(who + ": fsopen");
+  auto set = [&](const char* key, const std::string& value) -> Status {
+    if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_SET_STRING, key, value.c_str(), 0) != 0)
+      return errno_error(who + ": fsconfig " + key + "=" + value);
+    return {};
+  };
+  std::vector<std::pair<const char*, std::string>> config = {{"source", "corral-workspace"},
+                                                             {"size", std::to_string(ws.tmpfs_bytes_)},
+                                                             {"mode", "0700"}};
+  if (ws.owner_) {
+    config.emplace_back("uid", std::to_string(ws.owner_->uid));
+    config.emplace_back("gid", std::to_string(ws.owner_->gid));
+  }
+  for (const auto& [key, value] : config)
+    if (auto st = set(key, value); !st) return std::move(st).error();
+  if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0)
+    return errno_error(who + ": fsconfig create");
+  ws.dir_.reset(static_cast<int>(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)));
+  if (!ws.dir_) return errno_error(who + ": fsmount");
+  struct stat st {};
+  if (::fstat(ws.dir_.get(), &st) != 0) return errno_error(who + ": stat its root");
+  ws.dev_ = st.st_dev;
+  ws.ino_ = st.st_ino;
+  // HOME (tmp/ is for the process tiers, which never get a tmpfs).
+  if (::mkdirat(ws.dir_.get(), "home", 0700) != 0) return errno_error(who + ": create home");
+  if (ws.owner_ && ::fchownat(ws.dir_.get(), "home", ws.owner_->uid, ws.owner_->gid, AT_SYMLINK_NOFOLLOW) != 0)
+    return errno_error(who + ": chown home");
+  return ws;
+}
+
+std::string Workspace::label() const { return on_tmpfs() ? "tmpfs workspace " + name_ : quoted(path_); }
+
+Status Workspace::explain_full(Status st) const {
+  if (st || !on_tmpfs() || st.error().code() != ENOSPC) return st;
+  return Error(ENOSPC, st.error().message() + " (the workspace is a tmpfs of workspace_bytes=" +
+                           std::to_string(tmpfs_bytes_) + ")");
+}
+
 Expected<Workspace> Workspace::create(const WorkspaceOptions& options) {
+  if (options.tmpfs_bytes) {
+    if (*options.tmpfs_bytes == 0) return Error::invalid("workspace: a tmpfs workspace needs a size above 0");
+    return create_tmpfs(options);
+  }
   std::string base = options.base ? options.base->path() : default_base(options.base_dir);
   std::string who = "workspace: base directory " + quoted(base);
   Workspace ws;
@@ -444,7 +501,8 @@ Workspace::Workspace(Workspace&& other) noexcept
       dev_(other.dev_),
       ino_(other.ino_),
       released_(std::exchange(other.released_, false)),
-      owner_(other.owner_) {}
+      owner_(other.owner_),
+      tmpfs_bytes_(other.tmpfs_bytes_) {}
 
 Workspace& Workspace::operator=(Workspace&& other) noexcept {
   if (this != &other) {
@@ -458,14 +516,15 @@ Workspace& Workspace::operator=(Workspace&& other) noexcept {
     ino_ = other.ino_;
     released_ = std::exchange(other.released_, false);
     owner_ = other.owner_;
+    tmpfs_bytes_ = other.tmpfs_bytes_;
   }
   return *this;
 }
 
 Status Workspace::release_fd() {
-  if (released_ || removed()) return {};
+  if (released_ || removed() || on_tmpfs()) return {};
   if (!shared_base_)
-    return Error(EINVAL, "workspace: " + quoted(path_) + ": release_fd needs a shared WorkspaceBase (found by name later)");
+    return Error(EINVAL, "workspace: " + label() + ": release_fd needs a shared WorkspaceBase (found by name later)");
   dir_.reset();
   released_ = true;
   return {};
@@ -495,7 +554,13 @@ Status Workspace::remove() {
   if (errors.first) {
     // Keep the fds: a later remove() (or the destructor) may try again.
     std::string more = errors.more ? " (and " + std::to_string(errors.more) + " more errors)" : "";
-    return Error(errors.first->code(), "workspace: remove " + quoted(path_) + ": " + errors.first->message() + more);
+    return Error(errors.first->code(), "workspace: remove " + label() + ": " + errors.first->message() + more);
+  }
+  if (on_tmpfs()) {
+    // Emptied, so its memory is back now even if a mount of it lingers; the
+    // tmpfs itself goes with the last reference to it.
+    dir_.reset();
+    return {};
   }
   // The owner uid may have renamed the root inside a sticky base: remove
   // the entry only if it is still our directory.
@@ -570,10 +635,10 @@ Status copy_fd(int src, int dst) {
 
 Status Workspace::stage_bytes(std::string_view name, std::string_view bytes, mode_t mode) {
   std::string label = "workspace: input " + quoted(name);
-  return stage_into(dir_.get(), owner_, name, mode, label, [&](int fd) -> Status {
+  return explain_full(stage_into(dir_.get(), owner_, name, mode, label, [&](int fd) -> Status {
     if (auto w = write_all(fd, bytes); !w) return w.error().context(label);
     return {};
-  });
+  }));
 }
 
 Status Workspace::stage_file(const std::string& host_path, std::string_view name) {
@@ -584,10 +649,10 @@ Status Workspace::stage_file(const std::string& host_path, std::string_view name
   struct stat st {};
   if (::fstat(src.get(), &st) != 0) return errno_error(label + ": stat");
   if (!S_ISREG(st.st_mode)) return Error::invalid(label + ": not a regular file (" + dt_name(IFTODT(st.st_mode)) + ")");
-  return stage_into(dir_.get(), owner_, name, st.st_mode & 0777, label, [&](int fd) -> Status {
+  return explain_full(stage_into(dir_.get(), owner_, name, st.st_mode & 0777, label, [&](int fd) -> Status {
     if (auto c = copy_fd(src.get(), fd); !c) return c.error().context(label);
     return {};
-  });
+  }));
 }
 
 }  // namespace corral

@@ -171,6 +171,39 @@ Test(container, enforcement_names_what_the_host_gives_the_tier) {
   cr_assert_eq(enforcement_summary(host(), Tier::os_process)["namespaces"], "unsupported");
 }
 
+// workspace_bytes binds only where the workspace is a tmpfs: tier
+// container as root. Elsewhere it is refused unless acknowledged, and then
+// the warning says it was not enforced.
+Test(container, workspace_bytes_is_hard_only_for_a_root_container_run) {
+  HostFacts facts = host();
+  facts.root = true;
+  cr_assert_eq(enforcement_summary(facts, Tier::container)["workspace_bytes"], "hard");
+  Request r;
+  r.argv = {"true"};
+  r.limits.set(Limit::workspace_bytes, 1 << 20);
+  for (Tier t : {Tier::none, Tier::os_process}) {
+    r.tier = t;
+    cr_assert_eq(enforcement_summary(facts, t)["workspace_bytes"], "unsupported");
+    std::vector<std::string> warnings;
+    auto st = check_enforceable(facts, r, default_limits(), warnings);
+    cr_assert(!st.ok(), "tier %s took workspace_bytes", std::string(to_string(t)).c_str());
+    cr_assert(contains(st.error().message(), "workspace_bytes is not enforceable"), "%s", st.error().message().c_str());
+    r.acknowledged.insert("workspace_bytes");
+    cr_assert(check_enforceable(facts, r, default_limits(), warnings).ok());
+    cr_assert(!warnings.empty() && contains(warnings.back(), "host directory"), "no warning");
+    r.acknowledged.clear();
+  }
+  facts.root = false;
+  cr_assert_eq(enforcement_summary(facts, Tier::container)["workspace_bytes"], "unsupported");
+  // Not asked for: no warning in any tier (the default exists only where it binds).
+  Request plain;
+  plain.argv = {"true"};
+  plain.tier = Tier::os_process;
+  std::vector<std::string> warnings;
+  cr_assert(check_enforceable(facts, plain, default_limits(), warnings).ok());
+  for (const auto& w : warnings) cr_assert(!contains(w, "workspace_bytes"), "%s", w.c_str());
+}
+
 Test(container, a_host_without_user_namespaces_refuses_the_tier_naming_why) {
   HostFacts facts = host();
   facts.user_namespaces = facts.pivot_root = false;

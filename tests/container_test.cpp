@@ -72,6 +72,62 @@ Test(container, the_workspace_has_home_but_no_tmp_the_run_has_its_own_tmp) {
   cr_assert(contains(out, "TMPDIR=/tmp\n"), "%s", out.c_str());
 }
 
+// As root the workspace is a tmpfs of workspace_bytes (default 1 GiB): a
+// write past it fails inside, what was written before is still collected,
+// and nothing of the run's is made under the workspace base on the host.
+Test(container, as_root_the_workspace_is_a_tmpfs_of_workspace_bytes) {
+  SKIP_UNLESS_CONTAINER();
+  CORRAL_SKIP_UNLESS_ROOT();
+  Harness h;
+  Result d = h.run(boxed({"sh", "-c", "grep ' /workspace ' /proc/self/mountinfo"}));
+  cr_assert_eq(d.outcome, Outcome::exited, "%s", d.detail.c_str());
+  cr_assert(contains(d.stdout_capture.text, " - tmpfs corral-workspace ") &&
+                contains(d.stdout_capture.text, "size=1048576k"),
+            "%s", d.stdout_capture.text.c_str());
+  cr_assert_eq(d.limits.get(Limit::workspace_bytes).value_or(0), 1ull << 30);
+  cr_assert_eq(d.enforcement["workspace_bytes"], "hard");
+
+  Request r = boxed({"sh", "-c",
+                     "echo kept > out.txt;"
+                     " if head -c 3000000 /dev/zero > big.bin 2> /tmp/err.txt; then echo WROTE; else echo FULL; fi;"
+                     " grep -c 'No space left' /tmp/err.txt; rm -f big.bin; sleep 0.3"});
+  r.limits.set(Limit::workspace_bytes, 1 << 20);
+  r.outputs = {"out.txt"};
+  std::shared_ptr<Result> res;
+  RunCallbacks cb;
+  cb.on_result = [&res](const Result& x) { res = std::make_shared<Result>(x); };
+  auto handle = h.sup->submit(std::move(r), cb);
+  cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+  // While it runs: nothing of it under the base.
+  cr_assert_eq(h.leftovers(), 0u, "a container run made a directory under the workspace base");
+  while (!res) cr_assert(h.sup->run_once(1).ok());
+  cr_assert_eq(res->outcome, Outcome::exited, "%s", res->detail.c_str());
+  cr_assert(contains(res->stdout_capture.text, "FULL\n1\n"), "%s", res->stdout_capture.text.c_str());
+  cr_assert_eq(res->artifacts.size(), 1u, "%s", res->detail.c_str());
+  cr_assert_eq(res->artifacts[0].bytes, 5u);
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
+// An input larger than workspace_bytes is refused before anything runs,
+// naming the limit.
+Test(container, an_input_over_workspace_bytes_is_refused_naming_the_limit) {
+  SKIP_UNLESS_CONTAINER();
+  CORRAL_SKIP_UNLESS_ROOT();
+  Harness h;
+  Request r = boxed({"true"});
+  Input in;
+  in.name = "big.bin";
+  in.bytes = std::string(200000, 'x');
+  r.inputs.push_back(std::move(in));
+  r.limits.set(Limit::workspace_bytes, 65536);
+  auto res = h.sup->run(std::move(r));
+  cr_assert(!res.ok(), "a 200 kB input fit a 64 KiB workspace");
+  cr_assert(contains(res.error().message(), "workspace_bytes=65536") &&
+                contains(res.error().message(), "big.bin"),
+            "%s", res.error().message().c_str());
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
 Test(container, runs_as_a_non_root_uid_in_its_own_pid_and_uts_namespaces) {
   SKIP_UNLESS_CONTAINER();
   Harness h;

@@ -1,7 +1,9 @@
 #include "corral/workspace.hpp"
 
 #include <grp.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 
 #include <filesystem>
 #include <initializer_list>
@@ -625,4 +627,92 @@ Test(workspace, a_run_uid_cannot_rename_its_workspace_in_a_private_base) {
   cr_assert(ws.reacquire().ok());
   cr_assert(ws.remove().ok());
   cr_assert(!exists_nofollow(p));
+}
+
+// ---- tmpfs workspaces (WorkspaceOptions::tmpfs_bytes; root) -----------------------
+
+namespace {
+
+Workspace make_tmpfs_ws(const corral_test::TempDir& base, std::uint64_t bytes,
+                        std::optional<WorkspaceOwner> owner = std::nullopt) {
+  WorkspaceOptions o;
+  o.base_dir = base.path();
+  o.owner = owner;
+  o.tmpfs_bytes = bytes;
+  auto ws = Workspace::create(o);
+  cr_assert(ws.ok(), "%s", ws.error().message().c_str());
+  return std::move(ws).value();
+}
+
+struct stat stat_at(int dirfd, const char* name) {
+  struct stat st {};
+  cr_assert_eq(::fstatat(dirfd, name, &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW), 0, "stat %s: %s", name,
+               strerror(errno));
+  return st;
+}
+
+}  // namespace
+
+Test(workspace, a_tmpfs_workspace_has_no_path_its_owner_and_a_size_limit) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  corral_test::TempDir base;
+  Workspace ws = make_tmpfs_ws(base, 1 << 20, WorkspaceOwner{kOtherUid, kOtherUid});
+  cr_assert(ws.on_tmpfs());
+  cr_assert(ws.path().empty(), "a tmpfs workspace has a path: %s", ws.path().c_str());
+  cr_assert_eq(std::distance(fs::directory_iterator(base.path()), fs::directory_iterator{}), 0,
+               "a tmpfs workspace made something under the base");
+  struct statfs sfs {};
+  cr_assert_eq(::fstatfs(ws.dirfd(), &sfs), 0);
+  cr_assert_eq(sfs.f_type, static_cast<decltype(sfs.f_type)>(TMPFS_MAGIC));
+  cr_assert_eq(static_cast<std::uint64_t>(sfs.f_blocks) * sfs.f_bsize, 1u << 20);
+  struct stat root = stat_at(ws.dirfd(), "");
+  cr_assert_eq(root.st_mode & 07777, 0700u);
+  cr_assert_eq(root.st_uid, kOtherUid);
+  struct stat home = stat_at(ws.dirfd(), "home");
+  cr_assert(S_ISDIR(home.st_mode) && home.st_uid == kOtherUid && (home.st_mode & 07777) == 0700);
+
+  cr_assert(ws.stage_bytes("in/data.txt", "hello").ok());
+  cr_assert_eq(stat_at(ws.dirfd(), "in/data.txt").st_uid, kOtherUid);
+  // Past the size: ENOSPC, and the message names the limit.
+  Status full = ws.stage_bytes("big.bin", std::string(2 << 20, 'x'));
+  cr_assert(!full.ok());
+  cr_assert_eq(full.error().code(), ENOSPC, "%s", full.error().message().c_str());
+  expect_error(full, {"big.bin", "workspace_bytes=1048576"});
+
+  auto c = ws.collect({"in/*"}, {});
+  cr_assert(c.ok(), "%s", c.error().message().c_str());
+  cr_assert_eq(c->artifacts.size(), 1u);
+  cr_assert_eq(c->artifacts[0].content, "hello");
+
+  // No name to be found by: release_fd keeps the fd.
+  cr_assert(ws.release_fd().ok());
+  cr_assert(!ws.released() && ws.dirfd() >= 0);
+  cr_assert(ws.remove().ok());
+  cr_assert(ws.removed());
+  cr_assert(ws.remove().ok(), "remove is not idempotent");
+}
+
+Test(workspace, a_tmpfs_workspace_needs_a_size) {
+  corral_test::TempDir base;
+  WorkspaceOptions o;
+  o.base_dir = base.path();
+  o.tmpfs_bytes = 0;
+  auto ws = Workspace::create(o);
+  expect_error(ws, {"tmpfs", "size"});
+}
+
+// What a tmpfs workspace holds goes with its last reference: emptied by
+// remove(), and the filesystem itself gone when the fd closes.
+Test(workspace, removing_a_tmpfs_workspace_empties_it_through_its_fd) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  corral_test::TempDir base;
+  Workspace ws = make_tmpfs_ws(base, 1 << 20);
+  cr_assert(ws.stage_bytes("a/b/c.txt", "x").ok());
+  // A second reference (as a run's mount namespace would hold) sees the
+  // contents go.
+  UniqueFd other(::fcntl(ws.dirfd(), F_DUPFD_CLOEXEC, 0));
+  cr_assert(other.valid());
+  cr_assert(ws.remove().ok());
+  cr_assert_neq(::faccessat(other.get(), "a", F_OK, 0), 0, "remove() left the contents");
+  cr_assert_neq(::faccessat(other.get(), "home", F_OK, 0), 0, "remove() left home/");
 }

@@ -52,6 +52,12 @@ struct RunEnd;
 
 // Where the workspace is inside, and the program's cwd.
 inline constexpr std::string_view kContainerWorkspace = "/workspace";
+// As root, the workspace is a tmpfs of workspace_bytes, this much unless
+// the request says: a per-run ceiling on what a run can write there (a
+// host directory has none), and no disk work per run. Its pages count
+// against memory_bytes. Work that needs more (a big tree) binds a host
+// directory with --bind or --cwd.
+inline constexpr std::uint64_t kContainerWorkspaceBytes = 1ull << 30;
 // The uid (and gid) the program runs as inside unless the request names one.
 // 65534 is what the issue asks for; note that host files whose owner is not
 // mapped (all of /usr) also show as 65534 inside — only the kernel's real

@@ -30,9 +30,10 @@ enum class Limit : std::uint8_t {
   artifact_bytes,        // per collected output file
   artifact_total_bytes,  // all collected outputs together
   artifact_count,        // number of collected outputs; a glob over it collects nothing
+  workspace_bytes,       // `container` as root: the size of the run's tmpfs workspace
 };
 
-inline constexpr std::size_t kLimitCount = 11;
+inline constexpr std::size_t kLimitCount = 12;
 
 struct LimitInfo {
   Limit limit;

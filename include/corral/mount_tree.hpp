@@ -52,6 +52,16 @@ class MountTreeSpec {
     workspace_inside_ = std::move(inside);
     return *this;
   }
+  // Instead of a host directory: a detached mount (an fsmount'ed tmpfs, as
+  // Workspace::create with tmpfs_bytes makes) the child attaches at
+  // `inside` with move_mount. The fd stays the caller's; once attached, the
+  // mount lives in the run's mount namespace and the fd still reaches it.
+  MountTreeSpec& workspace_mount(int detached_fd, std::string inside = "/workspace") {
+    workspace_.clear();
+    workspace_mount_fd_ = detached_fd;
+    workspace_inside_ = std::move(inside);
+    return *this;
+  }
   MountTreeSpec& ro_bind(std::string source, std::string target) {
     binds_.push_back({std::move(source), std::move(target), false});
     return *this;
@@ -76,6 +86,7 @@ class MountTreeSpec {
   const std::string& rootfs() const { return rootfs_; }
   const std::string& workspace() const { return workspace_; }
   const std::string& workspace_inside() const { return workspace_inside_; }
+  int workspace_mount_fd() const { return workspace_mount_fd_; }
   const std::vector<Bind>& binds() const { return binds_; }
   const std::string& cwd() const { return cwd_; }
   std::uint64_t root_bytes() const { return root_bytes_; }
@@ -88,6 +99,7 @@ class MountTreeSpec {
   std::string rootfs_;
   std::string workspace_;
   std::string workspace_inside_ = "/workspace";
+  int workspace_mount_fd_ = -1;
   std::vector<Bind> binds_;
   std::string cwd_;
   std::uint64_t root_bytes_ = 4ull << 20;

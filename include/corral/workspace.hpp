@@ -88,6 +88,16 @@ struct WorkspaceOptions {
   // Make tmp/ (the process tiers' TMPDIR). A container run has a tmpfs
   // /tmp of its own, and on a disk each directory made and removed costs.
   bool make_tmp = true;
+  // Make the workspace a tmpfs of this many bytes (fsopen/fsmount: needs
+  // CAP_SYS_ADMIN, i.e. root) instead of a directory under the base. It is
+  // a per-run size limit (a write past it fails with ENOSPC), nothing of it
+  // touches the host's disk, and its pages are charged to the memory
+  // cgroup of whoever writes them (a run's files count against its
+  // memory_bytes). It has no path: it is reached through dirfd() and put
+  // into a mount tree with MountTreeSpec::workspace_mount(). The kernel
+  // frees it once the workspace's fd and the last mount of it are gone, so
+  // a killed supervisor leaves none behind. The base is not used.
+  std::optional<std::uint64_t> tmpfs_bytes = std::nullopt;
 };
 
 // Caps for collect(); unset means unbounded. Names in messages are the
@@ -136,7 +146,11 @@ class Workspace {
   // Removes the tree; errors are swallowed here (call remove() to see them).
   ~Workspace();
 
-  const std::string& path() const noexcept { return path_; }  // as created
+  // As created; "" for a tmpfs workspace (WorkspaceOptions::tmpfs_bytes),
+  // which has no path on the host.
+  const std::string& path() const noexcept { return path_; }
+  bool on_tmpfs() const noexcept { return tmpfs_bytes_ > 0; }
+  std::uint64_t tmpfs_bytes() const noexcept { return tmpfs_bytes_; }
   std::string home() const { return path_ + "/home"; }
   std::string tmp() const { return path_ + "/tmp"; }
   // O_PATH|O_DIRECTORY|O_CLOEXEC fd of the root; owned by the workspace.
@@ -146,7 +160,8 @@ class Workspace {
   // While the child runs nothing needs the workspace: close the root fd, so
   // a supervised run holds only its pidfd and pipes. Needs a shared
   // WorkspaceBase (the workspace is found again by name below it; see the
-  // trust note there); refused for a workspace with a base of its own.
+  // trust note there); refused for a workspace with a base of its own. A
+  // tmpfs workspace has no name to be found by: it keeps its fd (no-op).
   Status release_fd();
   // Reopen the root by name below the base (O_NOFOLLOW) and check it is the
   // very inode create() made; a moved or replaced workspace is an Error and
@@ -199,6 +214,10 @@ class Workspace {
   Workspace() = default;
 
   int base_fd() const noexcept { return shared_base_ ? shared_base_->fd() : base_.get(); }
+  static Expected<Workspace> create_tmpfs(const WorkspaceOptions& options);
+  // For messages: the quoted path, or "tmpfs workspace <name>".
+  std::string label() const;
+  Status explain_full(Status st) const;
 
   std::string path_;
   std::string name_;  // entry name in the base directory
@@ -209,6 +228,7 @@ class Workspace {
   ino_t ino_ = 0;
   bool released_ = false;
   std::optional<WorkspaceOwner> owner_;
+  std::uint64_t tmpfs_bytes_ = 0;  // > 0: a tmpfs of this size, dir_ its fsmount fd
 };
 
 }  // namespace corral

@@ -111,8 +111,11 @@ std::string run_help() {
   for (const LimitInfo& info : all_limits()) {
     auto d = defaults.get(info.limit);
     char line[160];
+    std::string shown = d ? human_value(*d, info.unit) : "none";
+    if (info.limit == Limit::workspace_bytes)
+      shown = human_value(kContainerWorkspaceBytes, info.unit) + " (tier container as root; elsewhere unsupported)";
     std::snprintf(line, sizeof line, "  %-22s %-8s default: %s\n", std::string(info.name).c_str(),
-                  std::string(info.unit).c_str(), d ? human_value(*d, info.unit).c_str() : "none");
+                  std::string(info.unit).c_str(), shown.c_str());
     text += line;
   }
   return text + kRunHelpTail;
