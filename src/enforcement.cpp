@@ -126,10 +126,20 @@ ContainerProbe probe_user_namespace(const std::string& dir) {
   return out;
 }
 
-ContainerProbe probe_container_for(const HostFacts& h) {
-  if (h.root)
-    if (std::string dir = live_ns_template(); !dir.empty()) return probe_user_namespace(dir);
-  return probe_container();
+ContainerProbe probe_container_for(const HostFacts& h, std::string_view root) {
+  if (!h.root) return probe_container();
+  std::string dir = live_ns_template(root);
+  if (dir.empty()) return probe_container();
+  // A live user namespace template was made on this boot too, by a root
+  // helper's unshare(CLONE_NEWUSER): nothing is left to try.
+  if (std::string user = live_userns_template(root); !user.empty()) {
+    ContainerProbe shown;
+    shown.user_namespaces = shown.pivot_root = true;
+    shown.how = "shown by the namespace templates " + dir + " (mount namespaces, pivot_root) and " + user +
+                " (user namespaces)";
+    return shown;
+  }
+  return probe_user_namespace(dir);
 }
 
 bool probe_io_uring() {
@@ -140,13 +150,21 @@ bool probe_io_uring() {
 
 }  // namespace
 
-void probe_container_facts(HostFacts& h) {
+void probe_container_facts(HostFacts& h, std::string_view template_root) {
   if (h.containers_probed) return;
-  static const ContainerProbe once = probe_container_for(h);  // the host does not change under us
-  h.user_namespaces = once.user_namespaces;
-  h.pivot_root = once.pivot_root;
-  h.container_probe = once.failed;
-  h.container_probe_how = once.how;
+  // The host does not change under us: asked once per process (for the
+  // usual template root; another root is asked afresh).
+  ContainerProbe probed;
+  if (template_root == kTemplateRoot) {
+    static const ContainerProbe once = probe_container_for(h, template_root);
+    probed = once;
+  } else {
+    probed = probe_container_for(h, template_root);
+  }
+  h.user_namespaces = probed.user_namespaces;
+  h.pivot_root = probed.pivot_root;
+  h.container_probe = probed.failed;
+  h.container_probe_how = probed.how;
   h.containers_probed = true;
 }
 

@@ -242,18 +242,21 @@ Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec) {
       auto split = prepare_split_mount_tree(spec.mounts(), who);
       if (!split) return split.error().context("namespaces");
       auto tmpl = open_ns_template(split->base, split->fingerprint, spec.template_root());
-      if (tmpl) {
+      Expected<UniqueFd> user = tmpl ? open_userns_template(UserNsIds{p.map_.inside_uid, p.map_.outside_uid,
+                                                                      p.map_.inside_gid, p.map_.outside_gid},
+                                                            spec.template_root())
+                                     : Expected<UniqueFd>(tmpl.error());
+      if (user) {
         p.template_dir_ = tmpl->dir;
         p.template_mnt_ = std::move(tmpl->mnt);
         p.template_net_ = std::move(tmpl->net);
+        p.template_user_ = std::move(*user);
         p.workspace_fd_ = std::move(split->workspace_fd);
         p.tree_ = std::move(split->per_run);
         p.has_tree_ = true;
         p.flags_ &= ~static_cast<std::uint64_t>(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET);
-        p.uid_map_line_ = map_line(p.map_.inside_uid, p.map_.outside_uid);
-        p.gid_map_line_ = map_line(p.map_.inside_gid, p.map_.outside_gid);
       } else {
-        p.template_error_ = tmpl.error().message();
+        p.template_error_ = user.error().message();
       }
     }
     if (!p.in_template()) {
@@ -299,8 +302,8 @@ const char* ns_stage_name(NsStage stage) noexcept {
     case NsStage::pid1: return "fork the program under pid 1";
     case NsStage::parent_death: return "prctl(PR_SET_PDEATHSIG)";
     case NsStage::template_enter: return "enter the namespace template (setns net, setns mnt, unshare mnt)";
-    case NsStage::user_ns: return "unshare(CLONE_NEWUSER) in the program";
-    case NsStage::id_maps: return "pid 1 writes the program's uid/gid maps";
+    case NsStage::user_ns: return "setns into the user namespace template, in the program";
+    case NsStage::pid1_drop: return "pid 1 drops to the run's host ids before the program goes on";
   }
   return "?";
 }
@@ -352,10 +355,8 @@ int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, 
     sys::call(SYS_close, ns.workspace_fd_.get());
     // Root's supplementary groups must not reach pid 1 or the program.
     if ((ret = sys::call(SYS_setgroups, 0, 0)) < 0) return fail(NsStage::setgroups, sys::error_of(ret));
-    Pid1UserNs u{ns.uid_map_line_.data(), static_cast<long>(ns.uid_map_line_.size()),
-                 ns.gid_map_line_.data(), static_cast<long>(ns.gid_map_line_.size()),
-                 ns.map_.inside_uid, ns.map_.inside_gid, ns.map_.outside_uid, ns.map_.outside_gid,
-                 ns.die_with_parent_ ? ns.parent_pidfd_.get() : -1};
+    Pid1UserNs u{ns.template_user_.get(), ns.map_.inside_uid, ns.map_.inside_gid, ns.map_.outside_uid,
+                 ns.map_.outside_gid, ns.die_with_parent_ ? ns.parent_pidfd_.get() : -1};
     return fork_program_under_pid1_in_child(pid1_report_fd, &u, f);
   }
 

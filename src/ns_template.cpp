@@ -23,6 +23,7 @@ namespace corral {
 namespace {
 
 constexpr long kNsfsMagic = 0x6e736673;  // NSFS_MAGIC, <linux/magic.h>
+constexpr const char* kUsersDir = "users";
 
 Error template_error(int err, const std::string& what) {
   return Error::from_errno(err, "namespace template: " + what);
@@ -65,14 +66,15 @@ bool open_existing(const std::string& dir, NsTemplate& out) {
   return static_cast<bool>(out.net);
 }
 
+void unbind_and_unlink(const std::string& path) {
+  while (::umount2(path.c_str(), MNT_DETACH) == 0) {
+  }
+  ::unlink(path.c_str());
+}
+
 // Whatever a crashed maker or an old boot left: both files unmounted and gone.
 void clear_dir(const std::string& dir) {
-  for (const char* name : {"mnt", "net"}) {
-    std::string p = dir + "/" + name;
-    while (::umount2(p.c_str(), MNT_DETACH) == 0) {
-    }
-    ::unlink(p.c_str());
-  }
+  for (const char* name : {"mnt", "net"}) unbind_and_unlink(dir + "/" + name);
   ::rmdir(dir.c_str());
 }
 
@@ -209,7 +211,7 @@ Expected<std::vector<std::string>> list_ns_templates(std::string_view root) {
   }
   while (struct dirent* e = ::readdir(d)) {
     std::string name = e->d_name;
-    if (!name.empty() && name[0] != '.') dirs.push_back(root_s + "/" + name);
+    if (!name.empty() && name[0] != '.' && name != kUsersDir) dirs.push_back(root_s + "/" + name);
   }
   ::closedir(d);
   std::sort(dirs.begin(), dirs.end());
@@ -229,13 +231,155 @@ std::string live_ns_template(std::string_view root) {
 Expected<int> remove_ns_templates(std::string_view root) {
   auto dirs = list_ns_templates(root);
   if (!dirs) return std::move(dirs).error();
+  auto users = list_userns_templates(root);
+  if (!users) return std::move(users).error();
   int removed = 0;
+  struct stat st;
   for (const auto& dir : *dirs) {
     clear_dir(dir);
-    struct stat st;
     if (::lstat(dir.c_str(), &st) != 0) ++removed;
   }
+  for (const auto& file : *users) {
+    unbind_and_unlink(file);
+    if (::lstat(file.c_str(), &st) != 0) ++removed;
+  }
   return removed;
+}
+
+// ---- user namespaces ------------------------------------------------------
+
+namespace {
+
+std::string users_dir(std::string_view root) { return std::string(root) + "/" + kUsersDir; }
+
+std::string userns_path(const UserNsIds& ids, std::string_view root) {
+  return users_dir(root) + "/" + std::to_string(ids.inside_uid) + "-" + std::to_string(ids.outside_uid) + "-" +
+         std::to_string(ids.inside_gid) + "-" + std::to_string(ids.outside_gid);
+}
+
+Status write_proc(pid_t pid, const char* name, const std::string& text) {
+  std::string path = "/proc/" + std::to_string(pid) + "/" + name;
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return template_error(errno, "open " + path);
+  if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+    return template_error(errno, "write '" + text.substr(0, text.size() - 1) + "' to " + path);
+  return {};
+}
+
+// A helper (root) in a new user namespace; we write its maps and bind it.
+Status make_userns_template(const UserNsIds& ids, const std::string& path) {
+  if (auto st = touch(path); !st) return st;
+  int report[2], hold[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return template_error(errno, "pipe");
+  if (::pipe2(hold, O_CLOEXEC) != 0) {
+    int e = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    return template_error(e, "pipe");
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    for (int fd : {report[0], report[1], hold[0], hold[1]}) ::close(fd);
+    return template_error(e, "fork the helper");
+  }
+  if (pid == 0) {
+    sys::call(SYS_close, report[0]);
+    sys::call(SYS_close, hold[1]);
+    int err = sys::error_of(sys::call(SYS_unshare, CLONE_NEWUSER));
+    sys::write_all(report[1], &err, sizeof err);
+    char byte;
+    while (sys::call(SYS_read, hold[0], reinterpret_cast<long>(&byte), 1) == -EINTR) {
+    }
+    for (;;) sys::call(SYS_exit_group, 0);
+  }
+  ::close(report[1]);
+  ::close(hold[0]);
+  UniqueFd report_read(report[0]), hold_write(hold[1]);
+  int err = 0;
+  ssize_t n;
+  do {
+    n = ::read(report_read.get(), &err, sizeof err);
+  } while (n < 0 && errno == EINTR);
+  Status result;
+  if (n != static_cast<ssize_t>(sizeof err)) {
+    result = template_error(n < 0 ? errno : EPIPE, "the user namespace helper ended without a report");
+  } else if (err) {
+    result = template_error(err, "unshare(CLONE_NEWUSER)");
+  } else {
+    result = write_proc(pid, "uid_map", std::to_string(ids.inside_uid) + " " + std::to_string(ids.outside_uid) + " 1\n");
+    if (result)
+      result = write_proc(pid, "gid_map", std::to_string(ids.inside_gid) + " " + std::to_string(ids.outside_gid) + " 1\n");
+    std::string src = "/proc/" + std::to_string(pid) + "/ns/user";
+    if (result && ::mount(src.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      result = template_error(errno, "bind " + src + " on " + path);
+  }
+  hold_write.reset();
+  int status;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!result) unbind_and_unlink(path);
+  return result;
+}
+
+// Keep the newest kKeptUserTemplates - 1 others (by mtime).
+void remove_old_userns_templates(std::string_view root, const std::string& keep) {
+  auto listed = list_userns_templates(root);
+  if (!listed) return;
+  std::vector<std::pair<long long, std::string>> files;
+  for (auto& path : *listed) {
+    struct stat st;
+    if (path != keep && ::lstat(path.c_str(), &st) == 0)
+      files.emplace_back(static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec, path);
+  }
+  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = kKeptUserTemplates - 1; i < files.size(); ++i) unbind_and_unlink(files[i].second);
+}
+
+}  // namespace
+
+Expected<UniqueFd> open_userns_template(const UserNsIds& ids, std::string_view root) {
+  const std::string path = userns_path(ids, root);
+  if (UniqueFd fd = open_ns(path, CLONE_NEWUSER)) return fd;
+  if (auto st = ensure_root(root); !st) return std::move(st).error();
+  if (auto st = ensure_private_dir(users_dir(root), 0700); !st) return std::move(st).error();
+  std::string lock_path = std::string(root) + "/.lock";
+  UniqueFd lock(::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!lock) return template_error(errno, "open '" + lock_path + "'");
+  while (::flock(lock.get(), LOCK_EX) != 0)
+    if (errno != EINTR) return template_error(errno, "flock '" + lock_path + "'");
+  if (UniqueFd fd = open_ns(path, CLONE_NEWUSER)) return fd;  // made while we waited
+  unbind_and_unlink(path);
+  if (auto st = make_userns_template(ids, path); !st) return std::move(st).error();
+  remove_old_userns_templates(root, path);
+  UniqueFd fd = open_ns(path, CLONE_NEWUSER);
+  if (!fd) return template_error(ENOENT, "'" + path + "' was made but does not open as a user namespace");
+  return fd;
+}
+
+Expected<std::vector<std::string>> list_userns_templates(std::string_view root) {
+  const std::string dir = users_dir(root);
+  std::vector<std::string> files;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) {
+    if (errno == ENOENT) return files;
+    return template_error(errno, "open '" + dir + "'");
+  }
+  while (struct dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (!name.empty() && name[0] != '.') files.push_back(dir + "/" + name);
+  }
+  ::closedir(d);
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string live_userns_template(std::string_view root) {
+  auto files = list_userns_templates(root);
+  if (!files) return "";
+  for (const auto& f : *files)
+    if (open_ns(f, CLONE_NEWUSER)) return f;
+  return "";
 }
 
 }  // namespace corral

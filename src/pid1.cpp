@@ -1,6 +1,7 @@
 // pid 1 of a container run's pid namespace (namespaces.hpp): it splits
 // off the program, then reaps, forwards signals and reports the program's
-// end. In template mode it also maps the user namespace the program makes.
+// end. In template mode it drops to the run's host ids before the program,
+// which enters the user namespace template, goes on.
 // Everything here runs in the cloned child: raw syscalls only.
 #include <fcntl.h>
 #include <linux/capability.h>
@@ -84,34 +85,6 @@ void reap_pid1(pid_t program, int report_fd, long options) noexcept {
   }
 }
 
-// "/proc/<pid>/<name>" into buf (64 bytes); child-safe.
-void proc_path_in_child(char* buf, long pid, const char* name) noexcept {
-  const char prefix[] = "/proc/";
-  char digits[24];
-  int n = 0;
-  do {
-    digits[n++] = static_cast<char>('0' + pid % 10);
-    pid /= 10;
-  } while (pid > 0 && n < 20);
-  int i = 0;
-  for (const char* c = prefix; *c; ++c) buf[i++] = *c;
-  while (n > 0) buf[i++] = digits[--n];
-  buf[i++] = '/';
-  for (const char* c = name; *c && i < 62; ++c) buf[i++] = *c;
-  buf[i] = 0;
-}
-
-int write_proc_in_child(long pid, const char* name, const char* data, long len) noexcept {
-  char path[64];
-  proc_path_in_child(path, pid, name);
-  long fd = sys::call(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return sys::error_of(fd);
-  long n = sys::call(SYS_write, fd, reinterpret_cast<long>(data), len);
-  sys::call(SYS_close, fd);
-  if (n < 0) return sys::error_of(n);
-  return n == len ? 0 : EIO;
-}
-
 int read_int_in_child(int fd, int fallback) noexcept {
   int v = fallback;
   long n;
@@ -120,38 +93,34 @@ int read_int_in_child(int fd, int fallback) noexcept {
   return n == static_cast<long>(sizeof v) ? v : fallback;
 }
 
-// pid 1 with a Pid1UserNs: still the host's root (it made the mounts), so
-// it writes the maps of the user namespace the program has just made. The
-// drop to the outside ids and the parent check come before the program is
-// let go, so no code of the program's ever runs beside a host-root pid 1;
-// if either fails pid 1 ends (and the pid namespace with it), and the
-// program reads EOF.
-void map_program_in_pid1(pid_t program, int ready, int go, const Pid1UserNs& u) noexcept {
-  int answer = read_int_in_child(ready, ECANCELED);
-  sys::call(SYS_close, ready);
-  const bool made = answer == 0;
-  if (made) answer = write_proc_in_child(program, "uid_map", u.uid_map, u.uid_len);
-  if (made && answer == 0) answer = write_proc_in_child(program, "gid_map", u.gid_map, u.gid_len);
+// pid 1 with a Pid1UserNs: still the host's root (it made the mounts). It
+// drops to the outside ids and checks the supervisor before it lets the
+// program go, so no code of the program's ever runs beside a host-root
+// pid 1; if either fails pid 1 ends (and the pid namespace with it), and
+// the program reads EOF.
+void drop_then_release_program_in_pid1(int go, const Pid1UserNs& u) noexcept {
+  sys::call(SYS_close, u.userns_fd);
   if (sys::call(SYS_setresgid, u.outside_gid, u.outside_gid, u.outside_gid) < 0 ||
       sys::call(SYS_setresuid, u.outside_uid, u.outside_uid, u.outside_uid) < 0)
     exit_now(kPid1SignalExitBase + SIGKILL);
   if (u.parent_pidfd >= 0 && die_with_parent_in_child(u.parent_pidfd) != 0) exit_now(kPid1SignalExitBase + SIGKILL);
-  if (made) sys::write_all(go, &answer, sizeof answer);
+  int answer = 0;
+  sys::write_all(go, &answer, sizeof answer);
   sys::call(SYS_close, go);
 }
 
-// The program's side: its own user namespace, the maps from pid 1, then the
-// inside ids (which keep its capabilities there: the inside 0 is unmapped;
-// the program's later steps drop them).
-int program_userns_in_child(int ready, int go, const Pid1UserNs& u, NsFailure* f) noexcept {
-  int err = sys::error_of(sys::call(SYS_unshare, CLONE_NEWUSER));
-  sys::write_all(ready, &err, sizeof err);
-  sys::call(SYS_close, ready);
-  int answer = err ? err : read_int_in_child(go, ECANCELED);
+// The program's side: into the user namespace template (still host root,
+// so setns may), then, once pid 1 has dropped, the inside ids (which keep
+// its capabilities there: the inside 0 is unmapped; the program's later
+// steps drop them).
+int program_userns_in_child(int go, const Pid1UserNs& u, NsFailure* f) noexcept {
+  int err = sys::error_of(sys::call(SYS_setns, u.userns_fd, CLONE_NEWUSER));
+  sys::call(SYS_close, u.userns_fd);
+  int answer = read_int_in_child(go, ECANCELED);
   sys::call(SYS_close, go);
-  if (answer) {
-    f->stage = err ? NsStage::user_ns : NsStage::id_maps;
-    return f->err = answer;
+  if (err || answer) {
+    f->stage = err ? NsStage::user_ns : NsStage::pid1_drop;
+    return f->err = err ? err : answer;
   }
   return switch_ids_in_child(u.inside_gid, u.inside_uid, f);
 }
@@ -170,18 +139,13 @@ int fail_pid1(NsFailure* f, long ret) noexcept {
 int fork_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* failure) noexcept {
   NsFailure local;
   NsFailure* f = failure ? failure : &local;
-  int ready[2] = {-1, -1}, go[2] = {-1, -1};
+  int go[2] = {-1, -1};
   if (userns) {
-    long ret = sys::call(SYS_pipe2, reinterpret_cast<long>(ready), O_CLOEXEC);
+    long ret = sys::call(SYS_pipe2, reinterpret_cast<long>(go), O_CLOEXEC);
     if (ret < 0) return fail_pid1(f, ret);
-    if ((ret = sys::call(SYS_pipe2, reinterpret_cast<long>(go), O_CLOEXEC)) < 0) {
-      sys::call(SYS_close, ready[0]);
-      sys::call(SYS_close, ready[1]);
-      return fail_pid1(f, ret);
-    }
   }
   auto close_pipes = [&] {
-    for (int fd : {ready[0], ready[1], go[0], go[1]})
+    for (int fd : {go[0], go[1]})
       if (fd >= 0) sys::call(SYS_close, fd);
   };
   std::uint64_t old_mask = 0;
@@ -197,14 +161,12 @@ int fork_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, Ns
     sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&old_mask), 0, kSigsetSize);
     if (report_fd >= 0) sys::call(SYS_close, report_fd);
     if (!userns) return 0;
-    sys::call(SYS_close, ready[0]);
     sys::call(SYS_close, go[1]);
-    return program_userns_in_child(ready[1], go[0], *userns, f);
+    return program_userns_in_child(go[0], *userns, f);
   }
   if (userns) {
-    sys::call(SYS_close, ready[1]);
     sys::call(SYS_close, go[0]);
-    map_program_in_pid1(static_cast<pid_t>(pid), ready[0], go[1], *userns);
+    drop_then_release_program_in_pid1(go[1], *userns);
   }
   harden_pid1(report_fd);
   pid1_loop(static_cast<pid_t>(pid), report_fd);

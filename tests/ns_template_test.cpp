@@ -57,11 +57,12 @@ std::string ns_link_of(const std::string& kind, const std::string& path) {
   return kind + ":[" + std::to_string(st.st_ino) + "]";
 }
 
+// The mount/network templates under root (users/ holds the user namespaces).
 std::vector<std::string> template_dirs(const std::string& root) {
   std::vector<std::string> out;
   DIR* d = opendir(root.c_str());
   while (dirent* e = d ? readdir(d) : nullptr)
-    if (e->d_name[0] != '.') out.push_back(root + "/" + e->d_name);
+    if (e->d_name[0] != '.' && std::strcmp(e->d_name, "users") != 0) out.push_back(root + "/" + e->d_name);
   if (d) closedir(d);
   return out;
 }
@@ -109,8 +110,17 @@ Test(ns_template, runs_share_the_templates_network_namespace_and_copy_its_mounts
   SKIP_UNLESS_TEMPLATE();
   TemplatesLock lock(false);
   Harness h;
-  Result a = h.run(boxed({"/helpers/inside", "ns"}));
-  Result b = h.run(boxed({"/helpers/inside", "ns"}));
+  // In flight together: namespace inode numbers are reused once one is
+  // freed, so only namespaces alive at once can be told apart by them.
+  const std::vector<std::string> show = {"sh", "-c",
+                                         "echo netns=$(readlink /proc/self/ns/net); "
+                                         "echo mntns=$(readlink /proc/self/ns/mnt); sleep 0.5"};
+  std::shared_ptr<Result> ra, rb;
+  RunHandle ha = submit_boxed(h, show, &ra);
+  RunHandle hb = submit_boxed(h, show, &rb);
+  while (!ra || !rb) cr_assert(h.sup->run_once(1).ok());
+  const Result& a = *ra;
+  const Result& b = *rb;
   cr_assert_eq(a.outcome, Outcome::exited, "%s", a.detail.c_str());
   cr_assert_eq(b.outcome, Outcome::exited, "%s", b.detail.c_str());
   auto oa = observations(a), ob = observations(b);
@@ -287,11 +297,93 @@ Test(ns_template, the_cli_lists_and_clears_the_templates) {
   cr_assert_eq(cli({"templates", "--bogus"}), 2);
   cr_assert_eq(cli({"templates", "--clear"}), 0);
   cr_assert(template_dirs(std::string(kTemplateRoot)).empty(), "--clear left templates");
+  auto users = list_userns_templates();
+  cr_assert(users.ok() && users->empty(), "--clear left user namespace templates");
   cr_assert_eq(mounts_under(std::string(kTemplateRoot)), 0u);
-  // The next run makes its template again.
+  // The next run makes its templates again: the base and its user namespace.
   Result r = h.run(boxed({"/helpers/inside", "ns"}));
   cr_assert_eq(r.outcome, Outcome::exited, "%s", r.detail.c_str());
   cr_assert_eq(template_dirs(std::string(kTemplateRoot)).size(), 1u);
+  users = list_userns_templates();
+  cr_assert(users.ok() && users->size() == 1u, "%zu user namespace templates", users.ok() ? users->size() : 0);
+}
+
+// The program's user namespace: one per id mapping, made once, with the
+// maps the run asked for, entered by setns, rebuilt when broken, and at
+// most kKeptUserTemplates kept.
+Test(ns_template, a_user_namespace_template_maps_one_id_pair_and_is_reused, .fini = drop_private_roots) {
+  SKIP_UNLESS_TEMPLATE();
+  TempDir root;
+  std::string r = private_root(root);
+  UserNsIds ids{65534, 234567, 65533, 234568};
+  auto first = open_userns_template(ids, r);
+  cr_assert(first.ok(), "%s", first.ok() ? "" : first.error().message().c_str());
+  auto listed = list_userns_templates(r);
+  cr_assert(listed.ok() && listed->size() == 1u);
+  cr_assert_eq((*listed)[0], r + "/users/65534-234567-65533-234568");
+  cr_assert_eq(mounts_under(r), 1u);
+  auto again = open_userns_template(ids, r);
+  cr_assert(again.ok());
+  cr_assert_eq(mounts_under(r), 1u, "an intact user namespace template was made again");
+
+  // Entered, it shows the maps, and a process there has no power on the host.
+  int fd = first->get();
+  EXPECT_EMPTY(corral_test::in_child(false, [fd]() -> std::string {
+    if (setns(fd, CLONE_NEWUSER) != 0) return std::string("setns: ") + strerror(errno);
+    std::string uid_map = corral_test::read_file("/proc/self/uid_map");
+    std::string gid_map = corral_test::read_file("/proc/self/gid_map");
+    if (uid_map.find("65534") == std::string::npos || uid_map.find("234567") == std::string::npos)
+      return "uid_map: " + uid_map;
+    if (gid_map.find("65533") == std::string::npos || gid_map.find("234568") == std::string::npos)
+      return "gid_map: " + gid_map;
+    if (setresgid(65533, 65533, 65533) != 0 || setresuid(65534, 65534, 65534) != 0)
+      return std::string("the inside ids: ") + strerror(errno);
+    if (mkdir("/root/corral-userns-probe", 0700) == 0) return "host root's directory was writable";
+    return "";
+  }));
+
+  // Broken (unmounted): rebuilt, not trusted.
+  cr_assert_eq(umount2((r + "/users/65534-234567-65533-234568").c_str(), MNT_DETACH), 0);
+  auto rebuilt = open_userns_template(ids, r);
+  cr_assert(rebuilt.ok(), "%s", rebuilt.ok() ? "" : rebuilt.error().message().c_str());
+  cr_assert_eq(mounts_under(r), 1u);
+
+  for (int i = 0; i < kKeptUserTemplates + 2; ++i)
+    cr_assert(open_userns_template(UserNsIds{65534, 300000 + i, 65534, 300000 + i}, r).ok(), "template %d", i);
+  listed = list_userns_templates(r);
+  cr_assert(listed.ok());
+  cr_assert_eq(listed->size(), static_cast<std::size_t>(kKeptUserTemplates));
+  auto removed = remove_ns_templates(r);
+  cr_assert(removed.ok());
+  cr_assert_eq(*removed, kKeptUserTemplates);
+  cr_assert_eq(mounts_under(r), 0u);
+}
+
+// Live templates stand in for the container probe: a mount template shows
+// mount namespaces and pivot_root, a user namespace template shows user
+// namespaces; with neither the probe tries it all in a child.
+Test(ns_template, live_templates_stand_in_for_the_container_probe, .fini = drop_private_roots) {
+  SKIP_UNLESS_TEMPLATE();
+  TempDir root, ws;
+  std::string r = private_root(root);
+  auto probe = [&r]() {
+    return corral_test::in_child(false, [&r]() -> std::string {
+      HostFacts facts = probe_host(/*with_containers=*/false);
+      probe_container_facts(facts, r);
+      if (!facts.user_namespaces || !facts.pivot_root) return "refused: " + facts.container_probe;
+      return facts.container_probe_how;
+    });
+  };
+  std::string none = probe();
+  cr_assert(contains(none, "pivot_root") && contains(none, "throwaway"), "%s", none.c_str());
+  SplitMountTree t = split_for(ws.path(), 65534);
+  cr_assert(open_ns_template(t.base, t.fingerprint, r).ok());
+  std::string mount_only = probe();
+  cr_assert(contains(mount_only, "a user namespace; mount namespaces and pivot_root shown by"), "%s",
+            mount_only.c_str());
+  cr_assert(open_userns_template(UserNsIds{65534, 200000, 65534, 200000}, r).ok());
+  std::string both = probe();
+  cr_assert(contains(both, "shown by the namespace templates") && contains(both, "/users/"), "%s", both.c_str());
 }
 
 Test(ns_template, a_template_that_cannot_be_had_builds_the_run_per_run_and_says_why, .fini = drop_private_roots) {

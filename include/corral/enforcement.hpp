@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "corral/ns_template.hpp"
 #include "corral/cgroup.hpp"
 #include "corral/limits.hpp"
 #include "corral/request.hpp"
@@ -44,11 +45,14 @@ struct HostFacts {
 // `--tier process` run should not pay). probe_container_facts() fills
 // those fields in later; the answer is kept for the process. As root, with
 // a live namespace template (ns_template.hpp: made on this boot with a
-// mount namespace and pivot_root), only a user namespace is tried (~30 us).
+// mount namespace and pivot_root), only a user namespace is tried (~0.1
+// ms), and not even that when a user namespace template is live too.
 // The probe only makes the refusal early: every step it stands for fails
 // closed at spawn time too (spawn_failed, naming the stage).
 HostFacts probe_host(bool with_containers = true);
-void probe_container_facts(HostFacts& host);
+// `template_root`: where the namespace templates that can stand in for the
+// probe are looked for (tests point it elsewhere).
+void probe_container_facts(HostFacts& host, std::string_view template_root = kTemplateRoot);
 
 // Guarantees (beyond limits) a run may ask for or get.
 inline constexpr std::string_view kGuaranteeWriteConfinement = "write_confinement";

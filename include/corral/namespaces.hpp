@@ -149,9 +149,9 @@ class NamespaceSpec {
   // (the template's namespaces are not ours to enter from a new one): it
   // joins the template's network namespace, copies its mount namespace,
   // mounts /proc, /tmp, /dev/shm and the workspace, and forks; the program
-  // unshares its user namespace, pid 1 writes the maps and drops to the
-  // outside ids. When the template cannot be had, the run is built the
-  // per-run way and template_error() says why.
+  // enters the user namespace template for its ids (open_userns_template),
+  // pid 1 drops to the outside ids. When a template cannot be had, the run
+  // is built the per-run way and template_error() says why.
   NamespaceSpec& use_template(bool on) { use_template_ = on; return *this; }
   NamespaceSpec& template_root(std::string dir) { template_root_ = std::move(dir); return *this; }
 
@@ -182,7 +182,7 @@ class NamespaceSpec {
 // Which stage of apply_namespaces_in_child failed.
 enum class NsStage : std::uint8_t {
   none, sync, setgroups, setgid, setuid, hostname, loopback, mount_tree, pid1, parent_death,
-  template_enter, user_ns, id_maps,
+  template_enter, user_ns, pid1_drop,
 };
 
 // The fixed record a failing child hands back (e.g. through its error pipe).
@@ -223,6 +223,7 @@ class PreparedNamespaces {
   void release_child_fds() noexcept {
     template_mnt_.reset();
     template_net_.reset();
+    template_user_.reset();
     workspace_fd_.reset();
   }
   // Parent, when clone itself failed: drop the pipe.
@@ -247,11 +248,10 @@ class PreparedNamespaces {
   bool has_tree_ = false;
   PreparedMountTree tree_;  // the per-run part when in a template
   SyncPipe sync_;
-  // Template mode: the namespaces to enter, the detached workspace the tree
-  // attaches, and the map lines pid 1 writes for the program.
+  // Template mode: the namespaces to enter (the program enters the user
+  // namespace) and the detached workspace the tree attaches.
   std::string template_dir_, template_error_;
-  UniqueFd template_mnt_, template_net_, workspace_fd_;
-  std::string uid_map_line_, gid_map_line_;
+  UniqueFd template_mnt_, template_net_, template_user_, workspace_fd_;
 };
 
 // Parent: validate the spec (ids, hostname, mount tree against this host),
@@ -278,21 +278,21 @@ int switch_ids_in_child(long gid, long uid, NsFailure* f) noexcept;
 int die_with_parent_in_child(int parent_pidfd) noexcept;
 
 // Template mode's pid-1 split (NamespaceSpec::use_template): right after the
-// fork the program unshares its own user namespace; pid 1, still the host's
-// root, writes its maps (the lines below), becomes the outside ids, with
-// parent_pidfd >= 0 sets its PDEATHSIG and checks the parent, and only then
-// lets the program switch to the inside ids.
+// fork the program, still host root, setns(2)es into the user namespace
+// template; pid 1 becomes the outside ids, with parent_pidfd >= 0 sets its
+// PDEATHSIG and checks the parent, and only then lets the program switch
+// to the inside ids.
 struct Pid1UserNs {
-  const char* uid_map;
-  long uid_len;
-  const char* gid_map;
-  long gid_len;
+  int userns_fd;  // the user namespace template (ns_template.hpp) the program enters
   long inside_uid, inside_gid, outside_uid, outside_gid;
   int parent_pidfd;  // die_with_parent: a pidfd of the supervisor, else -1
 };
 // fork_program_under_pid1_in_child, with template mode's user namespace
-// step when `userns` is set. Failures in the program fill *failure (stage
-// pid1, user_ns, id_maps, setgid or setuid) and return the errno.
+// step when `userns` is set: the program setns(2)es into the template and
+// takes the inside ids; pid 1 drops to the outside ids (and checks the
+// supervisor) before it lets the program go. Failures in the program fill
+// *failure (stage pid1, user_ns, pid1_drop, setgid or setuid) and return
+// the errno.
 int fork_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* failure) noexcept;
 
 }  // namespace corral

@@ -54,7 +54,8 @@ struct NsTemplate {
 Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::string& fingerprint,
                                       std::string_view root = kTemplateRoot);
 
-// The template directories under `root` (intact or not), sorted.
+// The mount/network template directories under `root` (intact or not),
+// sorted; root/users (the user namespaces) is not one of them.
 Expected<std::vector<std::string>> list_ns_templates(std::string_view root = kTemplateRoot);
 
 // The first template under `root` whose two files are live namespaces
@@ -63,7 +64,27 @@ Expected<std::vector<std::string>> list_ns_templates(std::string_view root = kTe
 // and pivot_root'ed in it: the container probe takes that as shown.
 std::string live_ns_template(std::string_view root = kTemplateRoot);
 
-// Unmount and remove every template under `root`; the count removed.
+// ---- user namespaces
+// The program's user namespace in template mode, one per id mapping:
+// inside uid/gid -> outside uid/gid (one id each), kept as an nsfs bind at
+// root/users/<in_uid>-<out_uid>-<in_gid>-<out_gid>. Made by a forked root
+// helper that unshares CLONE_NEWUSER; we write its maps and bind
+// /proc/<helper>/ns/user. A run's program, still host root, setns(2)es into
+// it and switches to the inside ids: no per-run unshare, no maps written
+// per run, no handshake with pid 1 to write them. Nothing of a run stays in
+// it (keyrings, the only per-user-namespace state a program could fill, are
+// denied by seccomp `default`), and runs in flight never share one: each
+// holds an outside uid of its own. At most kKeptUserTemplates are kept.
+inline constexpr int kKeptUserTemplates = 64;
+struct UserNsIds {
+  long inside_uid, outside_uid, inside_gid, outside_gid;
+};
+Expected<UniqueFd> open_userns_template(const UserNsIds& ids, std::string_view root = kTemplateRoot);
+// The user namespace templates under root/users, sorted; the first live one.
+Expected<std::vector<std::string>> list_userns_templates(std::string_view root = kTemplateRoot);
+std::string live_userns_template(std::string_view root = kTemplateRoot);
+
+// Unmount and remove every template under `root` (user namespaces too); the count removed.
 // Runs that already entered one keep it (a namespace lives while a
 // process is in it).
 Expected<int> remove_ns_templates(std::string_view root = kTemplateRoot);

@@ -22,7 +22,8 @@ int templates_main(int argc, char** argv) {
                    "usage: corral templates [--clear]\n"
                    "The namespace templates root container runs enter (a shared read-only base mount\n"
                    "tree and an empty network namespace, kept as nsfs bind mounts under\n"
-                   "/run/corral/templates/<key>/{mnt,net}); a run makes the one it needs.\n"
+                   "/run/corral/templates/<key>/{mnt,net}, and the programs' user namespaces, one\n"
+                   "per id mapping, under /run/corral/templates/users/); a run makes what it needs.\n"
                    "\n"
                    "  --clear   unmount and remove them all (runs in flight keep theirs)\n");
       return 0;
@@ -39,13 +40,12 @@ int templates_main(int argc, char** argv) {
     return 0;
   }
   int n = 0;
-  if (auto listed = list_ns_templates(root); listed) {
-    for (const auto& dir : *listed) {
-      std::printf("%s\n", dir.c_str());
+  for (auto listed : {list_ns_templates(root), list_userns_templates(root)}) {
+    if (!listed) return say("templates: %s", listed.error().message().c_str()), 125;
+    for (const auto& path : *listed) {
+      std::printf("%s\n", path.c_str());
       ++n;
     }
-  } else {
-    return say("templates: %s", listed.error().message().c_str()), 125;
   }
   if (n == 0) std::printf("no templates under %s\n", root.c_str());
   return 0;
