@@ -164,7 +164,6 @@ CgroupProbe probe_cgroups(const CgroupProbeSources& sources) {
           break;
         }
       }
-      h.writable = writable_dir(h.own_dir);
       // A bind mount of a hierarchy we already have adds nothing.
       bool dup = std::any_of(p.v1.begin(), p.v1.end(), [&](const CgroupV1Hierarchy& o) {
         return o.controllers == h.controllers && !o.own_dir.empty();
@@ -191,6 +190,10 @@ CgroupProbe probe_cgroups(const CgroupProbeSources& sources) {
     for (std::size_t i = 0; i < p.v1.size(); ++i)
       if (*roles[r] < 0 && contains(p.v1[i].controllers, kV1Roles[r]) && !p.v1[i].own_dir.empty())
         *roles[r] = static_cast<int>(i);
+  // Asked only of the hierarchies a run may join (a faccessat walks the
+  // whole path; a host mounts a dozen hierarchies).
+  for (int role : {p.v1_memory, p.v1_pids, p.v1_cpuacct, p.v1_freezer})
+    if (role >= 0) p.v1[role].writable = writable_dir(p.v1[role].own_dir);
   if (p.v1_memory >= 0)
     p.v1_memsw = detail::file_exists(p.v1[p.v1_memory].own_dir + "/memory.memsw.limit_in_bytes");
 

@@ -7,7 +7,6 @@
 // to its own copy of the arguments.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,9 +24,10 @@ namespace {
 // What a child that failed before exec writes to the error pipe. One write,
 // under PIPE_BUF: atomic.
 struct ChildRecord {
-  SpawnStage stage = SpawnStage::none;
+  SpawnStage stage = SpawnStage::none;  // none: the set-up is done, exec comes next
   std::int32_t err = 0;
   NsFailure ns;
+  std::uint64_t setup_ns = 0;  // child entry -> just before execve (stage none)
 };
 
 // The fd numbers the program sees before exec: 0-2 its stdio, 3 the error
@@ -47,9 +47,6 @@ struct ChildArgs {
   int report_fd;                 // write end of pid 1's report pipe
   std::uint64_t reset_mask;      // signals the parent ignores: back to SIG_DFL
   std::uint64_t start_ns;
-  // A MAP_SHARED word the program sets just before execve: the setup time
-  // reaches the parent without a pipe write that would wake it once more.
-  std::uint64_t* setup_ns_out;
   ChildRecord record;
 };
 
@@ -121,7 +118,11 @@ int container_child(void* p) noexcept {
   if (plan.seccomp)
     if (int e = apply_seccomp_in_child(*plan.seccomp)) return fail_in_child(a, SpawnStage::seccomp, e);
 
-  if (a->setup_ns_out) *a->setup_ns_out = sys::monotonic_ns() - a->start_ns;
+  // The set-up time, as a record of its own: nobody polls this pipe while
+  // the run goes on, so the write wakes no one; a failed execve adds the
+  // record that counts (the last one).
+  a->record.setup_ns = sys::monotonic_ns() - a->start_ns;
+  sys::write_all(a->error_fd, &a->record, sizeof a->record);
   return fail_in_child(a, SpawnStage::execve, exec_plan_in_child(plan));
 }
 
@@ -147,10 +148,6 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
   args.error_fd = error_write.get();
   args.report_fd = report_write.get();
   args.reset_mask = ignored_signal_mask();
-  // Owned by c from here on (unmapped with it), read when the run ends.
-  void* shared = mmap(nullptr, sizeof(std::uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (shared != MAP_FAILED) c.setup_word = ContainerRun::SharedWord(static_cast<std::uint64_t*>(shared));
-  args.setup_ns_out = c.setup_word.word;
 
   CloneSpec spec;
   spec.flags = c.ns.clone_flags() | CLONE_CLEAR_SIGHAND;
@@ -196,21 +193,20 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
 }
 
 void read_container_exec_report(ContainerRun& c, RunEnd& end) {
-  if (c.setup_word.word) c.setup_ns = *c.setup_word.word;
-  end.report.setup_ns = c.setup_ns;
-  c.exec_seconds = end.clone_seconds + static_cast<double>(c.setup_ns) / 1e9;
-  if (!c.exec_report) return;
   // Non-blocking: the child, pid 1 and the program are gone, so what they
   // wrote is all there, then EOF. A record is one atomic write; the last
-  // one is the step that ended the set-up.
+  // one is the step that ended the set-up (stage none: it reached execve).
   ChildRecord failure, rec;
-  for (;;) {
+  while (c.exec_report) {
     ssize_t n = ::read(c.exec_report.get(), &rec, sizeof rec);
     if (n < 0 && errno == EINTR) continue;
     if (n != static_cast<ssize_t>(sizeof rec)) break;
     failure = rec;
+    if (rec.stage == SpawnStage::none) c.setup_ns = rec.setup_ns;
   }
   c.exec_report.reset();
+  end.report.setup_ns = c.setup_ns;
+  c.exec_seconds = end.clone_seconds + static_cast<double>(c.setup_ns) / 1e9;
   if (failure.stage == SpawnStage::none) {
     // Killed in its set-up by the deadline or a cancel: the outcome says so.
     if (c.setup_ns == 0 && end.status && !end.timed_out && !end.cancelled)
@@ -222,18 +218,6 @@ void read_container_exec_report(ContainerRun& c, RunEnd& end) {
   c.failure = failure.stage == SpawnStage::namespaces && failure.ns.stage != NsStage::none
                   ? c.ns.error_for(failure.ns).message()
                   : Error::from_errno(failure.err, "container: " + std::string(to_string(failure.stage))).message();
-}
-
-ContainerRun::SharedWord& ContainerRun::SharedWord::operator=(SharedWord&& o) noexcept {
-  if (this != &o) {
-    if (word) munmap(word, sizeof *word);
-    word = std::exchange(o.word, nullptr);
-  }
-  return *this;
-}
-
-ContainerRun::SharedWord::~SharedWord() {
-  if (word) munmap(word, sizeof *word);
 }
 
 void kill_container(ContainerRun& c, const Pidfd& pid1, int sig) {

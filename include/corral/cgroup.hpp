@@ -47,7 +47,7 @@ struct CgroupV1Hierarchy {
   std::vector<std::string> controllers;  // from the mount's super options
   std::string mount_point;               // e.g. /sys/fs/cgroup/memory
   std::string own_dir;  // where this process sits in it; "" when outside the mount
-  bool writable = false;  // we may create children in own_dir
+  bool writable = false;  // we may create children in own_dir (asked of the memory, pids, cpuacct and freezer ones)
 };
 
 struct CgroupProbe {

@@ -86,18 +86,9 @@ struct ContainerRun {
   std::uint64_t setup_ns = 0;  // child entry -> just before execve
   double exec_seconds = 0;     // clone3 -> the program exec'd (clone + setup)
   // The spawn does not wait for the exec (see spawn_container): the child's
-  // failure record, if any, waits in this pipe, and the setup time in a
-  // MAP_SHARED word the program sets just before execve, until the run
-  // ends (read_container_exec_report).
+  // records (its set-up time just before execve, a failure after it) wait
+  // in this pipe until the run ends (read_container_exec_report).
   UniqueFd exec_report;
-  struct SharedWord {
-    std::uint64_t* word = nullptr;
-    SharedWord() = default;
-    explicit SharedWord(std::uint64_t* w) noexcept : word(w) {}
-    SharedWord(SharedWord&& o) noexcept : word(std::exchange(o.word, nullptr)) {}
-    SharedWord& operator=(SharedWord&& o) noexcept;
-    ~SharedWord();
-  } setup_word;
 };
 
 // Parent, from prepare_run: the mount tree (workspace at /workspace, the
