@@ -3,9 +3,10 @@
 //   bwrap --unshare-all --ro-bind /usr /usr --symlink usr/lib /lib
 //         --symlink usr/lib64 /lib64 --symlink usr/bin /bin --proc /proc --dev /dev /bin/true
 // interleaved in rounds so drift hits both sides. A third series runs the
-// same corral command with TMPDIR=/dev/shm (the workspace on tmpfs): on a
-// host whose /tmp is a busy ext4, creating the workspace's three
-// directories is a large share of corral's CPU and bwrap creates none.
+// same corral command with TMPDIR=/dev/shm: as root a container run's
+// workspace is a tmpfs of its own whatever the base, so the two series
+// should agree (rootless, the workspace is a directory under the base, and
+// on a host whose /tmp is a busy ext4 that directory is a large share).
 // Then where corral's time goes: the same run in-process through one
 // Supervisor, split by the Result's timings.
 //
