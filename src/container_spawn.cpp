@@ -74,11 +74,12 @@ int install_fds_in_child(ChildArgs* a) noexcept {
   return sys::error_of(sys::call(SYS_close_range, kProgramErrorFd + 1, ~0u, 0));
 }
 
+int program_steps_in_child(void* p, int ns_err) noexcept;
+
 // Entry of the cloned child. Returns only to fail (the trampoline then
 // exit_group()s with 127); pid 1 never returns from the namespace step.
 int container_child(void* p) noexcept {
   auto* a = static_cast<ChildArgs*>(p);
-  const ChildPlan& plan = *a->plan;
 
   // CLONE_CLEAR_SIGHAND reset every handler; what the parent ignored stays
   // ignored unless we reset it. Unblocked here, so the mask pid 1 restores
@@ -98,9 +99,18 @@ int container_child(void* p) noexcept {
       return fail_in_child(a, SpawnStage::namespaces, e);
 
   // Waits for the maps, switches to the inside ids, hostname, lo, the mount
-  // tree (cwd /workspace), then forks: returns 0 in the program only.
-  if (int e = apply_namespaces_in_child(*a->ns, a->report_fd, &a->record.ns))
-    return fail_in_child(a, SpawnStage::namespaces, e);
+  // tree (cwd /workspace), then splits off the program, which goes on in
+  // program_steps_in_child (pid 1 never returns).
+  int e = apply_namespaces_in_child(*a->ns, a->report_fd, &a->record.ns, program_steps_in_child, a);
+  return fail_in_child(a, SpawnStage::namespaces, e);
+}
+
+// The program's last steps, with CLONE_VM beside pid 1 until its execve
+// (apply_namespaces_in_child): only its stack, the plan and raw calls.
+int program_steps_in_child(void* p, int ns_err) noexcept {
+  auto* a = static_cast<ChildArgs*>(p);
+  const ChildPlan& plan = *a->plan;
+  if (ns_err) return fail_in_child(a, SpawnStage::namespaces, ns_err);
 
   // The shared template's scoping (container.cpp), while its ruleset fd is
   // still open; we hold CAP_SYS_ADMIN in our own user namespace, which

@@ -320,6 +320,11 @@ Error PreparedNamespaces::error_for(const NsFailure& f) const {
 // new pid namespace, so the fresh proc shows only the run), the pid-1 split
 // last so pid 1 and the program share the finished tree.
 int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, NsFailure* failure) noexcept {
+  return apply_namespaces_in_child(ns, pid1_report_fd, failure, nullptr, nullptr);
+}
+
+int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, NsFailure* failure,
+                              ProgramFunction program, void* arg) noexcept {
   NsFailure local;
   NsFailure* f = failure ? failure : &local;
   auto fail = [f](NsStage stage, int err) {
@@ -357,7 +362,8 @@ int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, 
     if ((ret = sys::call(SYS_setgroups, 0, 0)) < 0) return fail(NsStage::setgroups, sys::error_of(ret));
     Pid1UserNs u{ns.template_user_.get(), ns.map_.inside_uid, ns.map_.inside_gid, ns.map_.outside_uid,
                  ns.map_.outside_gid, ns.die_with_parent_ ? ns.parent_pidfd_.get() : -1};
-    return fork_program_under_pid1_in_child(pid1_report_fd, &u, f);
+    return program ? clone_program_under_pid1_in_child(pid1_report_fd, &u, f, program, arg)
+                   : fork_program_under_pid1_in_child(pid1_report_fd, &u, f);
   }
 
   if (ns.has_user()) {
@@ -383,7 +389,10 @@ int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, 
     if ((err = apply_mount_tree_in_child(ns.tree_, &f->mount))) return fail(NsStage::mount_tree, err);
   }
   if (ns.has_pid()) {
+    if (program) return clone_program_under_pid1_in_child(pid1_report_fd, nullptr, f, program, arg);
     if ((err = fork_program_under_pid1_in_child(pid1_report_fd, nullptr, f))) return err;
+  } else if (program) {
+    return fail(NsStage::pid1, EINVAL);  // a program function needs the pid-1 split
   }
   return 0;
 }

@@ -5,15 +5,21 @@
 // Everything here runs in the cloned child: raw syscalls only.
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include <cstring>
 
 #include "corral/namespaces.hpp"
+#include "corral/process.hpp"
 #include "corral/syscalls.hpp"
+
+// src/process.cpp's clone3 trampoline: fn(arg) on the new stack, then exit_group.
+extern "C" long corral_clone3_raw(struct clone_args* args, std::size_t size, corral::ChildFunction fn, void* arg);
 
 namespace corral {
 
@@ -164,6 +170,72 @@ int fork_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, Ns
     sys::call(SYS_close, go[1]);
     return program_userns_in_child(go[0], *userns, f);
   }
+  if (userns) {
+    sys::call(SYS_close, go[0]);
+    drop_then_release_program_in_pid1(go[1], *userns);
+  }
+  harden_pid1(report_fd);
+  pid1_loop(static_cast<pid_t>(pid), report_fd);
+}
+
+namespace {
+
+// What the CLONE_VM program starts with; on pid 1's stack, which stays put
+// (pid 1 never returns from clone_program_under_pid1_in_child).
+struct ProgramStart {
+  ProgramFunction program;
+  void* arg;
+  const Pid1UserNs* userns;
+  int go;  // read end (userns), else -1
+  int report_fd;
+  std::uint64_t old_mask;
+  NsFailure* failure;
+};
+
+int start_program_in_child(void* p) noexcept {
+  auto* s = static_cast<ProgramStart*>(p);
+  sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&s->old_mask), 0, kSigsetSize);
+  if (s->report_fd >= 0) sys::call(SYS_close, s->report_fd);
+  int err = s->userns ? program_userns_in_child(s->go, *s->userns, s->failure) : 0;
+  return s->program(s->arg, err);
+}
+
+// The program's stack: it runs beside pid 1 in one address space until its
+// execve, so an overflow must fault on the guard page, not write pid 1's memory.
+constexpr long kProgramStackBytes = 128 * 1024;
+constexpr long kGuardBytes = 4096;
+
+}  // namespace
+
+int clone_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* failure,
+                                      ProgramFunction program, void* arg) noexcept {
+  NsFailure local;
+  NsFailure* f = failure ? failure : &local;
+  long map = sys::call(SYS_mmap, 0, kProgramStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (map < 0) return fail_pid1(f, map);
+  if (long r = sys::call(SYS_mprotect, map, kGuardBytes, PROT_NONE); r < 0) return fail_pid1(f, r);
+  int go[2] = {-1, -1};
+  if (userns)
+    if (long r = sys::call(SYS_pipe2, reinterpret_cast<long>(go), O_CLOEXEC); r < 0) return fail_pid1(f, r);
+  ProgramStart start{program, arg, userns, go[0], report_fd, 0, f};
+  long ret = sys::call(SYS_rt_sigprocmask, SIG_BLOCK, reinterpret_cast<long>(&kPid1Signals),
+                       reinterpret_cast<long>(&start.old_mask), kSigsetSize);
+  struct clone_args ca;
+  std::memset(&ca, 0, sizeof ca);
+  ca.flags = CLONE_VM;
+  ca.exit_signal = SIGCHLD;
+  ca.stack = static_cast<std::uint64_t>(map) + kGuardBytes;
+  ca.stack_size = kProgramStackBytes;
+  long pid = ret < 0 ? ret : corral_clone3_raw(&ca, sizeof ca, start_program_in_child, &start);
+  if (pid < 0) {
+    if (ret >= 0) sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&start.old_mask), 0, kSigsetSize);
+    for (int fd : {go[0], go[1]})
+      if (fd >= 0) sys::call(SYS_close, fd);
+    return fail_pid1(f, pid);
+  }
+  // pid 1. The program has our memory until it execs: from here we write
+  // nothing it reads (`start` and what it points to stay as they are).
   if (userns) {
     sys::call(SYS_close, go[0]);
     drop_then_release_program_in_pid1(go[1], *userns);

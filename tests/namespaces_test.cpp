@@ -312,6 +312,61 @@ Test(namespaces, a_parent_that_gives_up_releases_the_child_with_an_error) {
   cr_assert(msg.find("wait for the parent") != std::string::npos, "%s", msg.c_str());
 }
 
+// The ProgramFunction form: the program is made with CLONE_VM beside pid 1
+// and runs the function on a stack of its own; what it returns is the
+// program's exit status, which pid 1 reports. Without a pid namespace it is
+// refused, naming the stage.
+namespace {
+int exit_with_41(void* arg, int err) noexcept {
+  if (err) return 100 + err;
+  // The program's own pid inside (2: pid 1 is the namespace's init).
+  *static_cast<long*>(arg) = sys::call(SYS_getpid);
+  return sys::call(SYS_getpid) == 2 ? 41 : 99;
+}
+}  // namespace
+
+Test(namespaces, a_program_function_runs_under_pid_1_and_its_status_is_reported) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  NamespaceSpec spec;
+  spec.user(false).net(false).mount(false).pid(true);
+  auto ns = prepare_namespaces(spec);
+  cr_assert(ns.ok(), "%s", ns.error().message().c_str());
+  int rep[2];
+  cr_assert_eq(pipe2(rep, O_CLOEXEC), 0);
+  clone_args args{};
+  args.flags = ns->clone_flags();
+  args.exit_signal = SIGCHLD;
+  long pid = sys::call(SYS_clone3, reinterpret_cast<long>(&args), sizeof args);
+  if (pid == 0) {
+    long seen = 0;
+    NsFailure f;
+    int e = apply_namespaces_in_child(*ns, rep[1], &f, exit_with_41, &seen);
+    _exit(e == 0 ? 124 : 125);  // never: pid 1 does not return, and the split did not fail
+  }
+  close(rep[1]);
+  cr_assert_gt(pid, 0);
+  cr_assert(ns->finish_in_parent(static_cast<pid_t>(pid)).ok());
+  Pid1Report report;
+  cr_assert_eq(read(rep[0], &report, sizeof report), (ssize_t)sizeof report);
+  close(rep[0]);
+  int status = 0;
+  waitpid(static_cast<pid_t>(pid), &status, 0);
+  cr_assert_eq(report.magic, kPid1ReportMagic);
+  cr_assert(WIFEXITED(report.wait_status) && WEXITSTATUS(report.wait_status) == 41,
+            "the program ended with wait status %#x", report.wait_status);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 41, "pid 1 exited %#x", status);
+
+  auto flat = prepare_namespaces(NamespaceSpec().user(false).net(false).mount(false).pid(false));
+  cr_assert(flat.ok(), "%s", flat.error().message().c_str());
+  EXPECT_EMPTY(corral_test::in_child(false, [&]() -> std::string {
+    long seen = 0;
+    NsFailure f;
+    int e = apply_namespaces_in_child(*flat, -1, &f, exit_with_41, &seen);
+    if (e != EINVAL || f.stage != NsStage::pid1) return "no pid namespace: got " + std::to_string(e);
+    return seen == 0 ? "" : "the program function ran without the split";
+  }));
+}
+
 // ---- what prepare refuses -------------------------------------------------------
 
 namespace {

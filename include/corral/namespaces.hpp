@@ -192,6 +192,9 @@ struct NsFailure {
   MountFailure mount;  // when stage == mount_tree
 };
 
+// The program's side of the pid-1 split as a function (apply_namespaces_in_child).
+using ProgramFunction = int (*)(void* arg, int err) noexcept;
+
 // Everything one namespaced spawn needs, prepared. Single-use: it owns the
 // sync pipe of one child (when a user namespace comes with the clone).
 class PreparedNamespaces {
@@ -237,7 +240,7 @@ class PreparedNamespaces {
 
  private:
   friend Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec);
-  friend int apply_namespaces_in_child(const PreparedNamespaces&, int, NsFailure*) noexcept;
+  friend int apply_namespaces_in_child(const PreparedNamespaces&, int, NsFailure*, ProgramFunction, void*) noexcept;
 
   std::uint64_t flags_ = 0;
   bool rootless_ = false;
@@ -263,6 +266,18 @@ Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec);
 // pid namespace is on; pid 1 itself never returns), or a positive errno with
 // *failure filled (may be null). `pid1_report_fd`: see Pid1Report (-1: none).
 int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, NsFailure* failure) noexcept;
+
+// The program's side as a function. With a pid namespace, the program is
+// made with CLONE_VM instead of a fork: it shares pid 1's memory until its
+// execve (no page tables copied, none to tear down at the exec), on a stack
+// of its own, and runs program(arg, err) there: err is 0, or the errno of a
+// failed namespace step with *failure filled; what it returns is its exit
+// status. It must touch nothing but its stack, prepared data and raw
+// syscalls, and end in execve or exit. pid 1 never returns; this call
+// returns only a positive errno from a step before the split. Needs a pid
+// namespace (EINVAL, stage pid1, without one).
+int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, NsFailure* failure,
+                              ProgramFunction program, void* arg) noexcept;
 
 const char* ns_stage_name(NsStage stage) noexcept;
 
@@ -294,5 +309,9 @@ struct Pid1UserNs {
 // *failure (stage pid1, user_ns, pid1_drop, setgid or setuid) and return
 // the errno.
 int fork_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* failure) noexcept;
+// The same with the program made by CLONE_VM and run as program(arg, err)
+// (see apply_namespaces_in_child's ProgramFunction form).
+int clone_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* failure,
+                                      ProgramFunction program, void* arg) noexcept;
 
 }  // namespace corral
