@@ -90,14 +90,12 @@ struct HelperRecord {
   MountFailure failure;
 };
 
-// Fork a helper into a new mount and network namespace, build `base` there,
-// and bind its namespaces onto dir/{mnt,net}. The helper waits on a pipe
-// until the binds are made, so its namespaces are alive while we bind them.
-Status make_template(const PreparedMountTree& base, const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return template_error(errno, "mkdir '" + dir + "'");
-  for (const char* name : {"/mnt", "/net"})
-    if (auto st = touch(dir + name); !st) return st;
-
+// Fork a helper that runs `step` (raw calls only: we may have forked a
+// threaded process) and reports the Record it returns, then keeps whatever
+// it made alive until `use(pid, record)` has finished in the parent (the
+// binds of its namespaces). The helper is reaped on every path.
+template <class Record, class Step, class Use>
+Status with_holding_helper(Step step, Use use) {
   int report[2], hold[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return template_error(errno, "pipe");
   if (::pipe2(hold, O_CLOEXEC) != 0) {
@@ -113,12 +111,9 @@ Status make_template(const PreparedMountTree& base, const std::string& dir) {
     return template_error(e, "fork the helper");
   }
   if (pid == 0) {
-    // The helper: raw calls only (we may have forked a threaded process).
     sys::call(SYS_close, report[0]);
     sys::call(SYS_close, hold[1]);
-    HelperRecord rec;
-    rec.unshare_err = sys::error_of(sys::call(SYS_unshare, CLONE_NEWNS | CLONE_NEWNET));
-    if (!rec.unshare_err) rec.tree_err = apply_mount_tree_in_child(base, &rec.failure);
+    Record rec = step();
     sys::write_all(report[1], &rec, sizeof rec);
     char byte;
     while (sys::call(SYS_read, hold[0], reinterpret_cast<long>(&byte), 1) == -EINTR) {
@@ -128,50 +123,77 @@ Status make_template(const PreparedMountTree& base, const std::string& dir) {
   ::close(report[1]);
   ::close(hold[0]);
   UniqueFd report_read(report[0]), hold_write(hold[1]);
-
-  HelperRecord rec;
+  Record rec{};
   ssize_t n;
   do {
     n = ::read(report_read.get(), &rec, sizeof rec);
   } while (n < 0 && errno == EINTR);
-  Status result;
-  if (n != static_cast<ssize_t>(sizeof rec)) {
-    result = template_error(n < 0 ? errno : EPIPE, "the helper ended without a report");
-  } else if (rec.unshare_err) {
-    result = template_error(rec.unshare_err, "unshare(CLONE_NEWNS|CLONE_NEWNET)");
-  } else if (rec.tree_err) {
-    result = base.error_for(rec.failure).context("namespace template");
-  } else {
-    for (const char* name : {"mnt", "net"}) {
-      std::string src = "/proc/" + std::to_string(pid) + "/ns/" + name;
-      std::string dst = dir + "/" + name;
-      if (::mount(src.c_str(), dst.c_str(), nullptr, MS_BIND, nullptr) != 0) {
-        result = template_error(errno, "bind " + src + " on " + dst);
-        break;
-      }
-    }
-  }
+  Status result = n == static_cast<ssize_t>(sizeof rec)
+                      ? use(pid, rec)
+                      : Status(template_error(n < 0 ? errno : EPIPE, "the helper ended without a report"));
   hold_write.reset();
   int status;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  return result;
+}
+
+// A helper in a new mount and network namespace builds `base` there; its
+// namespaces are bound onto dir/{mnt,net}.
+Status make_template(const PreparedMountTree& base, const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return template_error(errno, "mkdir '" + dir + "'");
+  for (const char* name : {"/mnt", "/net"})
+    if (auto st = touch(dir + name); !st) return st;
+  Status result = with_holding_helper<HelperRecord>(
+      [&base]() noexcept {
+        HelperRecord rec;
+        rec.unshare_err = sys::error_of(sys::call(SYS_unshare, CLONE_NEWNS | CLONE_NEWNET));
+        if (!rec.unshare_err) rec.tree_err = apply_mount_tree_in_child(base, &rec.failure);
+        return rec;
+      },
+      [&](pid_t pid, const HelperRecord& rec) -> Status {
+        if (rec.unshare_err) return template_error(rec.unshare_err, "unshare(CLONE_NEWNS|CLONE_NEWNET)");
+        if (rec.tree_err) return base.error_for(rec.failure).context("namespace template");
+        for (const char* name : {"mnt", "net"}) {
+          std::string src = "/proc/" + std::to_string(pid) + "/ns/" + name;
+          std::string dst = dir + "/" + name;
+          if (::mount(src.c_str(), dst.c_str(), nullptr, MS_BIND, nullptr) != 0)
+            return template_error(errno, "bind " + src + " on " + dst);
+        }
+        return {};
+      });
   if (!result) clear_dir(dir);
   return result;
 }
 
-// Keep the newest kKeptTemplates - 1 others (by the directory's mtime), so
-// with the new one there are at most kKeptTemplates.
+// Of `paths`, keep the newest `kept` - 1 besides `keep` (by mtime), so with
+// the new one there are at most `kept`; `remove` takes the rest.
+template <class Remove>
+void keep_newest(const std::vector<std::string>& paths, const std::string& keep, int kept, Remove remove) {
+  std::vector<std::pair<long long, std::string>> aged;
+  for (const auto& path : paths) {
+    struct stat st;
+    if (path != keep && ::lstat(path.c_str(), &st) == 0)
+      aged.emplace_back(static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec, path);
+  }
+  std::sort(aged.begin(), aged.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  for (std::size_t i = static_cast<std::size_t>(kept) - 1; i < aged.size(); ++i) remove(aged[i].second);
+}
+
+// root/.lock, held exclusively: one maker at a time. The directories are
+// ours alone (ensure_root), so the lock file is too.
+Expected<UniqueFd> lock_root(std::string_view root) {
+  std::string lock_path = std::string(root) + "/.lock";
+  UniqueFd lock(::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!lock) return template_error(errno, "open '" + lock_path + "'");
+  while (::flock(lock.get(), LOCK_EX) != 0)
+    if (errno != EINTR) return template_error(errno, "flock '" + lock_path + "'");
+  return lock;
+}
+
 void remove_old_templates(std::string_view root, const std::string& keep) {
   auto listed = list_ns_templates(root);
-  if (!listed) return;
-  std::vector<std::pair<long long, std::string>> dirs;
-  for (auto& path : *listed) {
-    struct stat st;
-    if (path != keep && ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-      dirs.emplace_back(static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec, path);
-  }
-  std::sort(dirs.begin(), dirs.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (std::size_t i = kKeptTemplates - 1; i < dirs.size(); ++i) clear_dir(dirs[i].second);
+  if (listed) keep_newest(*listed, keep, kKeptTemplates, clear_dir);
 }
 
 }  // namespace
@@ -184,12 +206,8 @@ Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::
   if (open_existing(out.dir, out)) return out;
 
   if (auto st = ensure_root(root); !st) return std::move(st).error();
-  // The directories are ours alone (checked above), so the lock file is too.
-  std::string lock_path = root_s + "/.lock";
-  UniqueFd lock(::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!lock) return template_error(errno, "open '" + lock_path + "'");
-  while (::flock(lock.get(), LOCK_EX) != 0)
-    if (errno != EINTR) return template_error(errno, "flock '" + lock_path + "'");
+  auto lock = lock_root(root);
+  if (!lock) return std::move(lock).error();
   if (open_existing(out.dir, out)) return out;  // another caller made it while we waited
 
   clear_dir(out.dir);
@@ -201,21 +219,30 @@ Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::
   return out;
 }
 
-Expected<std::vector<std::string>> list_ns_templates(std::string_view root) {
-  const std::string root_s(root);
-  std::vector<std::string> dirs;
-  DIR* d = ::opendir(root_s.c_str());
+namespace {
+
+// The entries of `dir` but dot files and `skip`, as full paths, sorted; none
+// when it does not exist.
+Expected<std::vector<std::string>> list_entries(const std::string& dir, std::string_view skip) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
   if (!d) {
-    if (errno == ENOENT) return dirs;
-    return template_error(errno, "open '" + root_s + "'");
+    if (errno == ENOENT) return out;
+    return template_error(errno, "open '" + dir + "'");
   }
   while (struct dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (!name.empty() && name[0] != '.' && name != kUsersDir) dirs.push_back(root_s + "/" + name);
+    std::string_view name = e->d_name;
+    if (!name.empty() && name[0] != '.' && name != skip) out.push_back(dir + "/" + std::string(name));
   }
   ::closedir(d);
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+Expected<std::vector<std::string>> list_ns_templates(std::string_view root) {
+  return list_entries(std::string(root), kUsersDir);
 }
 
 std::string live_ns_template(std::string_view root) {
@@ -269,71 +296,27 @@ Status write_proc(pid_t pid, const char* name, const std::string& text) {
 // A helper (root) in a new user namespace; we write its maps and bind it.
 Status make_userns_template(const UserNsIds& ids, const std::string& path) {
   if (auto st = touch(path); !st) return st;
-  int report[2], hold[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) return template_error(errno, "pipe");
-  if (::pipe2(hold, O_CLOEXEC) != 0) {
-    int e = errno;
-    ::close(report[0]);
-    ::close(report[1]);
-    return template_error(e, "pipe");
-  }
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    int e = errno;
-    for (int fd : {report[0], report[1], hold[0], hold[1]}) ::close(fd);
-    return template_error(e, "fork the helper");
-  }
-  if (pid == 0) {
-    sys::call(SYS_close, report[0]);
-    sys::call(SYS_close, hold[1]);
-    int err = sys::error_of(sys::call(SYS_unshare, CLONE_NEWUSER));
-    sys::write_all(report[1], &err, sizeof err);
-    char byte;
-    while (sys::call(SYS_read, hold[0], reinterpret_cast<long>(&byte), 1) == -EINTR) {
-    }
-    for (;;) sys::call(SYS_exit_group, 0);
-  }
-  ::close(report[1]);
-  ::close(hold[0]);
-  UniqueFd report_read(report[0]), hold_write(hold[1]);
-  int err = 0;
-  ssize_t n;
-  do {
-    n = ::read(report_read.get(), &err, sizeof err);
-  } while (n < 0 && errno == EINTR);
-  Status result;
-  if (n != static_cast<ssize_t>(sizeof err)) {
-    result = template_error(n < 0 ? errno : EPIPE, "the user namespace helper ended without a report");
-  } else if (err) {
-    result = template_error(err, "unshare(CLONE_NEWUSER)");
-  } else {
-    result = write_proc(pid, "uid_map", std::to_string(ids.inside_uid) + " " + std::to_string(ids.outside_uid) + " 1\n");
-    if (result)
-      result = write_proc(pid, "gid_map", std::to_string(ids.inside_gid) + " " + std::to_string(ids.outside_gid) + " 1\n");
-    std::string src = "/proc/" + std::to_string(pid) + "/ns/user";
-    if (result && ::mount(src.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0)
-      result = template_error(errno, "bind " + src + " on " + path);
-  }
-  hold_write.reset();
-  int status;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  Status result = with_holding_helper<int>(
+      []() noexcept { return sys::error_of(sys::call(SYS_unshare, CLONE_NEWUSER)); },
+      [&](pid_t pid, int err) -> Status {
+        if (err) return template_error(err, "unshare(CLONE_NEWUSER)");
+        auto line = [](long inside, long outside) {
+          return std::to_string(inside) + " " + std::to_string(outside) + " 1\n";
+        };
+        if (auto st = write_proc(pid, "uid_map", line(ids.inside_uid, ids.outside_uid)); !st) return st;
+        if (auto st = write_proc(pid, "gid_map", line(ids.inside_gid, ids.outside_gid)); !st) return st;
+        std::string src = "/proc/" + std::to_string(pid) + "/ns/user";
+        if (::mount(src.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0)
+          return template_error(errno, "bind " + src + " on " + path);
+        return {};
+      });
   if (!result) unbind_and_unlink(path);
   return result;
 }
 
-// Keep the newest kKeptUserTemplates - 1 others (by mtime).
 void remove_old_userns_templates(std::string_view root, const std::string& keep) {
   auto listed = list_userns_templates(root);
-  if (!listed) return;
-  std::vector<std::pair<long long, std::string>> files;
-  for (auto& path : *listed) {
-    struct stat st;
-    if (path != keep && ::lstat(path.c_str(), &st) == 0)
-      files.emplace_back(static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec, path);
-  }
-  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (std::size_t i = kKeptUserTemplates - 1; i < files.size(); ++i) unbind_and_unlink(files[i].second);
+  if (listed) keep_newest(*listed, keep, kKeptUserTemplates, unbind_and_unlink);
 }
 
 }  // namespace
@@ -343,11 +326,8 @@ Expected<UniqueFd> open_userns_template(const UserNsIds& ids, std::string_view r
   if (UniqueFd fd = open_ns(path, CLONE_NEWUSER)) return fd;
   if (auto st = ensure_root(root); !st) return std::move(st).error();
   if (auto st = ensure_private_dir(users_dir(root), 0700); !st) return std::move(st).error();
-  std::string lock_path = std::string(root) + "/.lock";
-  UniqueFd lock(::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!lock) return template_error(errno, "open '" + lock_path + "'");
-  while (::flock(lock.get(), LOCK_EX) != 0)
-    if (errno != EINTR) return template_error(errno, "flock '" + lock_path + "'");
+  auto lock = lock_root(root);
+  if (!lock) return std::move(lock).error();
   if (UniqueFd fd = open_ns(path, CLONE_NEWUSER)) return fd;  // made while we waited
   unbind_and_unlink(path);
   if (auto st = make_userns_template(ids, path); !st) return std::move(st).error();
@@ -358,20 +338,7 @@ Expected<UniqueFd> open_userns_template(const UserNsIds& ids, std::string_view r
 }
 
 Expected<std::vector<std::string>> list_userns_templates(std::string_view root) {
-  const std::string dir = users_dir(root);
-  std::vector<std::string> files;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) {
-    if (errno == ENOENT) return files;
-    return template_error(errno, "open '" + dir + "'");
-  }
-  while (struct dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (!name.empty() && name[0] != '.') files.push_back(dir + "/" + name);
-  }
-  ::closedir(d);
-  std::sort(files.begin(), files.end());
-  return files;
+  return list_entries(users_dir(root), "");
 }
 
 std::string live_userns_template(std::string_view root) {
