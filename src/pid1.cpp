@@ -186,7 +186,7 @@ struct ProgramStart {
   ProgramFunction program;
   void* arg;
   const Pid1UserNs* userns;
-  int go;  // read end (userns), else -1
+  int go, go_write;  // the pipe pid 1 releases the program through (userns), else -1
   int report_fd;
   std::uint64_t old_mask;
   NsFailure* failure;
@@ -196,6 +196,8 @@ int start_program_in_child(void* p) noexcept {
   auto* s = static_cast<ProgramStart*>(p);
   sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&s->old_mask), 0, kSigsetSize);
   if (s->report_fd >= 0) sys::call(SYS_close, s->report_fd);
+  // pid 1's end: held here, a pid 1 that died would never give us EOF.
+  if (s->go_write >= 0) sys::call(SYS_close, s->go_write);
   int err = s->userns ? program_userns_in_child(s->go, *s->userns, s->failure) : 0;
   return s->program(s->arg, err);
 }
@@ -218,7 +220,7 @@ int clone_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, N
   int go[2] = {-1, -1};
   if (userns)
     if (long r = sys::call(SYS_pipe2, reinterpret_cast<long>(go), O_CLOEXEC); r < 0) return fail_pid1(f, r);
-  ProgramStart start{program, arg, userns, go[0], report_fd, 0, f};
+  ProgramStart start{program, arg, userns, go[0], go[1], report_fd, 0, f};
   long ret = sys::call(SYS_rt_sigprocmask, SIG_BLOCK, reinterpret_cast<long>(&kPid1Signals),
                        reinterpret_cast<long>(&start.old_mask), kSigsetSize);
   struct clone_args ca;
