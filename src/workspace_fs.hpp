@@ -58,4 +58,19 @@ Expected<UniqueFd> open_parents(int root, const std::vector<std::string>& segs, 
 // destination is one.
 Expected<UniqueFd> create_exclusive(int parent, const std::string& leaf, mode_t mode, const std::string& label);
 
+// Keeps the first error and counts the rest, so one stubborn file does not
+// stop the removal of everything else.
+struct Errors {
+  std::optional<Error> first;
+  std::size_t more = 0;
+  void add(Error e) {
+    if (first) ++more;
+    else first = std::move(e);
+  }
+};
+
+// Removes everything below the root fd (not the root itself): iterative,
+// one directory fd at a time; what could not go is in `errors`.
+void remove_contents(int root_path_fd, Errors& errors);
+
 }  // namespace corral::wsfs

@@ -1,0 +1,139 @@
+// The workspace's removal walk (workspace.hpp, Workspace::remove): a tree
+// the child controlled, removed without following a symlink, entering a
+// mount or needing a stack or an fd per level. Parent side only.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "workspace_fs.hpp"
+
+namespace corral::wsfs {
+namespace {
+
+
+// An O_RDONLY fd of directory `name` below parent that we may list and
+// unlink in: a 000 or 0500 directory left by the child is chmod'ed 0700
+// first (through an O_PATH fd of the very inode, via /proc/self/fd, so a
+// symlink is never followed: O_NOFOLLOW|O_DIRECTORY refuses one).
+Expected<UniqueFd> open_for_removal(int parent, const std::string& name) {
+  UniqueFd fd(::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd && errno == EACCES) {
+    // "." (the root) cannot even be looked up in a 000 directory: use the
+    // O_PATH fd we already hold.
+    UniqueFd path(name == "." ? ::fcntl(parent, F_DUPFD_CLOEXEC, 0)
+                              : ::openat(parent, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!path) return errno_error("open");
+    std::string proc = "/proc/self/fd/" + std::to_string(path.get());
+    if (::chmod(proc.c_str(), 0700) != 0) return errno_error("chmod 0700");
+    fd.reset(::openat(path.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  }
+  if (!fd) return errno_error("open");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) == 0 && (st.st_mode & 0700) != 0700) (void)::fchmod(fd.get(), 0700);
+  return fd;
+}
+
+// Unlinks every non-directory entry of fd as readdir returns it (no
+// listing of a million names in memory); returns the subdirectories. POSIX
+// leaves open whether readdir sees every entry while the directory
+// changes, so passes repeat until one removes nothing; the subdirectory
+// list of that quiet pass is complete.
+std::vector<std::string> unlink_files(int fd, const std::string& where, Errors& errors) {
+  std::vector<std::string> subdirs;
+  for (bool removed_some = true; removed_some;) {
+    removed_some = false;
+    subdirs.clear();
+    auto st = for_each_entry(fd, [&](const char* name, unsigned char type) {
+      if (type == DT_UNKNOWN) type = entry_type(fd, Entry{name, type});
+      if (type == DT_DIR) {
+        subdirs.emplace_back(name);
+      } else if (::unlinkat(fd, name, 0) == 0) {
+        removed_some = true;
+      } else if (errno == EISDIR) {
+        subdirs.emplace_back(name);
+      } else {
+        errors.add(errno_error("unlink " + quoted(where + name)));
+      }
+      return true;
+    });
+    if (!st) {
+      errors.add(st.error().context(quoted(where)));
+      break;
+    }
+  }
+  return subdirs;
+}
+
+}  // namespace
+
+// Removes everything below the root (not the root itself). Iterative, one
+// directory fd open at a time, climbing back with ".." checked against the
+// remembered (dev, ino), so a tree of any depth costs neither stack nor fds.
+void remove_contents(int root_path_fd, Errors& errors) {
+  // The usual leftovers are an empty home/ and tmp/: rmdir them straight
+  // away, without a walk each (rmdir never follows a symlink and refuses a
+  // non-empty directory, a mount point or another type of file; the walk
+  // below deals with whatever is still there).
+  for (const char* sub : {"home", "tmp"}) (void)::unlinkat(root_path_fd, sub, AT_REMOVEDIR);
+  auto root = open_for_removal(root_path_fd, ".");
+  if (!root) {
+    errors.add(root.error().context("open workspace root"));
+    return;
+  }
+  UniqueFd cur = std::move(*root);
+  struct stat st {};
+  if (::fstat(cur.get(), &st) != 0) {
+    errors.add(errno_error("stat workspace root"));
+    return;
+  }
+  const dev_t root_dev = st.st_dev;
+  struct Level {
+    std::string name, path;  // entry name in the parent; "a/b/" relative path with trailing '/'
+    struct stat st;
+    std::vector<std::string> subdirs;
+    std::size_t next = 0;
+  };
+  std::vector<Level> stack;
+  stack.push_back({".", "", st, unlink_files(cur.get(), "", errors)});
+  while (true) {
+    Level& top = stack.back();
+    if (top.next < top.subdirs.size()) {
+      const std::string name = top.subdirs[top.next++];
+      const std::string path = top.path + name + "/";
+      auto child = open_for_removal(cur.get(), name);
+      if (!child) {
+        // Raced into a non-directory (symlink, file): unlink it, never follow.
+        if (::unlinkat(cur.get(), name.c_str(), 0) != 0)
+          errors.add(child.error().context("directory " + quoted(path)));
+        continue;
+      }
+      struct stat cst {};
+      if (::fstat(child->get(), &cst) != 0 || cst.st_dev != root_dev) {
+        errors.add(Error(EXDEV, "directory " + quoted(path) + " is another filesystem; not entered"));
+        continue;
+      }
+      std::vector<std::string> subdirs = unlink_files(child->get(), path, errors);
+      stack.push_back({name, path, cst, std::move(subdirs)});
+      cur = std::move(*child);
+      continue;
+    }
+    if (stack.size() == 1) return;
+    const std::string done = stack.back().name, done_path = stack.back().path;
+    stack.pop_back();
+    UniqueFd parent(::openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat pst {};
+    if (!parent || ::fstat(parent.get(), &pst) != 0 || !same_inode(pst, stack.back().st)) {
+      errors.add(Error(EIO, "lost the parent of " + quoted(done_path) + " (moved during removal?)"));
+      return;
+    }
+    cur = std::move(parent);
+    if (::unlinkat(cur.get(), done.c_str(), AT_REMOVEDIR) != 0)
+      errors.add(errno_error("remove directory " + quoted(done_path)));
+  }
+}
+
+}  // namespace corral::wsfs
