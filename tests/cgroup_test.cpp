@@ -229,6 +229,11 @@ Test(cgroup, create_and_remove_leave_nothing) {
   cr_assert(run.describe().find("pids.max=20") != std::string::npos, "%s", run.describe().c_str());
   cr_assert(run.remove().ok());
   assert_gone(dirs);
+  // The parent group is kept for the next run (made once, not per run).
+  for (const auto& d : dirs) {
+    std::string parent = d.substr(0, d.rfind('/'));
+    cr_assert(dir_exists(parent), "the parent group %s went with the run", parent.c_str());
+  }
   cr_assert(run.remove().ok(), "remove is idempotent");
   cr_assert_eq(run.join_fd_count(), 0);
   cr_assert(!run.stats().ok(), "stats of a removed group");
@@ -416,6 +421,35 @@ Test(cgroup, v1_kill_all_without_a_freezer_loops_until_empty) {
   RunCgroup run = must_create(p, CgroupSpec{}, "nofreeze");
   for (const auto& d : run.dirs()) cr_assert(d.find("freezer") == std::string::npos, "%s", d.c_str());
   check_kill_all_ends_the_tree(run);
+}
+
+// What a run in a pid namespace of its own asks for (the container tier):
+// no freezer, and pids only when there is a ceiling to keep.
+Test(cgroup, v1_hierarchies_a_run_does_without_are_not_joined) {
+  CgroupProbe p = host_or_skip({});
+  if (p.backend != CgroupVersion::v1) cr_skip_test("the host's backend is %s, not v1", p.describe().c_str());
+  if (p.v1_pids < 0 || p.v1_freezer < 0) cr_skip_test("no v1 pids or freezer hierarchy here: %s", p.describe().c_str());
+  auto joined = [&p](const RunCgroup& run, int role) {
+    for (const auto& d : run.dirs())
+      if (d.rfind(p.v1[role].own_dir + "/", 0) == 0) return true;
+    return false;
+  };
+  CgroupSpec lean;
+  lean.freezer_kill = false;
+  lean.pids_accounting = false;
+  RunCgroup plain = must_create(p, lean, "lean");
+  cr_assert(!joined(plain, p.v1_freezer), "joined the freezer");
+  cr_assert(!joined(plain, p.v1_pids), "joined pids without a ceiling");
+  if (p.v1_memory >= 0) cr_assert(joined(plain, p.v1_memory));
+  cr_assert(plain.remove().ok());
+  lean.pids_max = 10;
+  RunCgroup capped = must_create(p, lean, "leancap");
+  cr_assert(joined(capped, p.v1_pids), "a pids ceiling without the pids hierarchy");
+  cr_assert(!joined(capped, p.v1_freezer));
+  cr_assert(capped.remove().ok());
+  RunCgroup full = must_create(p, CgroupSpec{}, "full");
+  cr_assert(joined(full, p.v1_freezer) && joined(full, p.v1_pids), "the defaults join every hierarchy");
+  cr_assert(full.remove().ok());
 }
 
 Test(cgroup, kill_all_on_an_empty_group_is_quick) {

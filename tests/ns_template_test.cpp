@@ -5,10 +5,13 @@
 // The guarantees themselves are observed in the template by
 // container_template_test (container_test.cpp with the helpers staged).
 #define CONTAINER_TEST_STAGED 1
+#include <dirent.h>
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+
+#include <set>
 
 #include "container_support.hpp"
 #include "corral/ns_template.hpp"
@@ -306,6 +309,42 @@ Test(ns_template, the_cli_lists_and_clears_the_templates) {
   cr_assert_eq(template_dirs(std::string(kTemplateRoot)).size(), 1u);
   users = list_userns_templates();
   cr_assert(users.ok() && users->size() == 1u, "%zu user namespace templates", users.ok() ? users->size() : 0);
+}
+
+// Once the child is cloned it has its own copies: the supervisor keeps no
+// fd of a template's namespaces while the run goes on.
+Test(ns_template, the_supervisor_holds_no_template_namespace_while_a_run_goes_on) {
+  SKIP_UNLESS_TEMPLATE();
+  TemplatesLock lock(false);
+  Harness h;
+  (void)h.run(boxed({"true"}));  // the templates exist from here on
+  // A namespace is its (device, inode); an fd opened through a bind shows
+  // the bind's path in /proc/self/fd, so compare what stat says.
+  auto id_of = [](const std::string& path) {
+    struct stat st {};
+    return stat(path.c_str(), &st) == 0 ? std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) : "?";
+  };
+  std::set<std::string> template_ns;
+  for (const auto& dir : template_dirs(std::string(kTemplateRoot)))
+    for (const char* kind : {"/mnt", "/net"}) template_ns.insert(id_of(dir + kind));
+  auto users = list_userns_templates();
+  cr_assert(users.ok() && !users->empty());
+  for (const auto& f : *users) template_ns.insert(id_of(f));
+
+  std::shared_ptr<Result> res;
+  RunHandle handle = submit_boxed(h, {"sleep", "0.5"}, &res);
+  cr_assert(h.sup->run_once(0.1).ok());
+  std::vector<std::string> held;
+  DIR* d = opendir("/proc/self/fd");
+  while (dirent* e = d ? readdir(d) : nullptr) {
+    std::string fd = std::string("/proc/self/fd/") + e->d_name;
+    if (e->d_name[0] != '.' && template_ns.count(id_of(fd))) held.push_back(fd);
+  }
+  if (d) closedir(d);
+  cr_assert(held.empty(), "the supervisor holds %zu template namespace fd(s), e.g. %s", held.size(),
+            held.empty() ? "" : held[0].c_str());
+  while (!res) cr_assert(h.sup->run_once(1).ok());
+  cr_assert_eq(res->outcome, Outcome::exited, "%s", res->detail.c_str());
 }
 
 // The program's user namespace: one per id mapping, made once, with the
