@@ -32,6 +32,8 @@ Expected<MountBind> parse_bind_spec(std::string_view text, bool writable) {
   return b;
 }
 
+bool container_workspace_on_tmpfs(const HostFacts& host) { return host.root; }
+
 Limits container_rlimit_limits(const Limits& limits) {
   Limits out = limits;
   // The cgroup's: a tree-wide ceiling, not RLIMIT_AS (an address-space

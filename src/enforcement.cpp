@@ -247,7 +247,7 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   add("artifact_bytes", "supervisor", "per collected file");
   add("artifact_total_bytes", "supervisor", "all collected files");
   add("artifact_count", "supervisor", "a glob over the count collects nothing");
-  if (container && h.root)
+  if (container && container_workspace_on_tmpfs(h))
     add("workspace_bytes", "hard",
         "the workspace is a tmpfs of this size (default " + std::to_string(kContainerWorkspaceBytes >> 20) +
             " MiB): a write past it fails with ENOSPC; its pages count against memory_bytes");

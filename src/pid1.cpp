@@ -138,52 +138,12 @@ int fail_pid1(NsFailure* f, long ret) noexcept {
 
 }  // namespace
 
-// Child side; async-signal-safe. The signals pid 1 handles are blocked
-// before the fork, so none can be lost between fork and the wait loop (an
-// init ignores signals it has no handler for unless they are blocked:
-// blocked ones stay pending and rt_sigtimedwait collects them).
-int fork_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* failure) noexcept {
-  NsFailure local;
-  NsFailure* f = failure ? failure : &local;
-  int go[2] = {-1, -1};
-  if (userns) {
-    long ret = sys::call(SYS_pipe2, reinterpret_cast<long>(go), O_CLOEXEC);
-    if (ret < 0) return fail_pid1(f, ret);
-  }
-  auto close_pipes = [&] {
-    for (int fd : {go[0], go[1]})
-      if (fd >= 0) sys::call(SYS_close, fd);
-  };
-  std::uint64_t old_mask = 0;
-  long ret = sys::call(SYS_rt_sigprocmask, SIG_BLOCK, reinterpret_cast<long>(&kPid1Signals),
-                       reinterpret_cast<long>(&old_mask), kSigsetSize);
-  long pid = ret < 0 ? ret : sys::call(SYS_clone, SIGCHLD, 0, 0, 0, 0);
-  if (pid < 0) {
-    if (ret >= 0) sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&old_mask), 0, kSigsetSize);
-    close_pipes();
-    return fail_pid1(f, pid);
-  }
-  if (pid == 0) {
-    sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&old_mask), 0, kSigsetSize);
-    if (report_fd >= 0) sys::call(SYS_close, report_fd);
-    if (!userns) return 0;
-    sys::call(SYS_close, go[1]);
-    return program_userns_in_child(go[0], *userns, f);
-  }
-  if (userns) {
-    sys::call(SYS_close, go[0]);
-    drop_then_release_program_in_pid1(go[1], *userns);
-  }
-  harden_pid1(report_fd);
-  pid1_loop(static_cast<pid_t>(pid), report_fd);
-}
-
 namespace {
 
-// What the CLONE_VM program starts with; on pid 1's stack, which stays put
-// (pid 1 never returns from clone_program_under_pid1_in_child).
+// What the program starts with, forked or made with CLONE_VM; on pid 1's
+// stack, which stays put (pid 1 never returns from split_program_in_child).
 struct ProgramStart {
-  ProgramFunction program;
+  ProgramFunction program;  // null: forked, and the caller goes on in the program
   void* arg;
   const Pid1UserNs* userns;
   int go, go_write;  // the pipe pid 1 releases the program through (userns), else -1
@@ -192,58 +152,89 @@ struct ProgramStart {
   NsFailure* failure;
 };
 
-int start_program_in_child(void* p) noexcept {
-  auto* s = static_cast<ProgramStart*>(p);
-  sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&s->old_mask), 0, kSigsetSize);
-  if (s->report_fd >= 0) sys::call(SYS_close, s->report_fd);
+// The program's first steps, either way: the mask it came with, none of
+// pid 1's fds, then the user namespace step. 0 or the errno.
+int begin_program_in_child(const ProgramStart& s) noexcept {
+  sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&s.old_mask), 0, kSigsetSize);
+  if (s.report_fd >= 0) sys::call(SYS_close, s.report_fd);
   // pid 1's end: held here, a pid 1 that died would never give us EOF.
-  if (s->go_write >= 0) sys::call(SYS_close, s->go_write);
-  int err = s->userns ? program_userns_in_child(s->go, *s->userns, s->failure) : 0;
-  return s->program(s->arg, err);
+  if (s.go_write >= 0) sys::call(SYS_close, s.go_write);
+  return s.userns ? program_userns_in_child(s.go, *s.userns, s.failure) : 0;
 }
 
-// The program's stack: it runs beside pid 1 in one address space until its
-// execve, so an overflow must fault on the guard page, not write pid 1's memory.
+int start_program_in_child(void* p) noexcept {
+  auto* s = static_cast<ProgramStart*>(p);
+  return s->program(s->arg, begin_program_in_child(*s));
+}
+
+// The CLONE_VM program's stack: it runs beside pid 1 in one address space
+// until its execve, so an overflow must fault on the guard page, not write
+// pid 1's memory.
 constexpr long kProgramStackBytes = 128 * 1024;
 constexpr long kGuardBytes = 4096;
 
-}  // namespace
-
-int clone_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* failure,
-                                      ProgramFunction program, void* arg) noexcept {
+// Child side; async-signal-safe. The signals pid 1 handles are blocked
+// before the split, so none can be lost between it and the wait loop (an
+// init ignores signals it has no handler for unless they are blocked:
+// blocked ones stay pending and rt_sigtimedwait collects them). With
+// `program`, the program is made with CLONE_VM on a stack of its own and
+// runs it; without, it is forked and this returns in it (0 or the errno of
+// its user namespace step).
+int split_program_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* failure, ProgramFunction program,
+                           void* arg) noexcept {
   NsFailure local;
   NsFailure* f = failure ? failure : &local;
-  long map = sys::call(SYS_mmap, 0, kProgramStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (map < 0) return fail_pid1(f, map);
-  if (long r = sys::call(SYS_mprotect, map, kGuardBytes, PROT_NONE); r < 0) return fail_pid1(f, r);
+  long map = -1;
+  if (program) {
+    map = sys::call(SYS_mmap, 0, kProgramStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (map < 0) return fail_pid1(f, map);
+    if (long r = sys::call(SYS_mprotect, map, kGuardBytes, PROT_NONE); r < 0) return fail_pid1(f, r);
+  }
   int go[2] = {-1, -1};
   if (userns)
     if (long r = sys::call(SYS_pipe2, reinterpret_cast<long>(go), O_CLOEXEC); r < 0) return fail_pid1(f, r);
   ProgramStart start{program, arg, userns, go[0], go[1], report_fd, 0, f};
   long ret = sys::call(SYS_rt_sigprocmask, SIG_BLOCK, reinterpret_cast<long>(&kPid1Signals),
                        reinterpret_cast<long>(&start.old_mask), kSigsetSize);
-  struct clone_args ca;
-  std::memset(&ca, 0, sizeof ca);
-  ca.flags = CLONE_VM;
-  ca.exit_signal = SIGCHLD;
-  ca.stack = static_cast<std::uint64_t>(map) + kGuardBytes;
-  ca.stack_size = kProgramStackBytes;
-  long pid = ret < 0 ? ret : corral_clone3_raw(&ca, sizeof ca, start_program_in_child, &start);
+  long pid = ret;
+  if (ret >= 0 && program) {
+    struct clone_args ca;
+    std::memset(&ca, 0, sizeof ca);
+    ca.flags = CLONE_VM;
+    ca.exit_signal = SIGCHLD;
+    ca.stack = static_cast<std::uint64_t>(map) + kGuardBytes;
+    ca.stack_size = kProgramStackBytes;
+    pid = corral_clone3_raw(&ca, sizeof ca, start_program_in_child, &start);
+  } else if (ret >= 0) {
+    pid = sys::call(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+    if (pid == 0) return begin_program_in_child(start);
+  }
   if (pid < 0) {
     if (ret >= 0) sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&start.old_mask), 0, kSigsetSize);
     for (int fd : {go[0], go[1]})
       if (fd >= 0) sys::call(SYS_close, fd);
     return fail_pid1(f, pid);
   }
-  // pid 1. The program has our memory until it execs: from here we write
-  // nothing it reads (`start` and what it points to stay as they are).
+  // pid 1. A CLONE_VM program has our memory until it execs: from here we
+  // write nothing it reads (`start` and what it points to stay as they are).
   if (userns) {
     sys::call(SYS_close, go[0]);
     drop_then_release_program_in_pid1(go[1], *userns);
   }
   harden_pid1(report_fd);
   pid1_loop(static_cast<pid_t>(pid), report_fd);
+}
+
+}  // namespace
+
+int fork_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* failure) noexcept {
+  return split_program_in_child(report_fd, userns, failure, nullptr, nullptr);
+}
+
+int clone_program_under_pid1_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* failure,
+                                      ProgramFunction program, void* arg) noexcept {
+  return split_program_in_child(report_fd, userns, failure, program, arg);
 }
 
 int fork_program_under_pid1_in_child(int report_fd) noexcept {

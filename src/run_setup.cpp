@@ -243,7 +243,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   wopts.base = ctx.base;
   wopts.owner = owner;
   wopts.make_tmp = !container;
-  if (container && host.root) {
+  if (container && container_workspace_on_tmpfs(host)) {
     // The run's own tmpfs (container.hpp, kContainerWorkspaceBytes); the
     // size is in the result's limits whether asked for or not.
     if (!run.limits.has(Limit::workspace_bytes)) run.limits.set(Limit::workspace_bytes, kContainerWorkspaceBytes);

@@ -58,6 +58,9 @@ inline constexpr std::string_view kContainerWorkspace = "/workspace";
 // against memory_bytes. Work that needs more (a big tree) binds a host
 // directory with --bind or --cwd.
 inline constexpr std::uint64_t kContainerWorkspaceBytes = 1ull << 30;
+// Where that holds: fsopen of a tmpfs needs CAP_SYS_ADMIN, so as root.
+// Rootless, the workspace is a directory under the base.
+bool container_workspace_on_tmpfs(const HostFacts& host);
 // The uid (and gid) the program runs as inside unless the request names one.
 // 65534 is what the issue asks for; note that host files whose owner is not
 // mapped (all of /usr) also show as 65534 inside — only the kernel's real
