@@ -53,12 +53,19 @@ Json to_json(const AuditRecord& record) {
 
   Json line = Json::object();
   line["time"] = record.time;
+  line["run_id"] = record.run_id;
+  line["id"] = record.id;
+  line["argv"] = record.argv;
   line["route"] = record.route;
   line["provenance"] = record.provenance ? Json(std::string(to_string(*record.provenance))) : Json();
   line["tier"] = record.tier;
   line["limits"] = std::move(limits);
   line["enforcement"] = std::move(enforcement);
   line["outcome"] = record.outcome;
+  line["exit_code"] = record.exit_code;
+  line["signal"] = record.signal;
+  line["wall_seconds"] = record.wall_seconds;
+  line["cpu_seconds"] = record.cpu_seconds;
   line["timings"] = std::move(timings);
   line["stdout_sha256"] = record.stdout_sha256;
   line["stderr_sha256"] = record.stderr_sha256;
@@ -96,17 +103,25 @@ std::string scrub_secrets(std::string_view text, std::span<const std::string> se
 
 AuditRecord audit_record(const Request& request, const Result& result) {
   AuditRecord record;
+  record.run_id = result.run_id;
+  record.id = request.id;
+  // What was exec'd: prepare_run puts a payload's interpreter and file first.
+  if (request.payload) {
+    record.argv = request.payload->interpreter;
+    record.argv.push_back(request.payload->filename);
+  }
+  record.argv.insert(record.argv.end(), request.argv.begin(), request.argv.end());
   record.route = request.route;
   if (auto provenance = parse_provenance(request.provenance)) record.provenance = *provenance;
   record.tier = result.tier;
   record.limits = result.limits;
   record.enforcement = result.enforcement;
   record.outcome = std::string(to_string(result.outcome));
-  record.timings = {
-      {"wall_seconds", result.wall_seconds},     {"cpu_seconds", result.cpu_seconds},
-      {"plan_seconds", result.timings.plan},     {"clone_seconds", result.timings.clone},
-      {"child_setup_seconds", result.timings.child_setup},
-  };
+  record.exit_code = result.exit_code;
+  record.signal = result.signal;
+  record.wall_seconds = result.wall_seconds;
+  record.cpu_seconds = result.cpu_seconds;
+  for (auto& [name, seconds] : timing_fields(result.timings)) record.timings[name] = seconds;
   record.stdout_sha256 = result.stdout_capture.sha256;
   record.stderr_sha256 = result.stderr_capture.sha256;
   for (const auto& a : result.artifacts) record.artifacts.push_back({a.name, a.bytes, a.sha256});

@@ -174,7 +174,6 @@ std::vector<std::string> finish_container(PreparedRun& run, const RunEnd& end, R
   ContainerRun& c = *run.container;
   std::vector<std::string> notes;
   if (!c.failure.empty()) notes.push_back(c.failure);
-  r.timings.exec = c.exec_seconds;
 
   if (end.status && end.report.stage == SpawnStage::none) {
     if (auto program = program_status(c, *end.status)) {

@@ -28,6 +28,7 @@ struct ChildRecord {
   std::int32_t err = 0;
   NsFailure ns;
   std::uint64_t setup_ns = 0;  // child entry -> just before execve (stage none)
+  std::uint64_t clone_ns = 0;  // the parent's clone3 call -> child entry
 };
 
 // The fd numbers the program sees before exec: 0-2 its stdio, 3 the error
@@ -46,7 +47,7 @@ struct ChildArgs {
   int error_fd;                  // write end of the error pipe
   int report_fd;                 // write end of pid 1's report pipe
   std::uint64_t reset_mask;      // signals the parent ignores: back to SIG_DFL
-  std::uint64_t start_ns;
+  std::uint64_t start_ns;        // the parent's clock before clone3; the child's entry once it runs
   ChildRecord record;
 };
 
@@ -80,6 +81,10 @@ int program_steps_in_child(void* p, int ns_err) noexcept;
 // exit_group()s with 127); pid 1 never returns from the namespace step.
 int container_child(void* p) noexcept {
   auto* a = static_cast<ChildArgs*>(p);
+  // Our own copy of the arguments: the set-up is timed from here.
+  const std::uint64_t entry = sys::monotonic_ns();
+  a->record.clone_ns = entry - a->start_ns;
+  a->start_ns = entry;
 
   // CLONE_CLEAR_SIGHAND reset every handler; what the parent ignored stays
   // ignored unless we reset it. Unblocked here, so the mask pid 1 restores
@@ -213,10 +218,12 @@ void read_container_exec_report(ContainerRun& c, RunEnd& end) {
     if (n != static_cast<ssize_t>(sizeof rec)) break;
     failure = rec;
     if (rec.stage == SpawnStage::none) c.setup_ns = rec.setup_ns;
+    // The child's reading beats ours (clone3's return in the parent says
+    // nothing of when the child first ran).
+    if (rec.clone_ns) end.clone_seconds = static_cast<double>(rec.clone_ns) / 1e9;
   }
   c.exec_report.reset();
   end.report.setup_ns = c.setup_ns;
-  c.exec_seconds = end.clone_seconds + static_cast<double>(c.setup_ns) / 1e9;
   if (failure.stage == SpawnStage::none) {
     // Killed in its set-up by the deadline or a cancel: the outcome says so.
     if (c.setup_ns == 0 && end.status && !end.timed_out && !end.cancelled)

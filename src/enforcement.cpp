@@ -172,6 +172,17 @@ HostFacts probe_host(bool with_containers) {
   HostFacts h;
   h.root = is_root_capable();
   h.cap_sys_resource = has_effective_capability(24 /* CAP_SYS_RESOURCE */);
+  {
+    // execve(2), "Capabilities during execve": no file capabilities, so
+    // uid 0 gets its bounding set and any other uid its ambient set.
+    const bool uid0 = getuid() == 0 || geteuid() == 0;
+    auto program_has = [&](int cap) {
+      return uid0 ? prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1
+                  : prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap, 0, 0) == 1;
+    };
+    h.program_raises_rlimits = program_has(24 /* CAP_SYS_RESOURCE */);
+    h.program_nproc_exempt = getuid() == 0 || h.program_raises_rlimits || program_has(21 /* CAP_SYS_ADMIN */);
+  }
   h.landlock_abi = landlock_abi();
   h.seccomp = prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0;
   h.io_uring = probe_io_uring();
@@ -209,6 +220,16 @@ std::string namespaces_note(const HostFacts& h) {
          "or an AppArmor/SELinux policy)";
 }
 
+
+// Whether the program runs as the caller would exec it (HostFacts's
+// program_* facts then hold): tier none always; tier process unless root,
+// which changes the uid and drops every capability (not root, it has
+// nothing it may drop). A container's program holds no capability and a
+// mapped non-root uid.
+bool program_runs_as_caller(const HostFacts& h, Tier tier) {
+  return tier == Tier::none || (tier == Tier::os_process && !h.root);
+}
+
 }  // namespace
 
 std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
@@ -218,7 +239,20 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   auto add = [&](std::string_view name, std::string how, std::string note) {
     m.push_back({std::string(name), std::move(how), std::move(note)});
   };
-  add("cpu_seconds", "hard", "RLIMIT_CPU: SIGXCPU at the limit, SIGKILL one second later");
+  // The kernel applies these rlimits to root too; a program that holds
+  // CAP_SYS_RESOURCE may lift them itself, so they bind only a program
+  // that does not try.
+  const bool as_caller = program_runs_as_caller(h, tier);
+  const bool raisable = as_caller && h.program_raises_rlimits;
+  auto rlimit = [&](std::string_view name, std::string how, std::string note) {
+    if (raisable)
+      add(name, "hard_unless_raised",
+          note + "; the program holds CAP_SYS_RESOURCE in tier " + std::string(to_string(tier)) +
+              " and may raise its own hard limit (use --tier process" + (h.root ? "" : " as root") + ")");
+    else
+      add(name, std::move(how), std::move(note));
+  };
+  rlimit("cpu_seconds", "hard", "RLIMIT_CPU: SIGXCPU at the limit, SIGKILL one second later");
   if (container)
     add("memory_bytes", h.cgroup_memory ? "cgroup" : "unsupported",
         h.cgroup_memory ? std::string("memory cgroup (") + std::string(cgroup_version_name(h.cgroups.backend)) +
@@ -228,19 +262,25 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
                               "; an OOM kill is killed_oom"
                         : cgroup_missing(h, "memory"));
   else
-    add("memory_bytes", "hard_per_process", "RLIMIT_AS: address space of each process, not the tree");
+    rlimit("memory_bytes", "hard_per_process", "RLIMIT_AS: address space of each process, not the tree");
   if (container)
     add("process_count", h.cgroup_pids ? "cgroup" : "unsupported",
         h.cgroup_pids ? std::string("pids.max (") + std::string(cgroup_version_name(h.cgroups.backend)) +
                             ") over every process and thread of the run"
                       : cgroup_missing(h, "pids"));
-  else if (h.root && tier != Tier::none)
+  else if (as_caller && h.program_nproc_exempt)
+    add("process_count", "unsupported",
+        std::string(h.root ? "the program runs as uid 0" : "the program holds CAP_SYS_RESOURCE or CAP_SYS_ADMIN") +
+            " in tier " + std::string(to_string(tier)) +
+            ", and the kernel does not apply RLIMIT_NPROC to uid 0 nor to a holder of either (use --tier process" +
+            (h.root ? ": a uid of the run's own" : " as root") + ")");
+  else if (h.root && process)
     add("process_count", "hard_per_run", "RLIMIT_NPROC on a uid of the run's own");
   else
     add("process_count", "hard_per_user",
         "RLIMIT_NPROC counts every process of the caller's uid, not just this run's (run as root for per-run uids)");
-  add("file_bytes", "hard", "RLIMIT_FSIZE: SIGXFSZ on a write past it");
-  add("open_files", "hard", "RLIMIT_NOFILE per process");
+  rlimit("file_bytes", "hard", "RLIMIT_FSIZE: SIGXFSZ on a write past it");
+  rlimit("open_files", "hard", "RLIMIT_NOFILE per process");
   add("wall_seconds", "supervisor", "deadline: SIGTERM to the group, grace, SIGKILL");
   add("stdout_bytes", "supervisor", "kept up to the cap; the rest counted and hashed");
   add("stderr_bytes", "supervisor", "kept up to the cap; the rest counted and hashed");
@@ -325,6 +365,39 @@ std::map<std::string, std::string> enforcement_summary(const HostFacts& host, Ti
   return out;
 }
 
+namespace {
+
+// Whether `request` asks for guarantee `name`, by a flag or by its tier's
+// default. A line this does not name (group_kill, reaps_descendants, and
+// whatever a tier adds later) is applied to every run of the tier.
+bool guarantee_requested(std::string_view name, const Request& r) {
+  const bool container = r.tier == Tier::container;
+  const bool boundary = r.tier != Tier::none;
+  if (name == kGuaranteeWriteConfinement) return container || r.confine_writes || !r.write_paths.empty();
+  // The container tier's network is always closed (an empty or the
+  // template's network namespace); elsewhere only --net none closes it.
+  if (name == kGuaranteeNetworkNone) return container || r.net == NetworkAccess::none;
+  if (name == kGuaranteePrivilegeDrop) return boundary || r.user.has_value();
+  if (name == kGuaranteeCapabilityDrop || name == kGuaranteeSeccomp) return boundary;
+  if (name == kGuaranteeNamespaces) return container;
+  if (name == kGuaranteeSecretMasking) return !r.secrets.empty();
+  return true;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> run_enforcement(const std::map<std::string, std::string>& host,
+                                                   const Request& request, const Limits& in_force) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, how] : host) {
+    bool requested;
+    if (auto limit = limit_from_name(name)) requested = in_force.has(*limit);
+    else requested = guarantee_requested(name, request);
+    out[name] = requested ? how : std::string(kNotRequested);
+  }
+  return out;
+}
+
 Status check_enforceable(const HostFacts& host, const Request& request, const Limits& defaults,
                          std::vector<std::string>& warnings) {
   auto map = enforcement_map(host, request.tier);
@@ -379,6 +452,8 @@ std::vector<std::pair<std::string, std::string>> host_fact_lines(const HostFacts
       {"kernel", h.kernel},
       {"root", yes(h.root)},
       {"cap_sys_resource", yes(h.cap_sys_resource)},
+      {"program_nproc_exempt", yes(h.program_nproc_exempt)},
+      {"program_raises_rlimits", yes(h.program_raises_rlimits)},
       {"landlock_abi", std::to_string(h.landlock_abi)},
       {"seccomp", yes(h.seccomp)},
       {"io_uring", yes(h.io_uring)},

@@ -210,10 +210,9 @@ std::string result_to_json(const Result& r, long line) {
   j["enforcement"] = r.enforcement;
   j["tier"] = r.tier;
   j["detail"] = r.detail;
-  j["timings"] = {{"plan", r.timings.plan},
-                  {"clone", r.timings.clone},
-                  {"child_setup", r.timings.child_setup},
-                  {"exec", r.timings.exec}};
+  json timings = json::object();
+  for (const auto& [name, seconds] : timing_fields(r.timings)) timings[name] = seconds;
+  j["timings"] = std::move(timings);
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -49,6 +49,14 @@ std::string_view to_string(Outcome outcome) {
   return "unknown";
 }
 
+std::vector<std::pair<std::string, double>> timing_fields(const SetupTimings& t) {
+  std::vector<std::pair<std::string, double>> out{{"plan", t.plan}, {"clone", t.clone}, {"child_setup", t.child_setup}};
+  if (t.exec) out.emplace_back("exec", *t.exec);
+  out.emplace_back("run", t.run);
+  out.emplace_back("collect", t.collect);
+  return out;
+}
+
 int cli_exit_code(const Result& r) {
   switch (r.outcome) {
     case Outcome::exited: return r.exit_code;

@@ -379,6 +379,7 @@ std::string describe_end(const Result& r) {
 Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, StreamCapture* err) {
   // A container's spawn did not wait for the exec: whether the set-up
   // failed, and how long it took, is known only now.
+  const auto collect_started = std::chrono::steady_clock::now();
   RunEnd end = ended;
   if (run.container) read_container_exec_report(*run.container, end);
   Result r;
@@ -386,7 +387,7 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   r.run_id = run.run_id;
   r.tier = std::string(to_string(run.request.tier));
   r.limits = run.limits;
-  r.enforcement = run.enforcement;
+  r.enforcement = run_enforcement(run.enforcement, run.request, run.limits);
   classify_outcome(end, run.limits, r);
   auto fill = [](CapturedStream& c, StreamCapture& cap) {
     c.text = cap.kept();
@@ -404,7 +405,9 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   r.timings.plan = run.plan_seconds;
   r.timings.clone = end.clone_seconds;
   r.timings.child_setup = static_cast<double>(end.report.setup_ns) / 1e9;
-  r.timings.exec = end.clone_seconds;  // CLONE_VFORK: the parent resumes once exec is done
+  r.timings.exec = end.exec_seconds;
+  if (end.spawned != std::chrono::steady_clock::time_point{} && end.report.stage == SpawnStage::none)
+    r.timings.run = std::chrono::duration<double>(collect_started - end.spawned).count();
 
   std::vector<std::string> container_notes;
   if (run.container) container_notes = finish_container(run, end, r);
@@ -437,7 +440,9 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   for (const auto& w : run.warnings) detail += "; not enforced: " + w;
   r.warnings = run.warnings;
   r.detail = std::move(detail);
-  r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.started).count();
+  const auto now = std::chrono::steady_clock::now();
+  r.timings.collect = std::chrono::duration<double>(now - collect_started).count();
+  r.wall_seconds = std::chrono::duration<double>(now - run.started).count();
   return r;
 }
 

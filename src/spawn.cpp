@@ -6,7 +6,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstring>
 
 #include "corral/syscalls.hpp"
@@ -63,6 +62,7 @@ int run_plan_in_child(void* p) noexcept {
   auto* a = static_cast<ChildArgs*>(p);
   const ChildPlan& plan = *a->plan;
   const std::uint64_t start = sys::monotonic_ns();
+  a->report->entry_ns = start;
   auto fail = [a](SpawnStage stage, int err) noexcept {
     a->report->stage = stage;
     a->report->error = err;
@@ -193,9 +193,17 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
   spec.flags = CLONE_FILES | CLONE_CLEAR_SIGHAND;
   spec.share_memory = true;
   spec.stack = &stack_;
-  auto t0 = std::chrono::steady_clock::now();
+  // CLONE_VFORK: we resume once the child has exec'd (or exited), so the
+  // time we were away splits, by the child's own clock readings (the same
+  // CLOCK_MONOTONIC), into clone (until its first instruction), its set-up
+  // (report.setup_ns) and the execve until the kernel released us.
+  const std::uint64_t t0 = sys::monotonic_ns();
   auto pidfd = clone_child(spec, run_plan_in_child, &args);
-  child.clone_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::uint64_t resumed = sys::monotonic_ns();
+  const ChildReport& rep = child.report;
+  if (rep.entry_ns >= t0) child.clone_seconds = static_cast<double>(rep.entry_ns - t0) / 1e9;
+  if (pidfd && rep.stage == SpawnStage::none && rep.entry_ns && resumed >= rep.entry_ns + rep.setup_ns)
+    child.exec_seconds = static_cast<double>(resumed - rep.entry_ns - rep.setup_ns) / 1e9;
 
   // Give the slots back to /dev/null: holding a pipe's write end open here
   // would keep the program's stdout from ever reaching EOF.

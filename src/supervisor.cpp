@@ -121,6 +121,8 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
     return std::move(child).error();
   }
   run.end.clone_seconds = child->clone_seconds;
+  run.end.exec_seconds = child->exec_seconds;
+  run.end.spawned = std::chrono::steady_clock::now();
   run.end.report = child->report;
   run.pidfd = std::move(child->pidfd);
   // The child has what it needs: drop the plan (argv/env copies, BPF, the

@@ -2,9 +2,14 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
+#include "corral/json.hpp"
+#include "corral/supervisor.hpp"
 #include "support.hpp"
+#include "supervisor_harness.hpp"
 
 using namespace corral;
 using nlohmann::json;
@@ -22,7 +27,12 @@ AuditRecord sample() {
   r.limits.set(Limit::cpu_seconds, 2).set(Limit::memory_bytes, 1 << 28);
   r.enforcement = {{"cpu_seconds", "hard"}, {"memory_bytes", "cgroup"}};
   r.outcome = "exited";
-  r.timings = {{"wall_seconds", 1.5}, {"cpu_seconds", 0.25}};
+  r.run_id = "r-1-7";
+  r.argv = {"grade", "--strict"};
+  r.exit_code = 3;
+  r.wall_seconds = 1.5;
+  r.cpu_seconds = 0.25;
+  r.timings = {{"plan", 0.001}, {"run", 1.25}};
   r.stdout_sha256 = std::string(64, 'a');
   r.stderr_sha256 = std::string(64, 'b');
   r.artifacts = {{"report.json", 42, std::string(64, 'c')}};
@@ -49,7 +59,13 @@ Test(audit, one_json_line_with_every_field) {
   cr_assert(!j["limits"].contains("wall_seconds"));
   cr_assert(j["enforcement"]["memory_bytes"] == "cgroup");
   cr_assert(j["outcome"] == "exited");
-  cr_assert(j["timings"]["wall_seconds"] == 1.5);
+  cr_assert(j["run_id"] == "r-1-7");
+  cr_assert(j["argv"] == json::array({"grade", "--strict"}));
+  cr_assert(j["exit_code"] == 3);
+  cr_assert(j["signal"] == 0);
+  cr_assert(j["wall_seconds"] == 1.5);
+  cr_assert(j["cpu_seconds"] == 0.25);
+  cr_assert(j["timings"]["run"] == 1.25);
   cr_assert(j["stdout_sha256"] == std::string(64, 'a'));
   cr_assert(j["artifacts"][0]["name"] == "report.json");
   cr_assert(j["artifacts"][0]["bytes"] == 42);
@@ -182,4 +198,48 @@ Test(audit, lines_from_concurrent_processes_never_interleave) {
     ++lines;
   }
   cr_assert_eq(lines, kWriters * kLines);
+}
+
+// A real run's line: tied to its run by run_id, argv (the secret in it
+// masked, as in the output), exit code; its enforcement is the Result's
+// (what this run had applied), and its timings carry the Result's names.
+Test(audit, a_run_line_names_its_run_argv_exit_code_and_the_results_timings) {
+  const std::string value = "s3cret-" + std::to_string(getpid());
+  setenv("CORRAL_AUDIT_TEST_TOKEN", value.c_str(), 1);
+  auto sink = std::make_shared<MemoryAuditSink>();
+  SupervisorOptions o;
+  o.audit = sink;
+  corral_test::Harness h(o);
+  Request r;
+  r.tier = Tier::os_process;
+  r.argv = {"sh", "-c", "echo \"$1\"; exit 3", "sh", "token=" + value};
+  r.secrets.push_back(SecretRef{"TOKEN", "CORRAL_AUDIT_TEST_TOKEN", nullptr});
+  Result res = h.run(r);
+  cr_assert_eq(res.exit_code, 3, "%s", res.detail.c_str());
+  cr_assert_str_eq(res.stdout_capture.text.c_str(), "token=***\n");
+
+  auto lines = sink->lines();
+  cr_assert_eq(lines.size(), 1u);
+  cr_assert_eq(lines[0].find(value), std::string::npos, "secret in: %s", lines[0].c_str());
+  json j = json::parse(lines[0]);
+  cr_assert(j["run_id"] == res.run_id, "%s", lines[0].c_str());
+  cr_assert(!res.run_id.empty());
+  cr_assert(j["argv"] == json::array({"sh", "-c", "echo \"$1\"; exit 3", "sh", "token=***"}), "%s", j["argv"].dump().c_str());
+  cr_assert(j["exit_code"] == 3);
+  cr_assert(j["outcome"] == "exited");
+  cr_assert(j["enforcement"] == json(res.enforcement));
+  cr_assert(j["enforcement"]["write_confinement"] == "not_requested", "%s", j["enforcement"].dump().c_str());
+  cr_assert(j["enforcement"]["secret_masking"] == "supervisor");
+
+  json result = json::parse(result_to_json(res));
+  std::vector<std::string> audit_keys, result_keys;
+  for (auto& [k, v] : j["timings"].items()) audit_keys.push_back(k);
+  for (auto& [k, v] : result["timings"].items()) result_keys.push_back(k);
+  std::sort(audit_keys.begin(), audit_keys.end());
+  std::sort(result_keys.begin(), result_keys.end());
+  cr_assert(audit_keys == result_keys, "audit %s, result %s", j["timings"].dump().c_str(), result["timings"].dump().c_str());
+  for (const char* phase : {"plan", "clone", "child_setup", "exec", "run", "collect"})
+    cr_assert(result["timings"].contains(phase), "no %s in %s", phase, result["timings"].dump().c_str());
+  cr_assert(j["wall_seconds"] == result["wall_seconds"]);
+  cr_assert(j["cpu_seconds"] == result["cpu_seconds"]);
 }

@@ -405,3 +405,21 @@ Test(run, many_runs_in_flight_at_once) {
   cr_assert_eq(done, 50);
   cr_assert_lt(took, 5.0, "50 half-second sleeps took %.2fs: not concurrent", took);
 }
+
+// Each phase is measured on its own: exec (the child's execve until the
+// kernel released us) is not a copy of clone (our clone3 until the child's
+// first instruction), and the phases fit inside the wall time.
+Test(run, timings_are_measured_phase_by_phase) {
+  Harness h;
+  Result res = h.run(req(Tier::os_process, {"true"}));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  const SetupTimings& t = res.timings;
+  cr_assert(t.exec.has_value(), "tier process measures its exec");
+  cr_assert(t.clone > 0 && t.child_setup > 0 && *t.exec > 0 && t.plan > 0 && t.run > 0 && t.collect > 0,
+            "plan %g clone %g setup %g exec %g run %g collect %g", t.plan, t.clone, t.child_setup, *t.exec, t.run,
+            t.collect);
+  cr_assert_neq(*t.exec, t.clone, "exec is a copy of clone (%g)", t.clone);
+  double sum = t.plan + t.clone + t.child_setup + *t.exec + t.run + t.collect;
+  cr_assert_leq(sum, res.wall_seconds, "phases %g > wall %g", sum, res.wall_seconds);
+  cr_assert_eq(timing_fields(t).size(), 6u);
+}

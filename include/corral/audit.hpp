@@ -33,22 +33,30 @@ struct AuditArtifact {
 
 struct AuditRecord {
   std::string time;  // RFC 3339 UTC; record() fills it when empty
+  std::string run_id;                    // the Result's run_id: ties the line to the run
+  std::string id;                        // the request's own label ("" when it had none)
+  std::vector<std::string> argv;         // as exec'd (a payload's interpreter and file first); secrets masked
   std::string route;
   std::optional<Provenance> provenance;  // absent for a run without a route
   std::string tier;
   Limits limits;
   std::map<std::string, std::string> enforcement;  // limit or guarantee -> how
   std::string outcome;                              // "exited", "killed_timeout", ...
-  std::map<std::string, double> timings;            // "wall_seconds" -> 1.25, ...
+  int exit_code = -1;                               // the Result's: -1 when no exit
+  int signal = 0;                                   // the Result's: 0 when no signal
+  double wall_seconds = 0;
+  double cpu_seconds = 0;
+  std::map<std::string, double> timings;            // the Result's timings, same names: "plan" -> 0.0001, ...
   std::string stdout_sha256;
   std::string stderr_sha256;
   std::vector<AuditArtifact> artifacts;
 };
 
-// The record of a finished run: the request's route and provenance (empty
-// and null for a run without a route), the result's tier, limits,
-// enforcement, outcome, timings (wall, cpu, plan, clone, child setup),
-// stream hashes and artifacts. The supervisor appends one for every run
+// The record of a finished run: the result's run_id and the request's id
+// and argv, its route and provenance (empty and null for a run without a
+// route), the result's tier, limits, enforcement (what was applied to this
+// run), outcome, exit code, signal, wall and cpu seconds, timings
+// (timing_fields: the Result's names), stream hashes and artifacts. The supervisor appends one for every run
 // when SupervisorOptions::audit is set, with the run's secret values to
 // scrub.
 AuditRecord audit_record(const Request& request, const Result& result);

@@ -87,7 +87,6 @@ struct ContainerRun {
   UniqueFd oom_event;    // v1: readable on an OOM kill in the run's cgroup (RunCgroup::oom_notifier)
   std::string failure;   // the full message when the child failed before exec
   std::uint64_t setup_ns = 0;  // child entry -> just before execve
-  double exec_seconds = 0;     // clone3 -> the program exec'd (clone + setup)
   // The spawn does not wait for the exec (see spawn_container): the child's
   // records (its set-up time just before execve, a failure after it) wait
   // in this pipe until the run ends (read_container_exec_report).
@@ -122,7 +121,9 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c);
 
 // Parent, once the run has ended (pid 1 reaped, so every writer of the pipe
 // is gone): the failure record, if the child wrote one, into end.report and
-// c.failure; the setup time into end.report.setup_ns and c.exec_seconds.
+// c.failure; the setup time into end.report.setup_ns, the child's clone
+// time into end.clone_seconds. Nobody waits for the exec itself (see
+// spawn_container): its time is not known, and the Result has none.
 void read_container_exec_report(ContainerRun& c, RunEnd& end);
 
 // Parent: the supervisor's group kill for this tier. SIGKILL: pid 1 (its

@@ -1,7 +1,7 @@
 // enforcement: what this host can enforce, probed once, and for each tier
 // the map from every limit and guarantee to what enforces it here. The same
-// map is printed by `corral enforcement`, recorded in every Result, and
-// consulted before a run: asking for something `unsupported` is refused
+// map is printed by `corral enforcement`, narrowed to what one run asked
+// for in its Result (run_enforcement), and consulted before a run: asking for something `unsupported` is refused
 // unless acknowledged.
 #pragma once
 
@@ -22,6 +22,14 @@ namespace corral {
 struct HostFacts {
   bool root = false;              // euid 0 with CAP_SETUID/CAP_SETGID
   bool cap_sys_resource = false;
+  // What a program we exec as ourselves (tier none; tier process when not
+  // root, which drops nothing) holds. The kernel does not apply
+  // RLIMIT_NPROC to real uid 0 nor to a holder of CAP_SYS_RESOURCE or
+  // CAP_SYS_ADMIN (kernel/fork.c, copy_process); a holder of
+  // CAP_SYS_RESOURCE may raise its own hard limits (setrlimit(2)). After
+  // execve uid 0 holds the bounding set, anyone else the ambient set.
+  bool program_nproc_exempt = false;
+  bool program_raises_rlimits = false;
   int landlock_abi = 0;
   bool seccomp = false;           // seccomp filter mode available
   bool io_uring = false;
@@ -69,8 +77,8 @@ inline constexpr std::string_view kGuaranteeNamespaces = "namespaces";
 
 struct EnforcementEntry {
   std::string name;   // limit or guarantee
-  std::string how;    // hard, hard_per_run, hard_per_user, hard_per_process, cgroup, supervisor,
-                      // hard_content, hard_content_except_truncate, unsupported, ...
+  std::string how;    // hard, hard_per_run, hard_per_user, hard_per_process, hard_unless_raised, cgroup,
+                      // supervisor, hard_content, hard_content_except_truncate, unsupported, ...
   std::string note;   // why, or how to get it when unsupported
 };
 
@@ -78,6 +86,22 @@ struct EnforcementEntry {
 std::vector<EnforcementEntry> enforcement_map(const HostFacts& host, Tier tier);
 // The same as name -> how.
 std::map<std::string, std::string> enforcement_summary(const HostFacts& host, Tier tier);
+
+// What a Result (and its audit line) says in place of `how` for a limit
+// the run did not have in force, or a guarantee it did not ask for.
+inline constexpr std::string_view kNotRequested = "not_requested";
+
+// What was applied to one run: `host` (enforcement_summary for the run's
+// tier) with every limit not in `in_force` and every guarantee the request
+// did not ask for — by a flag (--confine-writes, --write-path, --net none,
+// --secret-env, --user) or by its tier's default (a container's closed
+// network and fresh root; a boundary tier's privilege, capability and
+// seccomp steps) — said as `not_requested`. A line it does not know is
+// applied to every run of the tier and keeps the host's word. The one place
+// a run's enforcement is decided: finish_run puts it in the Result, and the
+// audit line copies the Result's.
+std::map<std::string, std::string> run_enforcement(const std::map<std::string, std::string>& host,
+                                                   const Request& request, const Limits& in_force);
 
 // The request's explicit asks checked against the map: an `unsupported`
 // limit or guarantee the request did not acknowledge is an Error naming it

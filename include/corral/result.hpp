@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "corral/limits.hpp"
@@ -38,12 +39,23 @@ struct ArtifactInfo {
   std::string path;          // where it was copied (artifact root), if anywhere
 };
 
-struct SetupTimings {        // seconds
-  double plan = 0;           // request → child plan (parent)
-  double clone = 0;          // clone3 until the parent resumed
-  double child_setup = 0;    // in the child: from entry to just before execve
-  double exec = 0;           // from clone to the program running (exec returned)
+// Where a run's time went, in seconds, phase by phase, each measured on its
+// own (README "Timings"): the same names in the Result's JSON and the audit
+// line (timing_fields).
+struct SetupTimings {
+  double plan = 0;           // parent: the request → the child plan (prepare_run)
+  double clone = 0;          // our clone3 call → the child's first instruction (its CLOCK_MONOTONIC reading)
+  double child_setup = 0;    // in the child: its first instruction → just before execve
+  // The child's execve → the program's image in place (the CLONE_VFORK
+  // parent released). Tier container: nobody waits for its exec, absent.
+  std::optional<double> exec;
+  double run = 0;            // the spawn returned → the supervisor saw the end (exit, output at EOF)
+  double collect = 0;        // the end → the Result: outputs collected, workspace removed
 };
+
+// The timings as (name, seconds), in phase order; a phase not measured is
+// left out.
+std::vector<std::pair<std::string, double>> timing_fields(const SetupTimings& timings);
 
 struct Result {
   std::string id;

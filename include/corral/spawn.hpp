@@ -93,6 +93,7 @@ struct ChildReport {
   SpawnStage stage = SpawnStage::none;
   int error = 0;
   std::uint64_t setup_ns = 0;  // child entry → just before the first execve
+  std::uint64_t entry_ns = 0;  // CLOCK_MONOTONIC at child entry (vfork path; 0 on the other)
 };
 
 // Parent-side resources reused across spawns. Owns the child stack and a
@@ -110,7 +111,8 @@ class Spawner {
     UniqueFd stdout_read;   // non-blocking, CLOEXEC
     UniqueFd stderr_read;   // invalid when merge_output
     ChildReport report;     // stage != none: exec never happened
-    double clone_seconds = 0;
+    double clone_seconds = 0;          // our clone3 call → the child's first instruction
+    std::optional<double> exec_seconds;  // the child's execve → we were released (the program's image in place)
   };
 
   // Spawns the plan. An Error is corral's own failure (pipe, clone3); a
