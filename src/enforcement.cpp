@@ -395,6 +395,15 @@ std::map<std::string, std::string> run_enforcement(const std::map<std::string, s
     else requested = guarantee_requested(name, request);
     out[name] = requested ? how : std::string(kNotRequested);
   }
+  // A pinned uid (Request::user) is the caller's choice, not one of the
+  // run's own: RLIMIT_NPROC counts every process of that uid, and the uid
+  // is dropped to but may be shared.
+  if (request.user && request.tier == Tier::os_process) {
+    if (auto it = out.find("process_count"); it != out.end() && it->second == "hard_per_run")
+      it->second = "hard_per_user";
+    if (auto it = out.find(std::string(kGuaranteePrivilegeDrop)); it != out.end() && it->second == "hard_per_run")
+      it->second = "hard";
+  }
   return out;
 }
 

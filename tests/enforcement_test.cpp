@@ -5,6 +5,8 @@
 // not bind, as the map says.
 #include "corral/enforcement.hpp"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -233,4 +235,40 @@ Test(enforcement, run_enforcement_narrows_the_host_map_to_the_request) {
   auto boxed = run_enforcement(host, r, in_force);
   cr_assert_str_eq(boxed["network_none"].c_str(), "hard");
   cr_assert_str_eq(boxed["write_confinement"].c_str(), "hard_content");
+}
+
+// A uid the request pins (--user) is not one of the run's own: another
+// process of that uid counts against process_count, so the Result says
+// hard_per_user (it said hard_per_run).
+Test(enforcement, a_pinned_uid_makes_process_count_per_user) {
+  need_root();
+  const uid_t uid = 150000 + static_cast<uid_t>(getpid() % 10000);
+  // One process of that uid, not the run's, alive through the run.
+  int ready[2];
+  cr_assert_eq(pipe(ready), 0);
+  pid_t other = fork();
+  if (other == 0) {
+    close(ready[0]);
+    if (setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) _exit(1);
+    (void)!write(ready[1], "x", 1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char c = 0;
+  cr_assert_eq(read(ready[0], &c, 1), 1, "the other process could not take uid %u", uid);
+  close(ready[0]);
+
+  Harness h;
+  Request r = req(Tier::os_process, {corral_test::helper("hostile"), "fork-bomb", "8"});
+  r.limits.set(Limit::process_count, 3);
+  r.user = uid;
+  Result res = h.run(r);
+  kill(other, SIGKILL);
+  waitpid(other, nullptr, 0);
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  cr_assert_str_eq(res.enforcement["process_count"].c_str(), "hard_per_user");
+  cr_assert_str_eq(res.enforcement["privilege_drop"].c_str(), "hard");
+  // The program and the other process: one fork left under 3.
+  cr_assert(forked(res) >= 0 && forked(res) <= 1, "forked %d with another process of uid %u alive", forked(res), uid);
 }

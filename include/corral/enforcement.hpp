@@ -96,7 +96,8 @@ inline constexpr std::string_view kNotRequested = "not_requested";
 // did not ask for — by a flag (--confine-writes, --write-path, --net none,
 // --secret-env, --user) or by its tier's default (a container's closed
 // network and fresh root; a boundary tier's privilege, capability and
-// seccomp steps) — said as `not_requested`. A line it does not know is
+// seccomp steps) — said as `not_requested`; a uid the request pins makes
+// `hard_per_run` per user. A line it does not know is
 // applied to every run of the tier and keeps the host's word. The one place
 // a run's enforcement is decided: finish_run puts it in the Result, and the
 // audit line copies the Result's.
