@@ -377,9 +377,9 @@ std::string describe_end(const Result& r) {
 }  // namespace
 
 Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, StreamCapture* err) {
+  const auto collect_started = std::chrono::steady_clock::now();
   // A container's spawn did not wait for the exec: whether the set-up
   // failed, and how long it took, is known only now.
-  const auto collect_started = std::chrono::steady_clock::now();
   RunEnd end = ended;
   if (run.container) read_container_exec_report(*run.container, end);
   Result r;
