@@ -69,7 +69,7 @@ $(BUILD)/obj/gen/seccomp_builtin_empty.o: src/seccomp_builtin.cpp
 $(SECCOMP_GEN): src/gen/seccomp_gen.cpp $(BUILD)/obj/src/seccomp.o $(BUILD)/obj/src/status.o \
                 $(BUILD)/obj/gen/seccomp_builtin_empty.o
 	@mkdir -p $(dir $@)
-	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MF $@.d -o $@ $^ $(LDFLAGS) $(PKG_LIBS)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MF $@.d -o $@ $(filter %.cpp %.o,$^) $(LDFLAGS) $(PKG_LIBS)
 $(GEN)/seccomp_builtin.inc: $(SECCOMP_GEN)
 	$(SECCOMP_GEN) > $@.tmp && mv $@.tmp $@
 $(BUILD)/obj/src/seccomp_builtin.o: $(GEN)/seccomp_builtin.inc

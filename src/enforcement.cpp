@@ -183,6 +183,7 @@ HostFacts probe_host(bool with_containers) {
     h.program_raises_rlimits = program_has(24 /* CAP_SYS_RESOURCE */);
     h.program_nproc_exempt = getuid() == 0 || h.program_raises_rlimits || program_has(21 /* CAP_SYS_ADMIN */);
   }
+  h.cap_sys_admin = has_effective_capability(21 /* CAP_SYS_ADMIN */);
   h.landlock_abi = landlock_abi();
   h.seccomp = prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0;
   h.io_uring = probe_io_uring();
@@ -312,15 +313,18 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
 
   if (process)
     add(kGuaranteeNetworkNone, (h.landlock_abi >= 4 && h.seccomp) ? "hard" : (h.seccomp ? "seccomp_only" : "unsupported"),
-        "seccomp no-network (socket() only for AF_UNIX) + Landlock TCP rules (ABI >= 4)");
+        "seccomp no-network (socket() and socketpair() only for AF_UNIX: IP, netlink, packet, vsock and every "
+        "other family refused with EACCES) + Landlock TCP rules (ABI >= 4)");
   else if (container)
     add(kGuaranteeNetworkNone, h.user_namespaces ? "container" : "unsupported",
         h.root && h.landlock_abi >= 6
             ? "the namespace template's empty network namespace, shared by runs: lo down, sockets but AF_UNIX "
               "refused (seccomp no-network), abstract unix sockets scoped to the run (Landlock ABI 6); "
-              "--loopback: one of the run's own with lo up. Neither the host's network nor its loopback"
-            : "empty network namespace of the run's own (loopback only): neither the host's network nor its "
-              "loopback");
+              "--loopback: one of the run's own with lo up and sockets only AF_UNIX, AF_INET, AF_INET6 "
+              "(seccomp inet-only). Neither the host's network nor its loopback, nor vsock, netlink or packet"
+            : "empty network namespace of the run's own (loopback only), sockets only AF_UNIX, AF_INET, AF_INET6 "
+              "(seccomp inet-only: vsock, which no network namespace isolates, netlink, packet and every other "
+              "family refused): neither the host's network nor its loopback");
   else
     add(kGuaranteeNetworkNone, "unsupported", "tier none has no boundary: use --tier process");
 
@@ -340,7 +344,9 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   else
     add(kGuaranteeCapabilityDrop, "no_new_privs", "not root: no capabilities to drop; no_new_privs stops exec gaining any");
   add(kGuaranteeSeccomp, tier == Tier::none ? "unsupported" : (h.seccomp ? "hard" : "unsupported"),
-      tier == Tier::none ? "tier none installs no filter" : "profile default (deny-list, EPERM)");
+      tier == Tier::none ? "tier none installs no filter"
+                         : "profile default (deny-list, EPERM) + the network policy's allow-list of socket families "
+                           "(EACCES; tier process with the host's network: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK)");
   if (container && h.cgroups.backend != CgroupVersion::none)
     add(kGuaranteeGroupKill, "cgroup", "SIGKILL to pid 1 ends the pid namespace; every task in the run's cgroup killed");
   else if (container)
@@ -351,6 +357,18 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
       container ? "pid namespace: nothing survives pid 1"
                 : "the program's group is killed; a setsid escapee leaves it (use --tier container)");
   add(kGuaranteeSecretMasking, "supervisor", "*** in every captured and streamed byte");
+  if (container)
+    add(kGuaranteeIpc, h.user_namespaces ? "container" : "unsupported",
+        "an IPC namespace of the run's own (SysV IPC, POSIX message queues); /dev/shm a private tmpfs");
+  else if (process && h.root && h.cap_sys_admin)
+    add(kGuaranteeIpc, "hard_per_run",
+        "an IPC namespace of the run's own: SysV shm, semaphores, message queues and POSIX message queues die "
+        "with the run and no other run sees them; POSIX shm (/dev/shm) is the host's tmpfs, not namespaced");
+  else
+    add(kGuaranteeIpc, "shared",
+        process ? "not root (or no CAP_SYS_ADMIN): SysV IPC, POSIX message queues and /dev/shm are the host's; what a run makes there "
+                  "outlives it and other runs of the uid see it (run as root, or use --tier container)"
+                : "tier none has no boundary: SysV IPC, POSIX message queues and /dev/shm are the host's");
   if (container)
     add(kGuaranteeNamespaces, h.user_namespaces && h.pivot_root ? "hard" : "unsupported", namespaces_note(h));
   else
@@ -463,6 +481,7 @@ std::vector<std::pair<std::string, std::string>> host_fact_lines(const HostFacts
       {"cap_sys_resource", yes(h.cap_sys_resource)},
       {"program_nproc_exempt", yes(h.program_nproc_exempt)},
       {"program_raises_rlimits", yes(h.program_raises_rlimits)},
+      {"cap_sys_admin", yes(h.cap_sys_admin)},
       {"landlock_abi", std::to_string(h.landlock_abi)},
       {"seccomp", yes(h.seccomp)},
       {"io_uring", yes(h.io_uring)},

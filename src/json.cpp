@@ -143,8 +143,8 @@ Expected<Request> request_from_json(std::string_view text) {
         r.binds.push_back(std::move(*b));
       }
     } else if (key == "user") {
-      if (!v.is_number_unsigned() || v.get<std::uint64_t>() >= 4294967295ull)
-        return Error::invalid("field 'user' must be a uid (a non-negative integer)");
+      if (!v.is_number_unsigned()) return Error::invalid("field 'user' must be a uid (a positive integer)");
+      if (auto ok = check_run_user(v.get<std::uint64_t>()); !ok) return ok.error().context("field 'user'");
       r.user = static_cast<uid_t>(v.get<std::uint64_t>());
     } else if (key == "artifact_root") {
       if (!v.is_string()) return Error::invalid("field 'artifact_root' must be a string");

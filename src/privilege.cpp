@@ -45,6 +45,10 @@ Expected<PrivilegeDrop> prepare_privilege_drop(uid_t uid, gid_t gid) {
   const std::string who = "privilege: drop to " + ids(uid, gid);
   if (uid == kNoId) return Error::invalid(who + ": uid 4294967295 is out of range (max 4294967294)");
   if (gid == kNoId) return Error::invalid(who + ": gid 4294967295 is out of range (max 4294967294)");
+  // Before the same-identity shortcut: a root caller naming its own ids
+  // would otherwise "drop" to root and keep it.
+  if (uid == 0) return Error::invalid(who + ": uid 0 is root; a run is never root");
+  if (gid == 0) return Error::invalid(who + ": gid 0 is root's group; choose an unprivileged gid");
 
   uid_t ru, eu, su;
   gid_t rg, eg, sg;
@@ -57,8 +61,6 @@ Expected<PrivilegeDrop> prepare_privilege_drop(uid_t uid, gid_t gid) {
     drop.changes_ = false;  // already exactly this identity: verify only
     return drop;
   }
-  if (uid == 0) return Error::invalid(who + ": uid 0 is root; dropping to root is not a drop");
-  if (gid == 0) return Error::invalid(who + ": gid 0 is root's group; choose an unprivileged gid");
   if (!mapped("/proc/self/uid_map", uid))
     return Error::invalid(who + ": uid " + std::to_string(uid) + " is not mapped in this user namespace");
   if (!mapped("/proc/self/gid_map", gid))
@@ -74,6 +76,8 @@ namespace {
 // The drop itself, shared by the prepared path and the C ABI. Child side;
 // async-signal-safe: raw syscalls only, errno untouched.
 int drop_ids_in_child(uid_t uid, gid_t gid, bool change_groups) noexcept {
+  // Root's uid or group as the target is no drop at all.
+  if (uid == 0 || gid == 0) return EINVAL;
   const long u = uid, g = gid;
   long r;
   if (change_groups) {
@@ -100,8 +104,11 @@ int drop_ids_in_child(uid_t uid, gid_t gid, bool change_groups) noexcept {
   if (ru != uid || eu != uid || su != uid) return ENOTRECOVERABLE;
   if (rg != gid || eg != gid || sg != gid) return ENOTRECOVERABLE;
   if (change_groups && sys::call(SYS_getgroups, 0, 0) != 0) return ENOTRECOVERABLE;
-  if (uid != 0 && sys::call(SYS_setresuid, 0, 0, 0) == 0) return ENOTRECOVERABLE;
-  if (gid != 0 && uid != 0 && sys::call(SYS_setresgid, 0, 0, 0) == 0) return ENOTRECOVERABLE;
+  // Either call succeeding means CAP_SETUID/CAP_SETGID survived the change
+  // (SECBIT_KEEP_CAPS or SECBIT_NO_SETUID_FIXUP set by the caller, or ids
+  // that did not change): the process may be root again.
+  if (sys::call(SYS_setresuid, 0, 0, 0) == 0) return ENOTRECOVERABLE;
+  if (sys::call(SYS_setresgid, 0, 0, 0) == 0) return ENOTRECOVERABLE;
   return 0;
 }
 
@@ -114,6 +121,7 @@ int apply_privilege_drop_in_child(const PrivilegeDrop& drop) noexcept {
 
 int drop_privileges_now(uid_t uid, gid_t gid) noexcept {
   if (uid == static_cast<uid_t>(-1) || gid == static_cast<gid_t>(-1)) return EINVAL;
+  if (uid == 0 || gid == 0) return EINVAL;
   uid_t ru = 0, eu = 0, su = 0;
   gid_t rg = 0, eg = 0, sg = 0;
   sys::call(SYS_getresuid, reinterpret_cast<long>(&ru), reinterpret_cast<long>(&eu), reinterpret_cast<long>(&su));

@@ -20,6 +20,26 @@ Expected<Tier> parse_tier(std::string_view text) {
   return Error::invalid("unknown tier '" + std::string(text) + "' (tiers: none, process, container)");
 }
 
+Status check_run_user(std::uint64_t uid) {
+  if (uid == 0)
+    return Error::invalid("user 0 is root (uid 0, gid 0): a run is never root; name an unprivileged uid");
+  if (uid >= 4294967295ull)
+    return Error::invalid("user " + std::to_string(uid) + " is out of range (a uid is 1..4294967294)");
+  return {};
+}
+
+Expected<uid_t> parse_run_user(std::string_view text) {
+  std::uint64_t uid = 0;
+  bool digits = !text.empty() && text.size() <= 10;
+  for (char c : text) {
+    if (c < '0' || c > '9') digits = false;
+    if (digits) uid = uid * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (!digits) return Error::invalid("user '" + std::string(text) + "' is not a uid (decimal digits, 1..4294967294)");
+  if (auto st = check_run_user(uid); !st) return std::move(st).error();
+  return static_cast<uid_t>(uid);
+}
+
 Limits default_limits() {
   // Why these: a judge or CI step finishes well inside ten minutes; 16 MiB
   // of captured output is more than a reader wants and bounds our memory per

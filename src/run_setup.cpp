@@ -1,6 +1,7 @@
 #include "corral/run_setup.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -71,22 +72,28 @@ Expected<UniqueFd> stdin_memfd(const std::string& text) {
   return fd;
 }
 
-// The tier's filter: `default`, plus `no-network` when the network is
-// closed, or `tcp-only` when it is closed but for an allow-list of ports.
-// In a container the network namespace is already empty: `default` only.
+// The tier's filter: `default` plus the network profile whose socket
+// families the run's network policy allows (seccomp.hpp): `no-network`
+// when the network is closed (and in a container's shared template
+// namespace), `tcp-only` when it is closed but for an allow-list of ports,
+// `inet-only` in a container's network namespace of its own (IP reaches
+// only its lo; a namespace does not isolate vsock, so the families still
+// need the allow-list), `host-network` on the host's network.
 Expected<std::shared_ptr<const SeccompProgram>> seccomp_for(const Request& req, MechanismCache* cache,
                                                             bool shared_netns = false) {
-  const char* net = nullptr;
+  const char* net = "host-network";
   if (shared_netns)
     net = "no-network";
-  else if (req.tier != Tier::container && req.net == NetworkAccess::none)
+  else if (req.tier == Tier::container)
+    net = "inet-only";
+  else if (req.net == NetworkAccess::none)
     net = req.tcp_connect_ports.empty() ? "no-network" : "tcp-only";
-  std::string key = net ? std::string("default,") + net : "default";
+  std::string key = std::string("default,") + net;
   if (cache)
     if (auto it = cache->seccomp.find(key); it != cache->seccomp.end()) return it->second;
   SeccompSpec spec;
   spec.profile("default");
-  if (net) spec.profile(net);
+  spec.profile(net);
   auto program = prepare(spec);
   if (!program) return std::move(program).error();
   auto shared = std::make_shared<const SeccompProgram>(std::move(*program));
@@ -106,8 +113,9 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
                     : prepare_container(run, host, geteuid(), getegid());
     if (!st) return st;
     // `default` (io_uring, namespace creation, mount and the other host-wide
-    // calls denied); in the shared template's network namespace also
-    // `no-network`: a port bound there would collide with another run's.
+    // calls denied) and `inet-only`; in the shared template's network
+    // namespace `no-network` instead: a port bound there would collide with
+    // another run's.
     auto program = seccomp_for(req, cache, run.container->ns.in_template());
     if (!program) return std::move(program).error();
     run.plan.seccomp = std::move(*program);
@@ -127,6 +135,13 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
       if (cache) cache->capabilities = plan.capabilities;
     }
   }
+
+  // SysV IPC and POSIX message queues of the run's own: nothing it makes
+  // there outlives it or is seen by another run, and it sees none of the
+  // host's. The namespace needs CAP_SYS_ADMIN (without it the map says
+  // `ipc shared`); the kernel frees it from a workqueue once its last
+  // process is gone, off the supervisor's path. Cost measured in README.
+  if (host.root && host.cap_sys_admin) plan.clone_namespaces |= CLONE_NEWIPC;
 
   if (owner) {
     auto drop = prepare_privilege_drop(owner->uid, owner->gid);
@@ -180,6 +195,8 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   auto who = [&](const Error& e) { return e.context("run " + (req.id.empty() ? run.run_id : "'" + req.id + "'")); };
 
   if (req.argv.empty() && !req.payload) return who(Error::invalid("argv is empty"));
+  if (req.user)
+    if (auto st = check_run_user(*req.user); !st) return who(st.error());
   const bool container = req.tier == Tier::container;
   if (!container && (req.rootfs || !req.binds.empty()))
     return who(Error::invalid("rootfs and binds need tier container (tier " + std::string(to_string(req.tier)) + ")"));

@@ -33,8 +33,10 @@ enum class When {
   always,
   clone_new_namespace,  // clone(2) flags (arg 0 on x86_64 and aarch64) with a CLONE_NEW* bit
   personality_change,   // persona other than the harmless ones below
-  socket_not_unix,      // socket(2) domain other than AF_UNIX
+  socket_not_unix,      // socket(2) or socketpair(2) domain other than AF_UNIX
   socket_not_unix_tcp,  // socket(2) other than AF_UNIX or TCP over AF_INET/AF_INET6
+  socket_not_unix_inet, // socket(2) domain other than AF_UNIX, AF_INET, AF_INET6
+  socket_not_host_net,  // socket(2) domain other than AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
   tty_injection,        // ioctl(2) TIOCSTI / TIOCLINUX: typing into the controlling terminal
 };
 
@@ -104,17 +106,33 @@ const std::vector<Profile>& profiles_table() {
     def.push_back({"personality", EPERM, When::personality_change});
     def.push_back({"ioctl", EPERM, When::tty_injection});
 
-    std::vector<Row> nonet{{"socket", EACCES, When::socket_not_unix}};
-    append(nonet, rows_always(EPERM, {"io_uring_setup", "io_uring_enter", "io_uring_register"}));
-
-    // For an egress allow-list: Landlock's TCP rules (ABI >= 4) bound
-    // where TCP may connect, and cover nothing else, so every other socket
-    // (UDP, raw, SCTP, MPTCP, packet, netlink, ...) is closed here.
-    std::vector<Row> tcponly{{"socket", EACCES, When::socket_not_unix_tcp}};
-    append(tcponly, rows_always(EPERM, {"io_uring_setup", "io_uring_enter", "io_uring_register"}));
-    return std::vector<Profile>{{"default", std::move(def)},
-                                {"no-network", std::move(nonet)},
-                                {"tcp-only", std::move(tcponly)}};
+    // The network profiles are allow-lists of socket families, one per
+    // network policy: a family nobody listed (vsock, which no network
+    // namespace isolates; packet; bluetooth; AF_ALG; a family a later
+    // kernel adds) is refused with EACCES. socketpair(2) is AF_UNIX only
+    // in each. io_uring is denied too: IORING_OP_SOCKET makes sockets
+    // without the socket syscall.
+    auto network = [](When socket_rule) {
+      std::vector<Row> rows{{"socket", EACCES, socket_rule}, {"socketpair", EACCES, When::socket_not_unix}};
+      append(rows, rows_always(EPERM, {"io_uring_setup", "io_uring_enter", "io_uring_register"}));
+      return rows;
+    };
+    return std::vector<Profile>{
+        {"default", std::move(def)},
+        // A closed network: AF_UNIX only.
+        {"no-network", network(When::socket_not_unix)},
+        // For an egress allow-list: Landlock's TCP rules (ABI >= 4) bound
+        // where TCP may connect, and cover nothing else, so every other
+        // socket (UDP, raw, SCTP, MPTCP, packet, netlink, ...) is closed here.
+        {"tcp-only", network(When::socket_not_unix_tcp)},
+        // A network namespace of the run's own (lo brought up before the
+        // filter): AF_UNIX and IP, which reach only that namespace.
+        {"inet-only", network(When::socket_not_unix_inet)},
+        // The host's network (tier process, net host): AF_UNIX, IP, and
+        // netlink for what libc reads through it (getifaddrs, getaddrinfo's
+        // AI_ADDRCONFIG); changing the host's network needs CAP_NET_ADMIN,
+        // which the tier drops.
+        {"host-network", network(When::socket_not_host_net)}};
   }();
   return table;
 }
@@ -138,6 +156,8 @@ std::string_view condition_text(When when) {
     case When::clone_new_namespace: return "flags include CLONE_NEW*";
     case When::personality_change: return "persona other than 0, 0x8 (PER_LINUX32), 0xffffffff (query)";
     case When::socket_not_unix: return "domain other than AF_UNIX";
+    case When::socket_not_unix_inet: return "domain other than AF_UNIX, AF_INET, AF_INET6";
+    case When::socket_not_host_net: return "domain other than AF_UNIX, AF_INET, AF_INET6, AF_NETLINK";
     case When::socket_not_unix_tcp:
       return "domain other than AF_UNIX, AF_INET, AF_INET6, or an AF_INET/AF_INET6 socket other than "
              "SOCK_STREAM with protocol 0 or IPPROTO_TCP";
@@ -197,6 +217,8 @@ std::vector<std::vector<scmp_arg_cmp>> rules_for(When when) {
     case When::socket_not_unix:
       // All 64 bits compared: a domain with high bits set is denied too.
       return {{cmp(0, SCMP_CMP_NE, AF_UNIX)}};
+    case When::socket_not_unix_inet: return low32_not_in(0, {AF_UNIX, AF_INET, AF_INET6});
+    case When::socket_not_host_net: return low32_not_in(0, {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK});
     case When::socket_not_unix_tcp: {
       // Denied: any domain but AF_UNIX, AF_INET, AF_INET6; and for the two
       // inet domains, a type (low 4 bits; the rest are SOCK_NONBLOCK and

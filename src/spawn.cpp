@@ -190,7 +190,7 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
   const int slot_fds[3] = {slots_[0].get(), slots_[1].get(), slots_[2].get()};
   ChildArgs args{&plan, slot_fds, max_slot_, ignored_signals_, &child.report};
   CloneSpec spec;
-  spec.flags = CLONE_FILES | CLONE_CLEAR_SIGHAND;
+  spec.flags = CLONE_FILES | CLONE_CLEAR_SIGHAND | plan.clone_namespaces;
   spec.share_memory = true;
   spec.stack = &stack_;
   // CLONE_VFORK: we resume once the child has exec'd (or exited), so the

@@ -249,6 +249,30 @@ Test(batch, refused_and_failing_jobs_are_results_and_the_batch_goes_on) {
   expect_field(by_id["ok"], "stdout", "fine\n");
 }
 
+// "user": 0 is a line error in every tier (a run is never root); the
+// batch goes on with the next line.
+Test(batch, a_job_with_user_0_is_a_line_error) {
+  Base base;
+  TempDir scratch;
+  json root_process{{"id", "root-process"}, {"argv", {"true"}}, {"tier", "process"}, {"user", 0}};
+  json root_container{{"id", "root-container"}, {"argv", {"true"}}, {"tier", "container"}, {"user", 0}};
+  json negative{{"id", "negative"}, {"argv", {"true"}}, {"tier", "process"}, {"user", -1}};
+  corral_test::write_file(scratch / "jobs.jsonl", root_process.dump() + "\n" + root_container.dump() + "\n" +
+                                                      negative.dump() + "\n" + job("ok", {"echo", "fine"}));
+  Batch b({"--json", scratch / "jobs.jsonl"}, 0, base.dir.path());
+  cr_assert_eq(b.finish(), 0, "stderr: %s", b.err_text.c_str());
+  std::map<std::string, json> by_id;
+  for (json& r : b.results())
+    if (r.contains("id")) by_id[r["id"].get<std::string>()] = r;
+  for (const char* id : {"root-process", "root-container", "negative"}) {
+    expect_field(by_id[id], "outcome", "error");
+    cr_expect(by_id[id].value("error", "").find("user") != std::string::npos, "%s", by_id[id].dump().c_str());
+  }
+  cr_expect(by_id["root-process"].value("error", "").find("root") != std::string::npos, "%s",
+            by_id["root-process"].dump().c_str());
+  expect_field(by_id["ok"], "stdout", "fine\n");
+}
+
 Test(batch, results_come_out_live_while_stdin_stays_open) {
   Base base;
   int p[2];

@@ -3,6 +3,8 @@
 // preexec example works.
 #include "corral/corral.h"
 
+#include <linux/securebits.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -96,6 +98,33 @@ Test(c_api, drop_privileges_changes_uid) {
     if (getuid() != 200321 || getgid() != 200321) return 2;
     return setuid(0) == 0 ? 3 : 0;
   });
+  cr_assert(end.exited && end.code == 0, "child code %d", end.code);
+}
+
+// A drop "to" uid 0 or gid 0 is none: -EINVAL, and nothing changed (the
+// child is still root: no half drop that kept gid 0).
+Test(c_api, drop_privileges_refuses_uid_0_and_gid_0) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  auto end = run_in_child([] {
+    if (corral_drop_privileges(0, 65534) != -EINVAL) return 1;
+    if (corral_drop_privileges(65534, 0) != -EINVAL) return 2;
+    if (corral_drop_privileges(0, 0) != -EINVAL) return 3;
+    if (getuid() != 0 || getgid() != 0) return 4;
+    return 0;
+  });
+  cr_assert(end.exited && end.code == 0, "child code %d", end.code);
+}
+
+// It returns 0 only once root cannot be regained: with capabilities kept
+// across the uid change (SECBIT_NO_SETUID_FIXUP), setresuid(0,0,0) would
+// work afterwards, so the drop reports -ENOTRECOVERABLE instead.
+Test(c_api, drop_privileges_verifies_root_cannot_be_regained) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  auto end = run_in_child([] {
+    if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) != 0) return 100;
+    return corral_drop_privileges(200322, 200322) == -ENOTRECOVERABLE ? 0 : 1;
+  });
+  if (end.code == 100) cr_skip_test("cannot set securebits (needs CAP_SETPCAP)");
   cr_assert(end.exited && end.code == 0, "child code %d", end.code);
 }
 

@@ -85,6 +85,21 @@ Test(cli, usage_errors_and_refusals_exit_2_naming_the_problem) {
   cr_assert_eq(corral("frobnicate").code, 2);
 }
 
+// A run is never root: --user 0 (and forms that are not a plain uid) is a
+// usage error before anything runs, in either tier, as root or not.
+Test(cli, user_0_and_non_uid_forms_are_refused_with_exit_2) {
+  for (const char* args : {"run --user 0 -- sh -c 'head -1 /etc/shadow'", "run --tier process --user 0 -- true",
+                           "run --tier container --user 0 -- true", "run --user 0:0 -- true",
+                           "run --user root -- true", "run --user -1 -- true", "run --user 4294967295 -- true",
+                           "run --user 00 -- true"}) {
+    Ran r = corral(args);
+    cr_expect_eq(r.code, 2, "%s: exit %d, stdout '%s'", args, r.code, r.out.c_str());
+    cr_expect(has(r.err, "--user"), "%s: stderr '%s'", args, r.err.c_str());
+    cr_expect_eq(r.out, "", "%s ran: %s", args, r.out.c_str());
+  }
+  cr_expect(has(corral("run --user 0 -- true").err, "root"));
+}
+
 Test(cli, json_result_has_the_contract_fields) {
   Ran r = corral("run --json --limit stdout_bytes=4 -- sh -c 'echo hello; echo oops >&2; exit 3'");
   cr_assert_eq(r.code, 3, "json mode keeps the program's exit code");
@@ -129,6 +144,9 @@ Test(cli, enforcement_lists_limits_and_kernel_facts) {
                            "write_confinement", "landlock_abi", "io_uring", "user_namespaces", "cgroups", "seccomp",
                            "pidfd"})
     cr_assert(has(r.out, name), "enforcement does not mention %s:\n%s", name, r.out.c_str());
+  // One line says whether SysV IPC and POSIX queues are the run's own.
+  std::string ipc = "  ipc" + std::string(20, ' ') + (geteuid() == 0 ? "hard_per_run" : "shared");
+  cr_assert(has(r.out, ipc), "no '%s' line:\n%s", ipc.c_str(), r.out.c_str());
   Ran j = corral("enforcement --json --tier none");
   cr_assert(!nlohmann::json::parse(j.out, nullptr, false).is_discarded());
 }

@@ -147,6 +147,26 @@ Test(container, network_is_loopback_only_and_cannot_reach_the_hosts_listener) {
   EXPECT_EMPTY(mismatches(observe(h), {{"net_devices", "lo"}, {"connect", in_template() ? "EACCES" : "ECONNREFUSED"}}));
 }
 
+// Socket families are an allow-list, not what the network namespace
+// happens to contain: vsock (which no network namespace isolates: it
+// reaches the host), netlink, packet and the rest are refused by the filter
+// in the template's namespace (AF_UNIX only) and in one of the run's own
+// (AF_UNIX and IP on its own lo; with binds, as here without staging).
+Test(container, sockets_are_an_allow_list_of_families) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  Result r = h.run(boxed({"/helpers/inside", "families"}));
+  EXPECT_EMPTY(mismatches(r, corral_test::socket_families_allowing(!in_template(), false)));
+}
+
+Test(container, with_loopback_sockets_are_an_allow_list_of_families_too) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  Request r = boxed({"/helpers/inside", "families"});
+  r.loopback = true;
+  EXPECT_EMPTY(mismatches(h.run(std::move(r)), corral_test::socket_families_allowing(true, false)));
+}
+
 Test(container, the_root_is_read_only_and_the_host_is_invisible) {
   SKIP_UNLESS_CONTAINER();
   Harness h;

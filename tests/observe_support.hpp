@@ -50,6 +50,24 @@ inline std::string observation_mismatches(const std::string& text, const std::ma
   return bad.empty() ? "" : "unexpected observations:" + bad;
 }
 
+// What tests/helpers/inside's `families` must print under a network
+// policy that allows AF_UNIX, plus IP when `inet`, plus netlink when
+// `netlink`: every other family, and socketpair(2) of anything but AF_UNIX,
+// refused by the seccomp filter (EACCES), never the kernel's own answer
+// (EAFNOSUPPORT for a family it lacks, EPERM for packet without
+// CAP_NET_RAW, EOPNOTSUPP for socketpair of AF_INET), so a refusal seen here
+// is the filter's whatever this kernel has built in.
+inline std::map<std::string, std::string> socket_families_allowing(bool inet, bool netlink) {
+  std::map<std::string, std::string> want;
+  for (const char* k : {"inet", "inet6", "netlink", "packet", "vsock", "alg", "bluetooth", "key", "xdp",
+                        "socketpair_inet", "socketpair_tipc"})
+    want[k] = "EACCES";
+  want["unix"] = want["socketpair_unix"] = "ok";
+  if (inet) want["inet"] = want["inet6"] = "ok";
+  if (netlink) want["netlink"] = "ok";
+  return want;
+}
+
 inline double now_ms() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -73,14 +73,34 @@ Test(privilege, child_drops_to_the_target_for_good) {
 Test(privilege, refuses_out_of_range_and_root_targets_by_number) {
   expect_refused(static_cast<uid_t>(-1), 1000, "uid 4294967295");
   expect_refused(1000, static_cast<gid_t>(-1), "gid 4294967295");
-  if (getuid() != 0 || getgid() != 0) {
-    expect_refused(0, 0, "uid 0");
-  }
+  // Root's own identity too: "dropping" to it would be a no-op that keeps
+  // root and a full bounding set.
+  expect_refused(0, 0, "uid 0");
   expect_refused(0, 200000, "uid 0 is root");
   expect_refused(200000, 0, "gid 0");
+  expect_refused(0, 65534, "uid 0 is root");
+  expect_refused(65534, 0, "gid 0");
+}
+
+// The drop without a prepared object refuses root's ids before touching
+// any: as root, the child is still exactly root afterwards, not half
+// dropped (gid 0 kept) and not "verified" as uid 0.
+Test(privilege, drop_now_refuses_uid_0_and_gid_0) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  auto r = run_in_child_reporting([&](int) {
+    if (drop_privileges_now(0, 65534) != EINVAL) return 1;
+    if (drop_privileges_now(65534, 0) != EINVAL) return 2;
+    if (drop_privileges_now(0, 0) != EINVAL) return 3;
+    if (getuid() != 0 || geteuid() != 0 || getgid() != 0) return 4;
+    return drop_privileges_now(65534, 65534) == 0 && setresuid(0, 0, 0) != 0 && setresgid(0, 0, 0) != 0 ? 0 : 5;
+  });
+  cr_assert(r.end.exited && r.end.code == 0, "child exit %d signal %d", r.end.code, r.end.signal);
 }
 
 Test(privilege, the_current_identity_is_a_verified_no_op) {
+  // As root the current identity is refused (see above); the no-op as
+  // nobody is a_non_root_process_is_refused_by_name's.
+  if (getuid() == 0 || getgid() == 0) cr_skip_test("root's own identity is refused, not a no-op");
   uid_t uid = getuid();
   gid_t gid = getgid();
   PrivilegeDrop same = prepared(uid, gid);

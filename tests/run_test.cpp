@@ -4,14 +4,20 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <mqueue.h>
+#include <sys/msg.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
 #include <set>
+#include <sstream>
 
 #include "corral/capture.hpp"
 #include "corral/supervisor.hpp"
+#include "observe_support.hpp"
 #include "support.hpp"
 #include "supervisor_harness.hpp"
 
@@ -43,6 +49,36 @@ bool pid_gone(pid_t pid) {
     usleep(20000);
   }
   return false;
+}
+
+// Whether /proc/sysvipc/KIND ("shm", "msg") of our IPC namespace, the
+// host's, lists `key` (the first column).
+bool host_ipc_has(const char* kind, key_t key) {
+  std::istringstream in(corral_test::read_file(std::string("/proc/sysvipc/") + kind));
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    long long k = 0;
+    if (std::istringstream(line) >> k && k == key) return true;
+  }
+  return false;
+}
+
+bool host_mqueue_has(key_t key) {
+  std::string name = "/corral-" + std::to_string(key);
+  mqd_t q = mq_open(name.c_str(), O_RDONLY);
+  if (q == static_cast<mqd_t>(-1)) return false;
+  mq_close(q);
+  return true;
+}
+
+// Removes what an unconfined run left with `key` on the host.
+void remove_host_ipc(key_t key) {
+  int shm = shmget(key, 0, 0);
+  if (shm >= 0) shmctl(shm, IPC_RMID, nullptr);
+  int msg = msgget(key, 0);
+  if (msg >= 0) msgctl(msg, IPC_RMID, nullptr);
+  mq_unlink(("/corral-" + std::to_string(key)).c_str());
 }
 
 }  // namespace
@@ -422,4 +458,78 @@ Test(run, timings_are_measured_phase_by_phase) {
   double sum = t.plan + t.clone + t.child_setup + *t.exec + t.run + t.collect;
   cr_assert_leq(sum, res.wall_seconds, "phases %g > wall %g", sum, res.wall_seconds);
   cr_assert_eq(timing_fields(t).size(), 6u);
+}
+
+// As root each process-tier run has an IPC namespace of its own: a SysV shm
+// segment, a message queue and a POSIX queue made by one run are not on
+// the host while it runs, not seen by a second run alive at the same time,
+// and gone once it has ended (they would have outlived it on the host's
+// IPC namespace, readable by the next run).
+Test(run, process_tier_ipc_is_the_runs_own_and_dies_with_it) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  Harness h;
+  TempDir meet;
+  chmod(meet.path().c_str(), 0777);
+  const key_t key = 0x43520000 | ((getpid() & 0xffff) << 4);
+  Result made, looked;
+  RunCallbacks cb_made, cb_looked;
+  cb_made.on_result = [&](const Result& r) { made = r; };
+  cb_looked.on_result = [&](const Result& r) { looked = r; };
+  auto a = h.sup->submit(req(Tier::os_process, {helper("hostile"), "ipc-make", std::to_string(key), meet.path()}),
+                         cb_made);
+  auto b = h.sup->submit(req(Tier::os_process, {helper("hostile"), "ipc-look", std::to_string(key), meet.path()}),
+                         cb_looked);
+  cr_assert(a.ok() && b.ok());
+  // While the maker holds its objects: the host's namespace has none of them.
+  auto t0 = std::chrono::steady_clock::now();
+  while (access((meet / "made").c_str(), F_OK) != 0 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20))
+    cr_assert(h.sup->run_once(0.05).ok());
+  const bool during = host_ipc_has("shm", key) || host_ipc_has("msg", key) || host_mqueue_has(key);
+  cr_assert(h.sup->run_until_idle().ok());
+  const bool after_shm = host_ipc_has("shm", key), after_msg = host_ipc_has("msg", key);
+  const bool after_mq = host_mqueue_has(key);
+  remove_host_ipc(key);
+
+  cr_assert_str_eq(made.stdout_capture.text.c_str(), "shm=ok\nmsg=ok\nmq=ok\n", "maker: %s %s",
+                   made.detail.c_str(), made.stderr_capture.text.c_str());
+  cr_assert_eq(made.exit_code, 0, "the maker did not see the other run finish: %s", made.detail.c_str());
+  cr_expect_str_eq(looked.stdout_capture.text.c_str(), "shm=ENOENT\nmsg=ENOENT\nmq=ENOENT\n",
+                   "a concurrent run saw the first's IPC objects");
+  cr_expect(!during, "the run's IPC objects were in the host's namespace while it ran");
+  cr_expect(!after_shm, "the shm segment (key %d) outlived the run on the host", key);
+  cr_expect(!after_msg, "the message queue (key %d) outlived the run on the host", key);
+  cr_expect(!after_mq, "the POSIX queue /corral-%d outlived the run on the host", key);
+}
+
+// Tier process: the socket families a run may create are an allow-list per
+// network policy. Closed: AF_UNIX only. The host's network: AF_UNIX, IP and
+// netlink. vsock, packet, AF_ALG and the rest: never (EACCES from the
+// filter, whatever this kernel has built in).
+Test(run, process_tier_sockets_are_an_allow_list_per_network_policy) {
+  Harness h;
+  Request closed = req(Tier::os_process, {helper("inside"), "families"});
+  closed.net = NetworkAccess::none;
+  Result c = h.run(std::move(closed));
+  cr_expect_eq(corral_test::observation_mismatches(c.stdout_capture.text,
+                                                   corral_test::socket_families_allowing(false, false)),
+               "", "net none:\n%s", c.stdout_capture.text.c_str());
+  Result open = h.run(req(Tier::os_process, {helper("inside"), "families"}));
+  cr_expect_eq(corral_test::observation_mismatches(open.stdout_capture.text,
+                                                   corral_test::socket_families_allowing(true, true)),
+               "", "net host:\n%s", open.stdout_capture.text.c_str());
+}
+
+// The library refuses uid 0 as a run's identity (a caller that skipped the
+// CLI's and the job parser's check): an error, nothing run.
+Test(run, the_library_refuses_user_0_in_every_tier) {
+  Harness h;
+  for (Tier tier : {Tier::os_process, Tier::container, Tier::none}) {
+    Request r = req(tier, {"sh", "-c", "head -1 /etc/shadow"});
+    r.user = 0;
+    auto res = h.sup->run(std::move(r));
+    cr_assert(!res.ok(), "tier %s: user 0 ran (%s)", std::string(to_string(tier)).c_str(),
+              res.ok() ? res->stdout_capture.text.c_str() : "");
+    cr_expect(contains(res.error().message(), "never root"), "%s", res.error().message().c_str());
+  }
 }

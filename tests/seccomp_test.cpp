@@ -206,6 +206,57 @@ Test(seccomp, no_network_allows_only_unix_sockets) {
   cr_assert_eq(errno_under(nullptr, [] { return socket_probe(AF_INET, SOCK_STREAM); }), 0);
 }
 
+// Each network profile is an allow-list of families: what it allows
+// works, and everything else is refused with the filter's EACCES whether
+// this kernel has the family or not (unfiltered: vsock and packet open,
+// AF_ALG or bluetooth may be EAFNOSUPPORT, family 200 is). socketpair(2):
+// AF_UNIX only (unfiltered, AF_INET's is EOPNOTSUPP).
+Test(seccomp, network_profiles_allow_their_families_and_nothing_else) {
+  struct Case {
+    const char* profile;
+    bool inet, tcp_only, netlink;
+  };
+  for (const Case& c : {Case{"no-network", false, false, false}, Case{"tcp-only", false, true, false},
+                        Case{"inet-only", true, false, false}, Case{"host-network", true, false, true}}) {
+    auto prog = must_prepare({"default", c.profile});
+    cr_assert(prog.prebuilt(), "default,%s is a tier's combination: it must be prebuilt", c.profile);
+    auto allowed = [](bool yes) { return yes ? 0 : EACCES; };
+    std::vector<Probe> probes = {
+        {"socket(AF_UNIX)", [] { return socket_probe(AF_UNIX, SOCK_STREAM); }, 0},
+        {"socket(AF_INET, SOCK_STREAM)", [] { return socket_probe(AF_INET, SOCK_STREAM); }, allowed(c.inet || c.tcp_only)},
+        {"socket(AF_INET6, SOCK_DGRAM)", [] { return socket_probe(AF_INET6, SOCK_DGRAM); }, allowed(c.inet)},
+        {"socket(AF_NETLINK)", [] { return socket_probe(AF_NETLINK, SOCK_RAW); }, allowed(c.netlink)},
+        {"socket(AF_VSOCK)", [] { return socket_probe(AF_VSOCK, SOCK_STREAM); }, EACCES},
+        {"socket(AF_VSOCK | high bits)", [] { return syscall(SYS_socket, kHigh | AF_VSOCK, SOCK_STREAM, 0); }, EACCES},
+        {"socket(AF_PACKET)", [] { return socket_probe(AF_PACKET, SOCK_RAW); }, EACCES},
+        {"socket(AF_ALG)", [] { return socket_probe(AF_ALG, SOCK_SEQPACKET); }, EACCES},
+        {"socket(AF_BLUETOOTH)", [] { return socket_probe(AF_BLUETOOTH, SOCK_STREAM); }, EACCES},
+        {"socket(AF_KEY)", [] { return socket_probe(AF_KEY, SOCK_RAW); }, EACCES},
+        {"socket(AF_XDP)", [] { return socket_probe(AF_XDP, SOCK_RAW); }, EACCES},
+        {"socket(200)", [] { return socket_probe(200, SOCK_STREAM); }, EACCES},
+        {"socketpair(AF_UNIX)", [] {
+           int sv[2];
+           long r = socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+           if (r == 0) close(sv[0]), close(sv[1]);
+           return r;
+         }, 0},
+        {"socketpair(AF_INET)", [] {
+           int sv[2];
+           return long(socketpair(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+         }, EACCES},
+        {"socketpair(AF_TIPC)", [] {
+           int sv[2];
+           return long(socketpair(AF_TIPC, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv));
+         }, EACCES},
+    };
+    cr_log_info("profile %s", c.profile);
+    expect_probes(prog, probes);
+  }
+  // Unfiltered, vsock opens here or the kernel lacks it: never EACCES.
+  int vsock = errno_under(nullptr, [] { return socket_probe(AF_VSOCK, SOCK_STREAM); });
+  cr_assert_neq(vsock, EACCES, "EACCES from the kernel itself: the probes above would prove nothing");
+}
+
 Test(seccomp, namespace_clones_are_refused) {
   auto prog = must_prepare({"default"});
   expect_probes(prog, {
@@ -234,7 +285,9 @@ Test(seccomp, profiles_compose_into_one_filter) {
 // stale table would install a filter nobody reviewed.
 Test(seccomp, prebuilt_filters_are_what_libseccomp_compiles_now) {
   const std::vector<std::vector<std::string>> combos = {
-      {"default"}, {"no-network"}, {"tcp-only"}, {"default", "no-network"}, {"default", "tcp-only"}};
+      {"default"},           {"no-network"},          {"tcp-only"},
+      {"inet-only"},         {"host-network"},        {"default", "no-network"},
+      {"default", "tcp-only"}, {"default", "inet-only"}, {"default", "host-network"}};
   for (const auto& combo : combos) {
     SeccompSpec spec;
     std::string key;
@@ -284,7 +337,10 @@ Test(seccomp, describe_lists_what_a_profile_denies) {
                          "clone (flags include CLONE_NEW*)", "ENOSYS: clone3"});
   auto nonet = describe_seccomp_profile("no-network");
   cr_assert(nonet.ok());
-  expect_mentions(*nonet, {"EACCES: socket (domain other than AF_UNIX)"});
+  expect_mentions(*nonet, {"EACCES: socket (domain other than AF_UNIX)", "socketpair (domain other than AF_UNIX)"});
+  auto inet = describe_seccomp_profile("inet-only");
+  cr_assert(inet.ok());
+  expect_mentions(*inet, {"socket (domain other than AF_UNIX, AF_INET, AF_INET6)"});
 }
 
 Test(seccomp, skipped_syscalls_are_exactly_the_ones_this_arch_lacks) {

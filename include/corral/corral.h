@@ -30,9 +30,11 @@ struct corral_rlimit {
  * `limits` is borrowed. Async-signal-safe. */
 CORRAL_API int corral_apply_rlimits(const struct corral_rlimit *limits, size_t count);
 
-/* setgroups(0), setresgid, setresuid, then verify root cannot be regained.
- * Needs CAP_SETUID/CAP_SETGID unless uid/gid are already the identity.
- * Async-signal-safe. */
+/* setgroups(0), setresgid, setresuid, then verify root cannot be regained
+ * (setresuid(0,0,0) and setresgid(0,0,0) must fail; -ENOTRECOVERABLE if
+ * either works: _exit then). uid 0 or gid 0 (or -1) is -EINVAL: a drop to
+ * root is none. Needs CAP_SETUID/CAP_SETGID unless uid/gid are already the
+ * identity. Async-signal-safe. */
 CORRAL_API int corral_drop_privileges(uid_t uid, gid_t gid);
 
 /* Clear ambient and (when CAP_SETPCAP allows) bounding capabilities, clear

@@ -30,6 +30,9 @@ struct HostFacts {
   // execve uid 0 holds the bounding set, anyone else the ambient set.
   bool program_nproc_exempt = false;
   bool program_raises_rlimits = false;
+  // CAP_SYS_ADMIN effective: as root, tier process gives each run an IPC
+  // namespace (a root without it, e.g. in a default docker container, cannot).
+  bool cap_sys_admin = false;
   int landlock_abi = 0;
   bool seccomp = false;           // seccomp filter mode available
   bool io_uring = false;
@@ -71,6 +74,9 @@ inline constexpr std::string_view kGuaranteeSeccomp = "seccomp";
 inline constexpr std::string_view kGuaranteeGroupKill = "group_kill";
 inline constexpr std::string_view kGuaranteeReapsDescendants = "reaps_descendants";
 inline constexpr std::string_view kGuaranteeSecretMasking = "secret_masking";
+// SysV IPC and POSIX message queues: an IPC namespace of the run's own
+// (tier process as root; tier container always), or the host's, shared.
+inline constexpr std::string_view kGuaranteeIpc = "ipc";
 // The container tier itself: user, pid, net, mount (pivot_root), ipc, uts
 // and cgroup namespaces. A container-tier run is refused without it.
 inline constexpr std::string_view kGuaranteeNamespaces = "namespaces";

@@ -42,8 +42,8 @@ class PrivilegeDrop {
 };
 
 // Parent side. Refuses, naming the uid/gid: -1 (4294967295, which set*id
-// reads as "unchanged"); uid 0 or gid 0 as a target (dropping to root is
-// not a drop) unless that is already exactly our identity; ids not mapped
+// reads as "unchanged"); uid 0 or gid 0 as a target, even when that is our
+// own identity (a run is never root, nor in root's group); ids not mapped
 // in our user namespace; and any real change when the calling thread lacks
 // CAP_SETUID or CAP_SETGID (checked here because the child inherits this
 // thread's capabilities). A target equal to our current real, effective and
@@ -51,8 +51,9 @@ class PrivilegeDrop {
 Expected<PrivilegeDrop> prepare_privilege_drop(uid_t uid, gid_t gid);
 
 // The same drop without a prepared object, for a preexec hook (the C ABI):
-// validates only what it can without allocating (-1 ids refused) and
-// skips setgroups when the target is already our identity. Child side;
+// validates only what it can without allocating (-1 ids, uid 0 and gid 0
+// refused with EINVAL) and skips setgroups when the target is already our
+// identity; returns 0 only once setresuid(0,0,0) and setresgid(0,0,0) fail. Child side;
 // async-signal-safe. Returns 0 or errno.
 int drop_privileges_now(uid_t uid, gid_t gid) noexcept;
 
@@ -60,8 +61,8 @@ int drop_privileges_now(uid_t uid, gid_t gid) noexcept;
 // setresuid, which would broadcast to the parent's threads from a CLONE_VM
 // child), errno untouched. Order: setgroups(0, NULL), setresgid(g,g,g),
 // setresuid(u,u,u) (groups and gid while we still may). Then verifies:
-// getresuid/getresgid all equal the target, and, unless the target is
-// uid 0, setresuid(0,0,0) and setresgid(0,0,0) fail. Returns 0, the
+// getresuid/getresgid all equal the target, and setresuid(0,0,0) and
+// setresgid(0,0,0) fail. Returns 0, the
 // positive errno of the failed step, or ENOTRECOVERABLE if root could be
 // regained or the ids did not stick (the caller must _exit: the child may
 // be root again).

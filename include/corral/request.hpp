@@ -29,6 +29,16 @@ Expected<Tier> parse_tier(std::string_view text);
 
 enum class NetworkAccess { host, none };
 
+// The one check of a run's pinned identity (Request::user; its gid is the
+// same number), shared by the CLI's --user, a job's "user" field and
+// prepare_run: uid 0 is refused (root, and gid 0 root's group: a run is
+// never root, in either tier), and so is 4294967295, which set*id reads as
+// "unchanged". The error names the value.
+Status check_run_user(std::uint64_t uid);
+// `--user` text: decimal digits only ("0:0", "root", "1k", "-1" are
+// errors), then check_run_user.
+Expected<uid_t> parse_run_user(std::string_view text);
+
 // A file placed into the workspace before the child starts: bytes given by
 // the caller, or a copy of a host file.
 struct Input {

@@ -28,9 +28,20 @@ namespace corral {
 //               namespace creation (unshare, setns, clone with CLONE_NEW*),
 //               io_uring, personality changes, clock setting, swap, reboot,
 //               TIOCSTI/TIOCLINUX ioctls, and similar host-wide calls.
-//   no-network  socket(2) for any family but AF_UNIX fails with EACCES;
-//               io_uring is denied too (its IORING_OP_SOCKET makes sockets
-//               without the socket syscall).
+//   The network profiles allow-list socket families, one per network
+//   policy; socket(2) for any other family fails with EACCES, and so does
+//   socketpair(2) for any family but AF_UNIX. io_uring is denied in each
+//   (its IORING_OP_SOCKET makes sockets without the socket syscall).
+//   no-network    AF_UNIX only: a closed network.
+//   tcp-only      AF_UNIX, and TCP over AF_INET/AF_INET6 (an egress
+//                 allow-list that Landlock's TCP rules narrow to ports).
+//   inet-only     AF_UNIX, AF_INET, AF_INET6: a network namespace of the
+//                 run's own (lo up), where IP reaches only that namespace.
+//   host-network  AF_UNIX, AF_INET, AF_INET6, AF_NETLINK: the host's network
+//                 (netlink for getifaddrs and getaddrinfo's AI_ADDRCONFIG).
+//   Nothing else in any of them: not vsock (no network namespace isolates
+//   it), packet, bluetooth, AF_ALG, AF_KEY, XDP, nor a family a later
+//   kernel adds.
 std::vector<std::string> seccomp_profiles();
 
 // One row of a profile, for reports: "ptrace" denied with EPERM, or
@@ -99,8 +110,8 @@ class SeccompProgram {
 // architecture (other architectures: kill the process) and export its BPF
 // into memory. Errors name the profile or the libseccomp step:
 // "seccomp: unknown profile 'nonet' (known: default, no-network)".
-// The combinations the tiers use (default; default + no-network or
-// tcp-only; each single profile) were compiled when libcorral was built;
+// The combinations the tiers use (default; default + one network
+// profile; each single profile) were compiled when libcorral was built;
 // prepare() returns that BPF, without calling libseccomp's compiler, when
 // the running libseccomp version, its kernel API level and the
 // architecture are the ones it was built with, and compiles otherwise.

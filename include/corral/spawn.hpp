@@ -62,6 +62,9 @@ struct ChildPlan {
   std::optional<LandlockRuleset> landlock;
   // Shared: the BPF is immutable, and compiling it costs more than a spawn.
   std::shared_ptr<const SeccompProgram> seccomp;
+  // CLONE_NEW* flags the vfork path's clone3 adds (tier process as root:
+  // CLONE_NEWIPC). The container path builds its namespaces itself.
+  std::uint64_t clone_namespaces = 0;
 
   // Filled by finalize(): the pointer arrays into the storage above.
   std::vector<char*> argv;

@@ -65,10 +65,10 @@ const char kRunHelp[] =
     "                                 listed with size and SHA-256, not kept)\n"
     "  --cwd DIR                      run in DIR (default: the workspace); DIR joins\n"
     "                                 the write set under --confine-writes\n"
-    "  --user UID                     run as UID and gid UID (tier process, as root;\n"
-    "                                 default: a uid per run from 200000-265535 when\n"
-    "                                 root, else the caller's uid); tier container:\n"
-    "                                 the uid inside (default 65534, never 0)\n"
+    "  --user UID                     run as UID and gid UID, never 0 (tier process,\n"
+    "                                 as root; default: a uid per run from\n"
+    "                                 200000-265535 when root, else the caller's uid);\n"
+    "                                 tier container: the uid inside (default 65534)\n"
     "  --rootfs DIR                   tier container: DIR's entries (read-only) instead\n"
     "                                 of the host's /usr, /bin, /lib* and a minimal /etc\n"
     "  --ro-bind SRC[:DST]            tier container: bind host SRC read-only at DST\n"
@@ -225,9 +225,9 @@ int parse(int argc, char** argv, Options& o) {
     else if (a == "--cwd") o.request.cwd = v;
     else if (a == "--stdin-text") o.request.stdin_text = v;
     else if (a == "--user") {
-      auto uid = parse_limit_value("--user", v);
-      if (!uid || *uid >= 4294967295ull) return say("--user: '%s' is not a uid", v), 2;
-      o.request.user = static_cast<uid_t>(*uid);
+      auto uid = parse_run_user(v);
+      if (!uid) return say("--user: %s", uid.error().message().c_str()), 2;
+      o.request.user = *uid;
     } else if (a == "--grace") {
       char* end = nullptr;
       double g = std::strtod(v, &end);

@@ -16,7 +16,15 @@ namespace {
 // The tiers' filters (run_setup.cpp: seccomp_for) and the single profiles
 // the C ABI's corral_seccomp_prepare names.
 const std::vector<std::vector<std::string>> kCombinations = {
-    {"default"}, {"no-network"}, {"tcp-only"}, {"default", "no-network"}, {"default", "tcp-only"},
+    {"default"},
+    {"no-network"},
+    {"tcp-only"},
+    {"inet-only"},
+    {"host-network"},
+    {"default", "no-network"},
+    {"default", "tcp-only"},
+    {"default", "inet-only"},
+    {"default", "host-network"},
 };
 
 std::string joined(const std::vector<std::string>& v) {

@@ -14,13 +14,23 @@
  *   setsid-escape          double fork + setsid; the escapee sleeps holding stdout
  *   exit CODE              exit with CODE
  *   fork-bomb MAX          fork up to MAX children, print how many succeeded, all exit
+ *   ipc-make KEY DIR       a SysV shm segment (1 MiB) and message queue with KEY and
+ *                          the POSIX queue /corral-KEY, all mode 0666 and left behind;
+ *                          "shm=ok msg=ok mq=ok" (or the errno); then DIR/made, and
+ *                          wait (up to 20 s) for DIR/done
+ *   ipc-look KEY DIR       wait (up to 20 s) for DIR/made; whether KEY's segment and
+ *                          queue and /corral-KEY are visible ("shm=found" or the
+ *                          errno, e.g. ENOENT); then DIR/done
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <mqueue.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/msg.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -138,6 +148,53 @@ static int fork_bomb(int max) {
   return 0;
 }
 
+static void ipc_result(const char *what, int ok, const char *yes) {
+  printf("%s=%s\n", what, ok ? yes : strerrorname_np(errno));
+}
+
+/* Polls for DIR/NAME every 10 ms, up to 20 s. */
+static int wait_for(const char *dir, const char *name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  for (int i = 0; i < 2000; i++) {
+    if (access(path, F_OK) == 0) return 0;
+    nap_ms(10);
+  }
+  return -1;
+}
+
+static void touch(const char *dir, const char *name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (fd >= 0) close(fd);
+}
+
+static int ipc_make(key_t key, const char *dir) {
+  char name[64];
+  snprintf(name, sizeof name, "/corral-%d", (int)key);
+  ipc_result("shm", shmget(key, 1 << 20, IPC_CREAT | 0666) >= 0, "ok");
+  ipc_result("msg", msgget(key, IPC_CREAT | 0666) >= 0, "ok");
+  mqd_t q = mq_open(name, O_CREAT | O_RDWR, 0666, NULL);
+  ipc_result("mq", q != (mqd_t)-1, "ok");
+  fflush(stdout);
+  touch(dir, "made");
+  return wait_for(dir, "done") == 0 ? 0 : 1;
+}
+
+static int ipc_look(key_t key, const char *dir) {
+  char name[64];
+  snprintf(name, sizeof name, "/corral-%d", (int)key);
+  if (wait_for(dir, "made") != 0) return 1;
+  ipc_result("shm", shmget(key, 0, 0) >= 0, "found");
+  ipc_result("msg", msgget(key, 0) >= 0, "found");
+  mqd_t q = mq_open(name, O_RDONLY);
+  ipc_result("mq", q != (mqd_t)-1, "found");
+  fflush(stdout);
+  touch(dir, "done");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   const char *m = argv[1];
@@ -155,5 +212,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "setsid-escape")) return setsid_escape();
   if (!strcmp(m, "exit") && argc > 2) return atoi(argv[2]);
   if (!strcmp(m, "fork-bomb") && argc > 2) return fork_bomb(atoi(argv[2]));
+  if (!strcmp(m, "ipc-make") && argc > 3) return ipc_make((key_t)atoi(argv[2]), argv[3]);
+  if (!strcmp(m, "ipc-look") && argc > 3) return ipc_look((key_t)atoi(argv[2]), argv[3]);
   return 2;
 }

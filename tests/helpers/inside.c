@@ -16,6 +16,9 @@
  *                     connect to @NAME, retrying while nothing listens
  *                     (ECONNREFUSED) for up to SECONDS; "abstract_connect="
  *   ns                "netns=" and "mntns=": this process's namespaces
+ *   families          socket(2) for each family a sandbox may or may not
+ *                     allow ("unix=ok", "vsock=EACCES", ...) and
+ *                     socketpair(2) for AF_UNIX, AF_INET and AF_TIPC
  */
 #include <sys/un.h>
 #include <time.h>
@@ -209,6 +212,38 @@ static int abstract_connect(const char *name, int seconds) {
   }
 }
 
+/* One socket(2) per family, closed at once; the errno when refused. The
+ * families the tests name: what every network policy allows (unix), what
+ * only some allow (inet, netlink) and what none does (the rest; a family
+ * this kernel lacks fails with EAFNOSUPPORT unless a filter refuses it). */
+static int families(void) {
+  static const struct { const char *name; int domain, type, protocol; } fams[] = {
+      {"unix", AF_UNIX, SOCK_STREAM, 0},      {"inet", AF_INET, SOCK_DGRAM, 0},
+      {"inet6", AF_INET6, SOCK_DGRAM, 0},     {"netlink", AF_NETLINK, SOCK_RAW, 0},
+      {"packet", AF_PACKET, SOCK_RAW, 0},     {"vsock", AF_VSOCK, SOCK_STREAM, 0},
+      {"alg", AF_ALG, SOCK_SEQPACKET, 0},     {"bluetooth", AF_BLUETOOTH, SOCK_STREAM, 3},
+      {"key", AF_KEY, SOCK_RAW, 2},           {"xdp", AF_XDP, SOCK_RAW, 0},
+  };
+  for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
+    int s = socket(fams[i].domain, fams[i].type | SOCK_CLOEXEC, fams[i].protocol);
+    int e = errno;
+    if (s >= 0) close(s);
+    errno = e;
+    result(fams[i].name, s >= 0 ? 0 : -1);
+  }
+  static const struct { const char *name; int domain; } pairs[] = {
+      {"socketpair_unix", AF_UNIX}, {"socketpair_inet", AF_INET}, {"socketpair_tipc", AF_TIPC}};
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+    int sv[2];
+    int r = socketpair(pairs[i].domain, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv);
+    int e = errno;
+    if (r == 0) close(sv[0]), close(sv[1]);
+    errno = e;
+    result(pairs[i].name, r);
+  }
+  return 0;
+}
+
 static void ns_link(const char *key, const char *path) {
   char buf[128];
   ssize_t n = readlink(path, buf, sizeof buf - 1);
@@ -226,6 +261,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "exit") && argc > 2) return atoi(argv[2]);
   if (!strcmp(m, "abstract-listen") && argc > 3) return abstract_listen(argv[2], atoi(argv[3]));
   if (!strcmp(m, "abstract-connect") && argc > 3) return abstract_connect(argv[2], atoi(argv[3]));
+  if (!strcmp(m, "families")) return families();
   if (!strcmp(m, "ns")) {
     ns_link("netns", "/proc/self/ns/net");
     ns_link("mntns", "/proc/self/ns/mnt");
