@@ -97,12 +97,15 @@ Test(privilege, drop_now_refuses_uid_0_and_gid_0) {
   cr_assert(r.end.exited && r.end.code == 0, "child exit %d signal %d", r.end.code, r.end.signal);
 }
 
-Test(privilege, the_current_identity_is_a_verified_no_op) {
-  // As root the current identity is refused (see above); the no-op as
-  // nobody is a_non_root_process_is_refused_by_name's.
-  if (getuid() == 0 || getgid() == 0) cr_skip_test("root's own identity is refused, not a no-op");
+// Our own identity is a no-op that still verifies; root's own is refused
+// (a "drop" to it would keep root and the bounding set).
+Test(privilege, the_current_identity_is_a_verified_no_op_unless_it_is_root) {
   uid_t uid = getuid();
   gid_t gid = getgid();
+  if (uid == 0 || gid == 0) {
+    expect_refused(uid, gid, uid == 0 ? "uid 0" : "gid 0");
+    return;
+  }
   PrivilegeDrop same = prepared(uid, gid);
   cr_expect(!same.changes_identity());
   auto r = run_in_child_reporting([&](int) { return apply_privilege_drop_in_child(same); });
