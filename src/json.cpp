@@ -131,6 +131,11 @@ Expected<Request> request_from_json(std::string_view text) {
     } else if (key == "grace_seconds") {
       if (!v.is_number()) return Error::invalid("field 'grace_seconds' must be a number");
       r.grace_seconds = v.get<double>();
+    } else if (key == "on_output_limit") {
+      if (!v.is_string()) return Error::invalid("field 'on_output_limit' must be \"truncate\" or \"kill\"");
+      auto p = parse_output_limit_policy(v.get<std::string>());
+      if (!p) return std::move(p).error();
+      r.on_output_limit = *p;
     } else if (key == "rootfs") {
       if (!v.is_string()) return Error::invalid("field 'rootfs' must be a string");
       r.rootfs = v.get<std::string>();

@@ -77,6 +77,16 @@ std::vector<std::pair<std::string, double>> timing_fields(const SetupTimings& t)
   return out;
 }
 
+std::string_view to_string(OutputLimitPolicy policy) {
+  return policy == OutputLimitPolicy::kill ? "kill" : "truncate";
+}
+
+Expected<OutputLimitPolicy> parse_output_limit_policy(std::string_view text) {
+  if (text == "truncate") return OutputLimitPolicy::truncate;
+  if (text == "kill") return OutputLimitPolicy::kill;
+  return Error::invalid("on_output_limit: '" + std::string(text) + "' is neither truncate nor kill");
+}
+
 int cli_exit_code(const Result& r) {
   switch (r.outcome) {
     case Outcome::exited: return r.exit_code;

@@ -129,6 +129,9 @@ Expected<Request> request_for_route(const Route& route, Request base, const Rout
     request.secrets.push_back(std::move(ref));
   }
 
+  // The route's kill stands; a caller's kill tightens a route that truncates.
+  if (spec.kill_on_output_limit) request.on_output_limit = OutputLimitPolicy::kill;
+
   if (!request.acknowledged.empty())
     return refuse("acknowledgements belong to the route (acknowledged_unenforced), not to the caller: " +
                   q(*request.acknowledged.begin()));

@@ -211,10 +211,10 @@ Expected<DeclaredOutput> read_output(const Reader& r, const toml::node& node, co
   return out;
 }
 
-constexpr std::array<std::string_view, 13> kRouteKeys{
+constexpr std::array<std::string_view, 14> kRouteKeys{
     "name",    "provenance", "tier",     "min_isolation",   "requires", "egress_allow",
     "limits",  "outputs",    "transfer", "env_passthrough", "secrets",  "acknowledge_network_egress",
-    "acknowledged_unenforced",
+    "acknowledged_unenforced", "on_output_limit",
 };
 
 Expected<RouteSpec> read_route(std::string_view path, const toml::table& table, std::size_t index) {
@@ -239,6 +239,11 @@ Expected<RouteSpec> read_route(std::string_view path, const toml::table& table, 
       } else {
         spec.tier = *s;
       }
+    } else if (k == "on_output_limit") {
+      auto s = text();
+      if (!s) return std::move(s).error();
+      if (*s != "truncate" && *s != "kill") return r.invalid(*value, k, q(*s) + " is neither \"truncate\" nor \"kill\"");
+      spec.kill_on_output_limit = *s == "kill";
     } else if (k == "provenance" || k == "min_isolation") {
       auto s = text();
       if (!s) return std::move(s).error();

@@ -346,6 +346,16 @@ void classify_outcome(const RunEnd& end, const Limits& limits, Result& r) {
     r.outcome = Outcome::cancelled;
     return;
   }
+  if (!end.output_limit.empty()) {
+    // The overrun is the verdict whether the kill or the program's own exit
+    // came first (a program that printed too much and exited is not
+    // `exited`): the same output always gets the same outcome, 137.
+    r.outcome = Outcome::killed_resource;
+    r.resource = end.output_limit;
+    r.exit_code = -1;
+    r.signal = SIGKILL;
+    return;
+  }
   if (end.timed_out) {
     r.outcome = Outcome::killed_timeout;
     return;

@@ -163,7 +163,7 @@ Expected<bool> Supervisor::run_once(double timeout_seconds) {
   Impl& s = *impl_;
   s.process_requests();
   s.free_retired();
-  if (s.in_flight == 0 && s.armed_watches == 0) return false;
+  if (s.in_flight == 0 && s.armed_watches == 0 && s.pending_writes == 0) return false;
   bool urgent = !s.ready_pipes.empty() || !s.to_cancel.empty() || !s.to_deliver.empty();
   io_uring_cqe* cqe = nullptr;
   __kernel_timespec ts = to_timespec(urgent ? 0 : timeout_seconds);
@@ -182,7 +182,7 @@ Expected<bool> Supervisor::run_once(double timeout_seconds) {
   io_uring_submit(&s.ring);
   s.free_retired();
   if (s.in_flight == 0) s.maybe_reap_orphans(true);  // idle: no zombie left behind
-  return s.in_flight > 0 || s.armed_watches > 0;
+  return s.in_flight > 0 || s.armed_watches > 0 || s.pending_writes > 0;
 }
 
 Status Supervisor::run_until_idle() {

@@ -40,6 +40,32 @@ Status Supervisor::watch_fd(int fd, std::function<void()> on_ready) {
   return {};
 }
 
+Status Supervisor::write_fd(int fd, std::string_view data, std::function<void(int)> on_done) {
+  Impl& s = *impl_;
+  if (fd < 0) return Error(EBADF, "write_fd: invalid fd " + std::to_string(fd));
+  std::uint32_t index = static_cast<std::uint32_t>(s.writes.size());
+  for (std::uint32_t i = 0; i < s.writes.size(); ++i) {
+    if (s.writes[i].fd == fd && s.writes[i].pending)
+      return Error(EBUSY, "write_fd: a write to fd " + std::to_string(fd) + " is in flight already");
+    if (!s.writes[i].pending && index == s.writes.size()) index = i;
+  }
+  if (index == s.writes.size()) s.writes.emplace_back();
+  FdWrite& w = s.writes[index];
+  w.fd = fd;
+  ++w.gen;
+  w.pending = true;
+  w.on_done = std::move(on_done);
+  ++s.pending_writes;
+  io_uring_sqe* e = s.sqe();
+  // Offset -1: at (and advancing) the file position, as write(2) would, so
+  // a regular file or an O_APPEND redirection is written the usual way.
+  io_uring_prep_write(e, fd, data.data(), static_cast<unsigned>(std::min<std::size_t>(data.size(), 1u << 30)),
+                      static_cast<__u64>(-1));
+  io_uring_sqe_set_data64(e, Impl::user_data(index, w.gen, kOpWrite));
+  io_uring_submit(&s.ring);
+  return {};
+}
+
 void Supervisor::unwatch_fd(int fd) {
   Impl& s = *impl_;
   for (std::uint32_t i = 0; i < s.watches.size(); ++i) {
@@ -59,6 +85,13 @@ void Supervisor::unwatch_fd(int fd) {
     w.fd = -1;
     w.on_ready = nullptr;
   }
+}
+
+void Supervisor::pause_output(std::uint64_t token, bool paused) {
+  Run* run = impl_->lookup(token);
+  if (run == nullptr || run->output_paused == paused) return;
+  run->output_paused = paused;
+  if (!paused) impl_->release_held(static_cast<std::uint32_t>(token >> 32), *run);
 }
 
 void Supervisor::cancel_all() {
@@ -137,6 +170,10 @@ RunHandle::~RunHandle() {
 
 void RunHandle::cancel() {
   if (sup_) sup_->cancel(token_);
+}
+
+void RunHandle::pause_output(bool paused) {
+  if (sup_) sup_->pause_output(token_, paused);
 }
 
 bool RunHandle::finished() const { return sup_ == nullptr || sup_->finished(token_); }

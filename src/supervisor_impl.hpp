@@ -37,7 +37,7 @@ struct StreamQueue {
 
 namespace supervision {
 
-enum Op : std::uint8_t { kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4, kOpWatch = 5, kOpOom = 6 };
+enum Op : std::uint8_t { kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4, kOpWatch = 5, kOpOom = 6, kOpWrite = 7 };
 // What a run holds while its child runs: the pidfd and the stdout/stderr
 // read ends. The workspace holds none (its root fd is released after the
 // spawn and reopened for collection; the base fd is shared), the plan's
@@ -68,6 +68,13 @@ struct FdWatch {
   std::function<void()> on_ready;
 };
 
+struct FdWrite {  // a caller's write through the ring (Supervisor::write_fd)
+  int fd = -1;
+  std::uint32_t gen = 0;
+  bool pending = false;
+  std::function<void(int)> on_done;
+};
+
 inline std::size_t count_open_fds() {
   std::size_t n = 0;
   DIR* d = opendir("/proc/self/fd");
@@ -83,6 +90,7 @@ struct Pipe {
   bool eof = false;     // no more data will be read
   bool removing = false;
   bool ready = false;   // data left after the read budget
+  bool held = false;    // not read while the run's output is paused
 };
 
 struct Run {
@@ -105,6 +113,7 @@ struct Run {
   bool delivered = false;
   bool retiring = false;  // delivered; its slot is freed at the end of the loop turn
   bool cancel_requested = false;
+  bool output_paused = false;  // RunHandle::pause_output: pipes not read while the leader lives
 };
 
 inline __kernel_timespec to_timespec(double seconds) {
@@ -141,6 +150,8 @@ struct Supervisor::Impl {
   std::shared_ptr<const WorkspaceBase> base;
   std::vector<FdWatch> watches;
   std::size_t armed_watches = 0;
+  std::vector<FdWrite> writes;
+  std::size_t pending_writes = 0;
   std::uint64_t run_counter = 0;
   // Where pipe reads land. Allocated uninitialised (new char[], not a
   // zero-filled string): zeroing 256 KiB faulted in 64 pages, ~0.2 ms of a
@@ -268,9 +279,14 @@ struct Supervisor::Impl {
     StreamId id = (op == kOpOut) ? StreamId::stdout_stream : StreamId::stderr_stream;
     pipe.ready = false;
     for (std::size_t i = 0; i < kReadBudget; ++i) {
+      if (run.output_paused && !run.exited) {
+        pipe.held = true;  // no poll armed: release_held() puts it on the ready list
+        return;
+      }
       ssize_t n = ::read(pipe.fd.get(), scratch.get(), kScratchBytes);
       if (n > 0) {
         emit(run, id, cap.on_data(std::string_view(scratch.get(), static_cast<std::size_t>(n))));
+        check_output_limit(slot, run, cap, op == kOpOut ? Limit::stdout_bytes : Limit::stderr_bytes);
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -286,8 +302,32 @@ struct Supervisor::Impl {
     ready_pipes.push_back(slot);
   }
 
+  // Request::on_output_limit kill: the first overrun of a stream's cap ends
+  // the run (once; not after a deadline or a cancel already decided it).
+  void check_output_limit(std::uint32_t slot, Run& run, const StreamCapture& cap, Limit limit) {
+    if (run.prep.request.on_output_limit != OutputLimitPolicy::kill || !cap.truncated()) return;
+    if (!run.end.output_limit.empty() || run.end.timed_out || run.end.cancelled) return;
+    run.end.output_limit = std::string(limit_name(limit));
+    request_kill(slot, run, SIGKILL);
+  }
+
+  // Read the pipes a pause held (resumed, or the leader is gone).
+  void release_held(std::uint32_t slot, Run& run) {
+    bool queued = false;
+    for (Pipe* pipe : {&run.out, &run.err}) {
+      if (!pipe->held) continue;
+      pipe->held = false;
+      if (!pipe->ready) {
+        pipe->ready = true;
+        queued = true;
+      }
+    }
+    if (queued) ready_pipes.push_back(slot);
+  }
+
   void on_leader_exit(std::uint32_t slot, Run& run) {
     if (run.exited) return;
+    release_held(slot, run);
     // Stragglers in the group go with the leader; the leader's zombie keeps
     // the pgid from being reused until we reap it just below.
     kill_group(run.pidfd, SIGKILL);
@@ -404,6 +444,9 @@ struct Supervisor::Impl {
     // The maskers' held-back tails are output too: stream them first.
     emit(run, StreamId::stdout_stream, run.out_capture->finish());
     if (run.err_capture) emit(run, StreamId::stderr_stream, run.err_capture->finish());
+    // A masker's held-back tail may be what passes the cap.
+    check_output_limit(0, run, *run.out_capture, Limit::stdout_bytes);
+    if (run.err_capture) check_output_limit(0, run, *run.err_capture, Limit::stderr_bytes);
     // Found again by name below the shared base; a failure (the directory
     // was moved or replaced) shows in the result's detail via remove().
     if (run.prep.workspace) (void)run.prep.workspace->reacquire();
@@ -449,6 +492,10 @@ struct Supervisor::Impl {
       on_watch(slot, gen);
       return;
     }
+    if (op == kOpWrite) {
+      on_write(slot, gen, cqe->res);
+      return;
+    }
     if (slot >= slots.size() || !slots[slot]) return;
     Run& run = *slots[slot];
     if (!run.active || run.retiring || (run.gen & 0xffffff) != gen) return;
@@ -481,6 +528,7 @@ struct Supervisor::Impl {
         if (cqe->res > 0 && !run.exited) request_kill(slot, run, SIGKILL);
         break;
       case kOpWatch:
+      case kOpWrite:
         break;  // handled above
     }
     maybe_finish(slot, run);
@@ -504,6 +552,17 @@ struct Supervisor::Impl {
     auto cb = std::move(w.on_ready);
     w.on_ready = nullptr;
     if (cb) cb();  // may watch the fd again
+  }
+
+  void on_write(std::uint32_t index, std::uint32_t gen, int res) {
+    if (index >= writes.size()) return;
+    FdWrite& w = writes[index];
+    if (!w.pending || (w.gen & 0xffffff) != gen) return;
+    w.pending = false;
+    --pending_writes;
+    auto cb = std::move(w.on_done);
+    w.on_done = nullptr;
+    if (cb) cb(res);  // may write again
   }
 
   void process_requests() {

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -351,4 +352,203 @@ Test(batch, audit_writes_one_line_per_job_and_never_a_secret) {
   cr_assert(lines.find("audit-s3cret") == std::string::npos, "the audit line carries the secret: %s", lines.c_str());
   cr_assert(b.out_text.find("audit-s3cret") == std::string::npos, "a result carries the secret");
   cr_assert(lines.find("\"outcome\":\"exited\"") != std::string::npos, "%s", lines.c_str());
+}
+
+namespace {
+
+// `corral batch ARGS` with stdout into `out_path`; its CPU time (user +
+// system, from wait4: what the reading costs, unlike wall time on a busy
+// host) and peak RSS.
+struct Measured {
+  int code = -1;
+  double cpu_seconds = 0;
+  long max_rss_kb = 0;
+  std::string out, err;
+};
+
+Measured measure_batch(const std::vector<std::string>& args, const std::string& tmpdir) {
+  TempDir capture;
+  std::string out_path = capture / "out", err_path = capture / "err";
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int null = open("/dev/null", O_RDONLY);
+    if (out < 0 || err < 0 || null < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0 || dup2(null, 0) < 0) _exit(126);
+    setenv("TMPDIR", tmpdir.c_str(), 1);
+    std::vector<char*> argv;
+    std::string bin = corral_bin(), verb = "batch";
+    argv.push_back(bin.data());
+    argv.push_back(verb.data());
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  Measured m;
+  int status = 0;
+  struct rusage ru {};
+  cr_assert_eq(wait4(pid, &status, 0, &ru), pid);
+  m.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  m.cpu_seconds = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                  static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  m.max_rss_kb = ru.ru_maxrss;
+  m.out = corral_test::read_file(out_path);
+  m.err = corral_test::read_file(err_path);
+  return m;
+}
+
+std::vector<json> json_lines(const std::string& text) {
+  std::vector<json> v;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) v.push_back(json::parse(line));
+  return v;
+}
+
+// A job line `pad` bytes longer than it needs to be (JSON whitespace).
+std::string padded_job(const std::string& id, std::size_t pad) {
+  return "{\"id\":\"" + id + "\"," + std::string(pad, ' ') + "\"argv\":[\"true\"],\"tier\":\"none\"}\n";
+}
+
+}  // namespace
+
+// Reading was quadratic (a partial line searched again from its start on
+// every 64 KiB chunk: 80 MB took 7.3 s, 300 MB 85 s). A 100 MB line must
+// cost about ten times a 10 MB one, not a hundred.
+Test(batch, a_100_mb_line_is_read_in_linear_time) {
+  Base base;
+  TempDir scratch;
+  double cpu[2];
+  std::size_t sizes[2] = {10u << 20, 100u << 20};
+  for (int i = 0; i < 2; ++i) {
+    corral_test::write_file(scratch / "jobs.jsonl", padded_job("big", sizes[i]) + job("after", {"true"}));
+    Measured m = measure_batch({"--max-line-bytes", "200000000", scratch / "jobs.jsonl"}, base.dir.path());
+    cr_assert_eq(m.code, 0, "exit %d: %s", m.code, m.err.c_str());
+    auto results = json_lines(m.out);
+    cr_assert_eq(results.size(), 2u, "%s", m.err.c_str());
+    for (const json& r : results) expect_field(r, "outcome", "exited");
+    cpu[i] = m.cpu_seconds;
+  }
+  cr_assert_lt(cpu[1], 20.0, "a 100 MB line cost %.2fs of CPU", cpu[1]);
+  cr_assert_lt(cpu[1], 25 * cpu[0] + 1.0, "10 MB: %.2fs of CPU, 100 MB: %.2fs: not linear", cpu[0], cpu[1]);
+}
+
+// A line over --max-line-bytes is an error result naming its line number
+// and the cap; its bytes are skipped, not held (a 64 MiB line under a 1000
+// byte cap), and the next line still runs.
+Test(batch, a_line_over_max_line_bytes_is_refused_and_the_next_line_runs) {
+  Base base;
+  TempDir scratch;
+  corral_test::write_file(scratch / "jobs.jsonl",
+                          job("first", {"true"}) + padded_job("long", 64u << 20) + job("after", {"echo", "ran"}));
+  Measured m = measure_batch({"--max-line-bytes", "1000", scratch / "jobs.jsonl"}, base.dir.path());
+  cr_assert_eq(m.code, 0, "exit %d: %s", m.code, m.err.c_str());
+  std::map<long, json> by_line;
+  for (json& r : json_lines(m.out)) by_line[r.value("line", 0L)] = r;
+  cr_assert_eq(by_line.size(), 3u, "%s", m.out.c_str());
+  expect_field(by_line[2], "outcome", "error");
+  std::string why = field(by_line[2], "error");
+  cr_assert(why.find("line 2") != std::string::npos && why.find("1000 bytes") != std::string::npos, "%s",
+            why.c_str());
+  expect_field(by_line[3], "id", "after");
+  expect_field(by_line[3], "stdout", "ran\n");
+  cr_assert_lt(m.max_rss_kb, 32 * 1024, "corral held %ld KiB reading a skipped 64 MiB line", m.max_rss_kb);
+  // The default cap (16 MiB) refuses the same line, and the flag is checked.
+  corral_test::write_file(scratch / "jobs.jsonl", padded_job("long", 17u << 20) + job("after", {"true"}));
+  Measured d = measure_batch({scratch / "jobs.jsonl"}, base.dir.path());
+  auto results = json_lines(d.out);
+  cr_assert_eq(results.size(), 2u);
+  cr_assert(field(results[0], "error").find("16777216") != std::string::npos, "%s", d.out.c_str());
+  cr_assert_eq(measure_batch({"--max-line-bytes", "0"}, base.dir.path()).code, 2);
+}
+
+// A 2 MB result line behind a reader that does not read must not hold up
+// another job's 1-second deadline (it held a 2-second job past 6 s).
+Test(batch, a_stalled_results_reader_does_not_delay_a_deadline) {
+  Base base;
+  TempDir scratch;
+  std::string marker = "stall-marker-" + std::to_string(getpid());
+  json big{{"id", "big"}, {"tier", "none"}, {"argv", {"sh", "-c", "head -c 2000000 /dev/zero | tr '\\0' a"}}};
+  json slow{{"id", "slow"},
+            {"tier", "none"},
+            {"limits", {{"wall_seconds", 1}}},
+            {"grace_seconds", 0.2},
+            {"argv", {"sh", "-c", "sleep 30; :", marker}}};
+  corral_test::write_file(scratch / "jobs.jsonl", big.dump() + "\n" + slow.dump() + "\n");
+  int in = file_fd(scratch / "jobs.jsonl");
+  Batch b({"--parallel", "2"}, in, base.dir.path());  // nobody reads b.out until the end
+  close(in);
+  auto alive = [&] {
+    std::string kids = corral_test::read_file("/proc/" + std::to_string(b.pid) + "/task/" + std::to_string(b.pid) +
+                                              "/children");
+    std::istringstream ids(kids);
+    for (std::string p; ids >> p;) {
+      std::string cmd = corral_test::read_file("/proc/" + p + "/cmdline");
+      if (cmd.find(marker) != std::string::npos) return true;
+    }
+    return false;
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  auto since = [](auto t) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(); };
+  while (!alive() && since(t0) < 10) usleep(5000);
+  cr_assert(alive(), "the slow job never started");
+  auto started = std::chrono::steady_clock::now();
+  while (alive() && since(started) < 10) usleep(20000);
+  double lived = since(started);
+  int rc = b.finish();
+  cr_assert_lt(lived, 1.5, "the 1 s job lived %.2fs behind a stalled reader", lived);
+  cr_assert_eq(rc, 0, "exit %d: %s", rc, b.err_text.c_str());
+  std::map<std::string, json> by_id;
+  for (json& r : b.results()) by_id[field(r, "id")] = r;
+  expect_field(by_id["slow"], "outcome", "killed_timeout");
+  cr_assert_eq(by_id["big"].value("stdout_bytes", 0), 2000000);
+}
+
+// Results that cannot be written: exit 1, and each lost one named by job id.
+Test(batch, results_that_cannot_be_written_are_named_by_job_id) {
+  Base base;
+  TempDir scratch;
+  int full = open("/dev/full", O_WRONLY | O_CLOEXEC);
+  if (full < 0) cr_skip_test("no /dev/full here");
+  corral_test::write_file(scratch / "jobs.jsonl", job("alpha", {"true"}) + job("beta", {"true"}));
+  int in = file_fd(scratch / "jobs.jsonl");
+  TempDir capture;
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    int err = open((capture / "err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(in, 0);
+    dup2(full, 1);
+    dup2(err, 2);
+    setenv("TMPDIR", base.dir.path().c_str(), 1);
+    execl(corral_bin().c_str(), corral_bin().c_str(), "batch", "--parallel", "1", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(in);
+  close(full);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::string err = corral_test::read_file(capture / "err");
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d: %s", status, err.c_str());
+  cr_assert(err.find("the result of job alpha (line 1) was not written") != std::string::npos, "%s", err.c_str());
+  cr_assert(err.find("No space left on device") != std::string::npos, "%s", err.c_str());
+  cr_assert_eq(base.leftovers(), 0u);
+}
+
+// The job field on_output_limit: "kill" makes an overrun the job's verdict.
+Test(batch, on_output_limit_kill_is_a_job_field) {
+  Base base;
+  TempDir scratch;
+  json flood{{"id", "flood"}, {"tier", "none"}, {"argv", {"yes"}}, {"limits", {{"stdout_bytes", 1000}}},
+             {"on_output_limit", "kill"}};
+  json bad{{"id", "bad"}, {"argv", {"true"}}, {"on_output_limit", "explode"}};
+  corral_test::write_file(scratch / "jobs.jsonl", flood.dump() + "\n" + bad.dump() + "\n");
+  Measured m = measure_batch({scratch / "jobs.jsonl"}, base.dir.path());
+  std::map<std::string, json> by_id;
+  for (json& r : json_lines(m.out)) by_id[field(r, "id")] = r;
+  expect_field(by_id["flood"], "outcome", "killed_resource");
+  expect_field(by_id["flood"], "resource", "stdout_bytes");
+  expect_field(by_id["bad"], "outcome", "error");
+  cr_assert(field(by_id["bad"], "error").find("explode") != std::string::npos, "%s", m.out.c_str());
 }

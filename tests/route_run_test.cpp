@@ -412,3 +412,16 @@ Test(route_run, cli_runs_through_a_route_and_refuses_a_looser_limit) {
   cr_assert(!contains(audit, "t0k3n-value"), "%s", audit.c_str());
   assert_mentions(audit, {"\"route\":\"grader\"", "\"cpu_seconds\":2", "\"name\":\"grades/report.json\""});
 }
+
+// on_output_limit: the route's kill stands; a caller may ask for kill on a
+// route that truncates.
+Test(route_run, the_output_limit_policy_is_the_routes_kill_or_the_callers) {
+  RouteSpec killing = spec("killing", "os_process");
+  killing.kill_on_output_limit = true;
+  cr_assert(routed(built(killing), base()).on_output_limit == OutputLimitPolicy::kill);
+  Route plain = built(spec("plain", "os_process"));
+  cr_assert(routed(plain, base()).on_output_limit == OutputLimitPolicy::truncate);
+  Request asks = base();
+  asks.on_output_limit = OutputLimitPolicy::kill;
+  cr_assert(routed(plain, std::move(asks)).on_output_limit == OutputLimitPolicy::kill);
+}

@@ -186,6 +186,15 @@ Test(routes_file, refusals_name_the_file_the_line_and_the_key) {
   }
 }
 
+Test(routes_file, on_output_limit_is_truncate_or_kill) {
+  RoutesFile file = parsed("[[route]]\nname = \"judge\"\nprovenance = \"trusted\"\ntier = \"os_process\"\n"
+                           "on_output_limit = \"kill\"\n");
+  cr_assert(file.routes.at(0).kill_on_output_limit);
+  assert_parse_refused("[[route]]\nname = \"judge\"\nprovenance = \"trusted\"\ntier = \"os_process\"\n"
+                       "on_output_limit = \"explode\"\n",
+                       {"t.toml:5", "on_output_limit", "explode"});
+}
+
 Test(routes_file, the_first_problem_in_file_order_is_reported) {
   // toml++ keeps keys sorted; the reader goes by line, so 'zzz' (line 5)
   // is reported before 'aaa' (line 6).

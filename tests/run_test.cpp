@@ -187,6 +187,26 @@ Test(run, output_flood_is_capped_counted_and_hashed) {
   cr_assert_str_eq(res.stdout_capture.sha256.c_str(), want.c_str());
 }
 
+// The opt-in policy, through the library: an endless flood past
+// stdout_bytes is killed by the supervisor (before, only `truncated` was
+// set and the run went on to its deadline).
+Test(run, output_limit_kill_ends_an_endless_flood_as_killed_resource) {
+  Harness h;
+  Request r = req(Tier::none, {"yes"});
+  r.limits.set(Limit::stdout_bytes, 1000);
+  r.limits.set(Limit::wall_seconds, 60);
+  r.on_output_limit = OutputLimitPolicy::kill;
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::killed_resource, "%s", res.detail.c_str());
+  cr_assert_str_eq(res.resource.c_str(), "stdout_bytes");
+  cr_assert_eq(res.signal, SIGKILL);
+  cr_assert_eq(cli_exit_code(res), 137);
+  cr_assert(res.stdout_capture.truncated);
+  cr_assert_eq(res.stdout_capture.text.size(), 1000u);
+  cr_assert_lt(res.wall_seconds, 10.0);
+  cr_assert(contains(res.detail, "stdout_bytes"), "%s", res.detail.c_str());
+}
+
 Test(run, cpu_limit_is_a_resource_kill) {
   Harness h;
   Request r = req(Tier::none, {helper("hostile"), "spin"});

@@ -39,6 +39,15 @@ Status check_run_user(std::uint64_t uid);
 // errors), then check_run_user.
 Expected<uid_t> parse_run_user(std::string_view text);
 
+// What a stdout_bytes/stderr_bytes overrun does. truncate: the first bytes
+// are kept and the stream's `truncated` flag set; the run goes on. kill:
+// the run ends at once (SIGKILL to the group) as killed_resource with
+// resource stdout_bytes or stderr_bytes — a verdict, for judges that treat
+// an output flood as a failure. Names: "truncate", "kill".
+enum class OutputLimitPolicy { truncate, kill };
+std::string_view to_string(OutputLimitPolicy policy);
+Expected<OutputLimitPolicy> parse_output_limit_policy(std::string_view text);
+
 // A file placed into the workspace before the child starts: bytes given by
 // the caller, or a copy of a host file.
 struct Input {
@@ -105,6 +114,7 @@ struct Request {
   std::optional<std::string> artifact_root;
   std::set<std::string> acknowledged;      // limits/guarantees the caller accepts as unenforced
   double grace_seconds = 2.0;              // SIGTERM → SIGKILL
+  OutputLimitPolicy on_output_limit = OutputLimitPolicy::truncate;
   // Set by request_for_route (route_run.hpp): which route the run went
   // through and its provenance ("trusted"/"untrusted"), for the audit line.
   std::string route;

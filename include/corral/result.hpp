@@ -19,7 +19,8 @@ enum class Outcome {
   signaled,         // signal
   killed_timeout,   // wall_seconds
   killed_oom,       // memory cgroup OOM kill (container tier)
-  killed_resource,  // `resource` names the limit: cpu_seconds, file_bytes, process_count
+  killed_resource,  // `resource` names the limit: cpu_seconds, file_bytes, process_count,
+                    // stdout_bytes/stderr_bytes (Request::on_output_limit kill)
   spawn_failed,     // `spawn_stage` + `spawn_errno`
   cancelled,
 };

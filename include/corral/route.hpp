@@ -35,6 +35,10 @@ struct RouteSpec {
   std::vector<std::string> env_passthrough;  // variable names
   std::vector<std::string> secrets;          // names of secrets, never values
   bool acknowledge_network_egress = false;   // accept a tier that cannot close the network
+  // on_output_limit = "kill": a stdout_bytes/stderr_bytes overrun ends the
+  // run as killed_resource (Request::on_output_limit); a caller may ask for
+  // kill on a route that truncates, never the reverse.
+  bool kill_on_output_limit = false;
   std::set<Limit> acknowledged_unenforced;   // limits accepted although unsupported here
 };
 

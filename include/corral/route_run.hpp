@@ -38,6 +38,7 @@ struct RouteOverrides {
 // The Request for running `route`. From `base` come argv, env, inputs,
 // payload, stdin, cwd, merge_output, confine_writes, write_paths, user,
 // grace_seconds, artifact_root and id; the rest is the route's:
+//   on_output_limit kill when the route says so (base may ask for kill)
 //   tier            the route's (RouteOverrides::tier must agree)
 //   limits          the route's, each tightened by base.limits: a value
 //                   above the route's (or, where the route sets none, above

@@ -69,6 +69,9 @@ struct RunEnd {
   ChildReport report;                 // stage != none: exec never happened
   bool timed_out = false;
   bool cancelled = false;
+  // "stdout_bytes"/"stderr_bytes": the stream passed its cap under
+  // OutputLimitPolicy::kill and the supervisor killed the run for it.
+  std::string output_limit;
   double clone_seconds = 0;                 // Spawner::Child's (the container's: its exec report's)
   std::optional<double> exec_seconds;       // Spawner::Child's; unknown in tier container
   std::chrono::steady_clock::time_point spawned;  // the spawn returned (the program running, or on its way)

@@ -67,6 +67,12 @@ class RunHandle {
 
   // Kill the group now; the result arrives as `cancelled` within one loop turn.
   void cancel();
+  // Flow control for a caller that passes the output on and cannot keep up:
+  // paused, the supervisor stops reading the run's pipes, so the program
+  // blocks in its own write(2) while deadlines, cancels and other runs go
+  // on. Once the program's leader has exited the pipes are read anyway (the
+  // drain is bounded by drain_seconds). Resuming reads what was left.
+  void pause_output(bool paused);
   bool finished() const;
   void detach();
   std::uint64_t id() const { return token_; }
@@ -137,6 +143,16 @@ class Supervisor {
   // no run in flight. The fd stays the caller's: unwatch_fd() before
   // closing it (a poll left in the ring would keep the file open).
   Status watch_fd(int fd, std::function<void()> on_ready);
+  // Write `data` to fd through the ring (IORING_OP_WRITE at the file's
+  // position), so a caller's own output — corral's stdout behind a reader
+  // that stalls — never blocks the loop. `data` must stay valid and
+  // unchanged until `on_done` runs, on the loop thread inside run_once(),
+  // with the bytes written (possibly fewer than asked) or -errno. One write
+  // per fd at a time (EBUSY otherwise). While a write is in flight,
+  // run_once() waits for it even with no run in flight. The destructor
+  // cancels writes still in flight (their callbacks do not run).
+  Status write_fd(int fd, std::string_view data, std::function<void(int)> on_done);
+
   // Stop watching fd; the callback will not run. When this returns, the
   // ring holds no operation on fd. No-op for an fd not watched.
   void unwatch_fd(int fd);
@@ -163,6 +179,7 @@ class Supervisor {
   void cancel(std::uint64_t token);
   bool finished(std::uint64_t token) const;
   void release(std::uint64_t token, bool cancel_if_running);
+  void pause_output(std::uint64_t token, bool paused);
   std::unique_ptr<Impl> impl_;
 };
 

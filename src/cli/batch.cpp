@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <optional>
 #include <string>
 
@@ -24,13 +25,14 @@
 #include "corral/audit.hpp"
 #include "corral/json.hpp"
 #include "corral/supervisor.hpp"
+#include "line_reader.hpp"
 #include "output.hpp"
 
 namespace corral::cli {
 namespace {
 
 const char kBatchHelp[] =
-    "usage: corral batch [--parallel N] [--audit FILE] [--json] [FILE]\n"
+    "usage: corral batch [--parallel N] [--max-line-bytes N] [--audit FILE] [--json] [FILE]\n"
     "\n"
     "Run one job per line of FILE (default: stdin; '-' is stdin). A job is a JSON\n"
     "object: the Request fields (argv, env, pass_env, secret_env, limits, tier, inputs,\n"
@@ -40,6 +42,10 @@ const char kBatchHelp[] =
     "\n"
     "  --parallel N   runs in flight at once (default: CPUs x 4; at most what the\n"
     "                 fd limit allows)\n"
+    "  --max-line-bytes N  longest job line read (default: 16 MiB, at most 4 GiB);\n"
+    "                 a longer line is an error result naming its line number and\n"
+    "                 the cap, its bytes skipped unread into memory, and the batch\n"
+    "                 goes on\n"
     "  --audit FILE   append one JSON audit line per job to FILE (never a secret)\n"
     "  --json         accepted for symmetry: the output is always JSON lines\n"
     "\n"
@@ -49,10 +55,21 @@ const char kBatchHelp[] =
     "a progress line is drawn on stderr.\n"
     "\n"
     "Exit: 0 when every job's result was written (whatever the jobs' outcomes); 1 when\n"
-    "some could not be; 2 usage error; 130/143 on SIGINT/SIGTERM (runs in flight are\n"
+    "some could not be (each named on stderr by job id and line); 2 usage error; 130/143 on SIGINT/SIGTERM (runs in flight are\n"
     "cancelled and their results written as \"cancelled\").\n";
 
+// The default cap on one job line. A job carries its program's argv, env,
+// stdin and inline input bytes; 16 MiB is the default stdout_bytes cap too,
+// so a job can hand a program as much as it may print. Reading, parsing and
+// copying one line costs about four times its size at its peak (the line,
+// the JSON tree, the Request), so the cap bounds a batch's memory for input
+// at ~64 MiB however its input was made. Larger payloads belong in a file
+// named by an input's host_path; --max-line-bytes raises the cap.
+constexpr std::size_t kDefaultMaxLineBytes = 16u << 20;
+constexpr unsigned long long kMaxLineBytesCeiling = 1ull << 32;  // 4 GiB
+
 struct Options {
+  std::size_t max_line_bytes = kDefaultMaxLineBytes;
   std::size_t parallel = 0;  // 0: CPUs x 4
   std::string file;          // "" or "-": stdin
   std::string audit;         // --audit FILE: one line per job
@@ -91,6 +108,20 @@ int parse(int argc, char** argv, Options& o) {
       o.parallel = static_cast<std::size_t>(*n);
       continue;
     }
+    if (a == "--max-line-bytes" || a.rfind("--max-line-bytes=", 0) == 0) {
+      std::string v;
+      if (a == "--max-line-bytes") {
+        if (i + 1 >= argc) return say("--max-line-bytes needs a value (see corral batch --help)"), 2;
+        v = argv[++i];
+      } else {
+        v = a.substr(std::strlen("--max-line-bytes="));
+      }
+      auto n = parse_limit_value("--max-line-bytes", v);
+      if (!n || *n == 0 || *n > kMaxLineBytesCeiling)
+        return say("--max-line-bytes: '%s' is not a number from 1 to %llu", v.c_str(), kMaxLineBytesCeiling), 2;
+      o.max_line_bytes = static_cast<std::size_t>(*n);
+      continue;
+    }
     if (a.size() > 1 && a[0] == '-') return say("unknown option %s (see corral batch --help)", a.c_str()), 2;
     if (!o.file.empty()) return say("more than one FILE given (%s)", a.c_str()), 2;
     o.file = a;
@@ -99,51 +130,6 @@ int parse(int argc, char** argv, Options& o) {
 }
 
 bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
-
-// Lines of the jobs' input, read one chunk per fill().
-class LineReader {
- public:
-  explicit LineReader(int fd) : fd_(fd) {}
-  int fd() const { return fd_; }
-
-  enum class Got { data, eof, again, error };
-  // One read(); call when the fd is readable.
-  Got fill() {
-    if (pos_ > 0 && pos_ * 2 >= buf_.size()) {
-      buf_.erase(0, pos_);
-      pos_ = 0;
-    }
-    char chunk[64 * 1024];
-    ssize_t n = ::read(fd_, chunk, sizeof chunk);
-    if (n > 0) {
-      buf_.append(chunk, static_cast<std::size_t>(n));
-      return Got::data;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Got::again;
-    eof_ = true;
-    return n == 0 ? Got::eof : Got::error;
-  }
-  // The next complete line (a last line without '\n' once at EOF).
-  bool next(std::string& line) {
-    std::size_t nl = buf_.find('\n', pos_);
-    if (nl == std::string::npos) {
-      if (!eof_ || pos_ >= buf_.size()) return false;
-      nl = buf_.size();
-    }
-    line.assign(buf_, pos_, nl - pos_);
-    pos_ = nl < buf_.size() ? nl + 1 : nl;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    return true;
-  }
-  bool eof() const { return eof_; }
-  bool exhausted() const { return eof_ && pos_ >= buf_.size(); }
-
- private:
-  int fd_;
-  std::string buf_;
-  std::size_t pos_ = 0;
-  bool eof_ = false;
-};
 
 // Jobs in a regular file, counted up front for the progress line (pread:
 // the read position stays where it is).
@@ -170,8 +156,8 @@ std::optional<std::size_t> count_jobs(int fd) {
 
 class Batch {
  public:
-  Batch(Supervisor& sup, int in_fd, std::size_t parallel, bool progress)
-      : sup_(sup), in_(in_fd), parallel_(parallel), progress_(progress), t0_(std::chrono::steady_clock::now()) {
+  Batch(Supervisor& sup, int in_fd, std::size_t max_line_bytes, std::size_t parallel, bool progress)
+      : sup_(sup), in_(in_fd, max_line_bytes), parallel_(parallel), progress_(progress), t0_(std::chrono::steady_clock::now()) {
     total_ = count_jobs(in_fd);
   }
 
@@ -186,6 +172,7 @@ class Batch {
   int run() {
     for (;;) {
       feed();
+      settle_output();
       if (sup_.in_flight() == 0 && (stopping_ || in_.exhausted())) break;
       auto more = sup_.run_once(progress_ ? 0.1 : -1);
       if (!more) {
@@ -193,10 +180,19 @@ class Batch {
         failed_loop_ = true;
         break;
       }
+      settle_output();
       draw(false);
     }
     unwatch();
+    // The results still queued: written before exit (a SIGINT/SIGTERM stops
+    // the wait; what is left is then lost).
+    if (!broken_) out_.flush(&signal_);
+    settle_output();
+    for (const Queued& q : queued_) lost(q.id, q.line);
+    queued_.clear();
+    if (lost_ > kLostNamed) say("batch: %zu results in all were not written", lost_);
     draw(true);
+    err_.flush(&signal_);
     if (signal_) return 128 + signal_;
     return (failed_loop_ || lost_ > 0 || input_error_) ? 1 : 0;
   }
@@ -205,8 +201,19 @@ class Batch {
   // Start jobs while there is room; ask the ring to wake us for more input.
   void feed() {
     std::string line;
-    while (!stopping_ && sup_.in_flight() < parallel_) {
-      if (in_.next(line)) {
+    // No new job while the results queue is over its high water: the
+    // intake waits for the reader, the runs in flight do not.
+    while (!stopping_ && sup_.in_flight() < parallel_ && !out_.over()) {
+      LineReader::Line got = in_.next(line);
+      if (got == LineReader::Line::too_long) {
+        ++line_no_;
+        ++jobs_seen_;
+        refused("", line_no_,
+                "line " + std::to_string(line_no_) + " is longer than the --max-line-bytes cap of " +
+                    std::to_string(in_.max_line_bytes()) + " bytes; skipped");
+        continue;
+      }
+      if (got == LineReader::Line::ok) {
         ++line_no_;
         if (!blank(line)) start(line);
         continue;
@@ -242,7 +249,8 @@ class Batch {
     std::size_t n = 0;
     LineReader copy = in_;
     std::string line;
-    while (copy.next(line)) n += !blank(line);
+    for (LineReader::Line got; (got = copy.next(line)) != LineReader::Line::none;)
+      n += got == LineReader::Line::too_long || !blank(line);
     return n;
   }
 
@@ -258,7 +266,7 @@ class Batch {
     RunCallbacks cb;
     cb.on_result = [this, at](const Result& r) {
       if (r.outcome != Outcome::exited || r.exit_code != 0) ++failed_;
-      emit(result_to_json(r, at));
+      emit(result_to_json(r, at), r.id, at);
     };
     auto handle = sup_.submit(std::move(*req), std::move(cb));
     if (!handle) {
@@ -270,31 +278,42 @@ class Batch {
 
   void refused(const std::string& id, long line, const std::string& why) {
     ++failed_;
-    emit(error_to_json(id, line, why));
+    emit(error_to_json(id, line, why), id, line);
   }
 
-  // One result line, in one write() when the pipe takes it whole, so a
-  // reader never sees half a line and a crash cannot leave one.
-  void emit(std::string line) {
+  // One result line, queued for a ring write: a reader that stalls holds up
+  // the queue, never the loop (other runs' deadlines keep their timing).
+  // Lines are whole in the queue and written in order, so a reader never
+  // sees half a line unless corral dies mid-write.
+  void emit(std::string line, const std::string& id, long at) {
     line += '\n';
-    if (broken_) {
-      ++lost_;
+    if (out_.error() != 0) {
+      lost(id, at);
       return;
     }
-    std::string_view rest = line;
-    while (!rest.empty()) {
-      ssize_t n = ::write(1, rest.data(), rest.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        say("batch: writing results: %s; cancelling the rest", n < 0 ? std::strerror(errno) : "short write");
-        broken_ = true;
-        ++lost_;
-        stop(0);
-        return;
-      }
-      rest.remove_prefix(static_cast<std::size_t>(n));
+    out_.write(line);
+    queued_.push_back(Queued{out_.written() + out_.queued(), id, at});
+  }
+
+  // After a loop turn: results fully written are counted; a failed write
+  // loses the results still queued (named by job id) and stops the batch.
+  void settle_output() {
+    while (!queued_.empty() && queued_.front().end <= out_.written()) {
+      queued_.pop_front();
+      ++written_;
     }
-    ++written_;
+    if (out_.error() == 0 || broken_) return;
+    broken_ = true;
+    say("batch: writing results: %s; cancelling the rest", std::strerror(out_.error()));
+    for (const Queued& q : queued_) lost(q.id, q.line);
+    queued_.clear();
+    stop(0);
+  }
+
+  void lost(const std::string& id, long line) {
+    ++lost_;
+    if (lost_ <= kLostNamed)
+      say("batch: the result of job %s (line %ld) was not written", id.empty() ? "(no id)" : id.c_str(), line);
   }
 
   void unwatch() {
@@ -316,10 +335,23 @@ class Batch {
     std::snprintf(line, sizeof line, "\r\033[Kcorral: batch %s done, %zu in flight, %zu failed, %.1f jobs/s, %.1fs%s",
                   done, sup_.in_flight(), failed_, elapsed > 0 ? static_cast<double>(written_) / elapsed : 0.0,
                   elapsed, final ? "\n" : "");
-    write_all_fd(2, line);
+    // A frame is skipped while the last one is still being written.
+    if (final || err_.queued() == 0) err_.write(line);
   }
 
+  static constexpr std::size_t kLostNamed = 20;  // lost results named one by one
+  // Result lines queued beyond this stop the intake of new jobs.
+  static constexpr std::size_t kResultsHighWater = 32u << 20;
+  struct Queued {
+    std::uint64_t end;  // out_.written() once this line is out
+    std::string id;
+    long line;
+  };
+
   Supervisor& sup_;
+  RingWriter out_{sup_, 1, kResultsHighWater};
+  RingWriter err_{sup_, 2, 1u << 20};
+  std::deque<Queued> queued_;
   LineReader in_;
   std::size_t parallel_;
   bool progress_;
@@ -363,7 +395,7 @@ int batch_main(int argc, char** argv) {
   }
   if (parallel == 0) return say("batch: the fd limit leaves no room for a run"), 1;
 
-  Batch batch(s, in_fd, parallel, isatty(2) == 1);
+  Batch batch(s, in_fd, o.max_line_bytes, parallel, isatty(2) == 1);
   auto st = s.watch_signals({SIGINT, SIGTERM, SIGHUP}, [&batch](int sig) { batch.stop(sig); });
   if (!st) return say("%s", st.error().message().c_str()), 1;
   return batch.run();

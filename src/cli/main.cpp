@@ -1,5 +1,9 @@
 // corral CLI entry: dispatches to one file per verb (src/cli/<verb>.cpp).
 // All behaviour lives in the library; the verbs parse arguments and print.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string_view>
@@ -29,9 +33,25 @@ const char kUsage[] =
     "125 corral could not run it; 130 cancelled; 2 usage error or a limit corral\n"
     "refuses. man corral has the details.\n";
 
+// A closed stdin/stdout/stderr is taken by /dev/null opened read-only:
+// otherwise the next fd corral opens (a ring, a pidfd, a run's pipe) would
+// become "stdout" and the Result would be written into it. Read-only, a
+// write to a closed stdout still fails (EBADF) and is reported as lost.
+void hold_standard_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    int null = open("/dev/null", O_RDONLY);  // the lowest free number: fd itself
+    if (null >= 0 && null != fd) {
+      dup2(null, fd);
+      close(null);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  hold_standard_fds();
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return 2;

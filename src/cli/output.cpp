@@ -30,6 +30,72 @@ void say(const char* fmt, ...) {
   write_all_fd(2, line);
 }
 
+void RingWriter::write(std::string_view data) {
+  if (data.empty()) return;
+  if (error_ != 0) {
+    lost_ += data.size();
+    return;
+  }
+  // Small pieces (a line each) are joined into the last chunk when it is not
+  // the one being written, so the ring sees few large writes.
+  constexpr std::size_t kJoinBelow = 256 * 1024;
+  bool back_free = !chunks_.empty() && !(in_flight_ && chunks_.size() == 1);
+  if (back_free && chunks_.back().size() < kJoinBelow) chunks_.back().append(data);
+  else chunks_.emplace_back(data);
+  queued_ += data.size();
+  if (over()) was_over_ = true;
+  kick();
+}
+
+void RingWriter::kick() {
+  if (in_flight_ || chunks_.empty() || error_ != 0) return;
+  std::string_view rest = std::string_view(chunks_.front()).substr(offset_);
+  // The front chunk is not touched while the ring writes from it: write()
+  // appends only to a later chunk, and a deque keeps its elements in place.
+  if (auto st = sup_.write_fd(fd_, rest, [this](int res) { done(res); }); !st) {
+    done(-st.error().code());
+    return;
+  }
+  in_flight_ = true;
+}
+
+void RingWriter::done(int res) {
+  in_flight_ = false;
+  if (res == -EINTR || res == -EAGAIN) {
+    kick();
+    return;
+  }
+  if (res <= 0) {
+    error_ = res < 0 ? -res : EIO;  // 0 bytes of a non-empty write: no progress possible
+    lost_ += queued_;
+    chunks_.clear();
+    offset_ = queued_ = 0;
+  } else {
+    std::size_t n = static_cast<std::size_t>(res);
+    offset_ += n;
+    queued_ -= n;
+    written_ += n;
+    if (offset_ >= chunks_.front().size()) {
+      chunks_.pop_front();
+      offset_ = 0;
+    }
+  }
+  if (was_over_ && queued_ < high_ / 2) {
+    was_over_ = false;
+    if (on_drained) on_drained();
+  }
+  kick();
+}
+
+bool RingWriter::flush(const int* interrupted) {
+  while (queued_ > 0 && error_ == 0 && !(interrupted && *interrupted)) {
+    auto more = sup_.run_once(-1);
+    if (!more) return false;
+    if (!*more && queued_ > 0) break;  // nothing in the ring: no write will finish
+  }
+  return queued_ == 0 && error_ == 0;
+}
+
 int exit_code_for_error(int err) {
   return (err == EINVAL || err == ENOTSUP || err == ERANGE) ? 2 : 125;
 }

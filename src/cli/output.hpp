@@ -2,7 +2,13 @@
 #pragma once
 
 #include <cstdarg>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
 #include <string_view>
+
+#include "corral/supervisor.hpp"
 
 namespace corral::cli {
 
@@ -14,5 +20,52 @@ void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // Exit status for a corral-side error: 2 when the request is refused or
 // malformed, 125 when corral itself failed.
 int exit_code_for_error(int err);
+
+// corral's own output to one of its fds (stdout, stderr), written through
+// the supervisor's ring so that nothing written there blocks the loop
+// (DESIGN: "Nothing corral writes to its own stdout/stderr may block the
+// loop"): a reader that stalls holds up this queue, never a deadline, a
+// cancel or another run. The fd's file description is left as it is (no
+// O_NONBLOCK on a terminal or pipe shared with the shell).
+class RingWriter {
+ public:
+  // high_water: queued() at or above it is over(); the owner then stops
+  // what feeds the queue (pauses a run's output, starts no more jobs).
+  RingWriter(Supervisor& sup, int fd, std::size_t high_water) : sup_(sup), fd_(fd), high_(high_water) {}
+  RingWriter(const RingWriter&) = delete;
+  RingWriter& operator=(const RingWriter&) = delete;
+
+  // Queue data and start writing it. After a failure, data is dropped.
+  void write(std::string_view data);
+  std::size_t queued() const { return queued_; }
+  bool over() const { return queued_ >= high_; }
+  // The first write error (errno), 0 while none.
+  int error() const { return error_; }
+  // Bytes dropped because of a write error.
+  std::uint64_t lost() const { return lost_; }
+  // Bytes written so far (all of what write() was given, once flushed).
+  std::uint64_t written() const { return written_; }
+  // Called when queued() falls below half the high water after being over.
+  std::function<void()> on_drained;
+  // Turn the loop until everything queued is written, a write failed, or
+  // *interrupted (when given) is non-zero; true when all was written.
+  bool flush(const int* interrupted = nullptr);
+
+ private:
+  void kick();
+  void done(int res);
+
+  Supervisor& sup_;
+  int fd_;
+  std::size_t high_;
+  std::deque<std::string> chunks_;
+  std::size_t offset_ = 0;  // of chunks_.front() already written
+  std::size_t queued_ = 0;
+  bool in_flight_ = false;  // chunks_.front() is being written
+  bool was_over_ = false;
+  int error_ = 0;
+  std::uint64_t lost_ = 0;
+  std::uint64_t written_ = 0;
+};
 
 }  // namespace corral::cli

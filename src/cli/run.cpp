@@ -2,10 +2,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "cli.hpp"
@@ -78,6 +81,9 @@ const char kRunHelp[] =
     "  --grace SECONDS                SIGTERM to SIGKILL after the deadline, 0-3600,\n"
     "                                 fractions allowed (default: 2)\n"
     "  --stdin-text TEXT              the program's stdin (default: /dev/null)\n"
+    "  --on-output-limit truncate|kill  past stdout_bytes/stderr_bytes: keep the\n"
+    "                                 first bytes and go on (truncate, default), or\n"
+    "                                 end the run as killed_resource, exit 137 (kill)\n"
     "  --merge-output                 stderr goes to the stdout pipe (fd level)\n"
     "  --json                         print the Result as one JSON object on stdout\n"
     "  --routes FILE --route NAME     run through route NAME of a routes file: its tier,\n"
@@ -92,8 +98,8 @@ const char kRunHelpTail[] =
     "workspaces (default: $TMPDIR, else /tmp; a tmpfs is faster than a disk).\n"
     "\n"
     "Exit: the program's own; 128+signal (a resource kill too: 137, 152, 153); 124\n"
-    "timeout; 125 corral could not run it; 130 cancelled; 2 usage error or a\n"
-    "refused limit.\n";
+    "timeout; 125 corral could not run it, or (--json) could not write its Result;\n"
+    "130 cancelled; 2 usage error or a refused limit.\n";
 
 // "16 MiB" for whole MiB/GiB byte counts, else the number.
 std::string human_value(std::uint64_t v, std::string_view unit) {
@@ -228,6 +234,10 @@ int parse(int argc, char** argv, Options& o) {
       auto uid = parse_run_user(v);
       if (!uid) return say("--user: %s", uid.error().message().c_str()), 2;
       o.request.user = *uid;
+    } else if (a == "--on-output-limit") {
+      auto p = parse_output_limit_policy(v);
+      if (!p) return say("--on-output-limit: '%s' is neither truncate nor kill", v), 2;
+      o.request.on_output_limit = *p;
     } else if (a == "--grace") {
       char* end = nullptr;
       double g = std::strtod(v, &end);
@@ -246,6 +256,38 @@ int parse(int argc, char** argv, Options& o) {
   o.request.limits = from_env;
   o.request.limits.merge(from_flags);
   return -1;
+}
+
+// What plain mode passed on of one stream, within its cap.
+struct PassThrough {
+  std::uint64_t cap = UINT64_MAX;
+  std::uint64_t passed = 0, cut = 0;
+  std::string_view take(std::string_view data) {
+    std::uint64_t room = cap - std::min(cap, passed);
+    std::string_view shown = data.substr(0, static_cast<std::size_t>(std::min<std::uint64_t>(room, data.size())));
+    passed += shown.size();
+    cut += data.size() - shown.size();
+    return shown;
+  }
+  // --json: what the Result kept of the stream.
+  static PassThrough of(const CapturedStream& c, std::optional<std::uint64_t> cap) {
+    PassThrough p{cap.value_or(UINT64_MAX), c.text.size(), 0};
+    if (c.truncated) p.cut = c.bytes > c.text.size() ? c.bytes - c.text.size() : 1;
+    return p;
+  }
+};
+
+void report_cut(const char* stream, const PassThrough& p, const char* limit) {
+  if (p.cut == 0) return;
+  say("%s cut at %llu bytes (%s=%llu): %llu more bytes not shown", stream, static_cast<unsigned long long>(p.passed),
+      limit, static_cast<unsigned long long>(p.cap), static_cast<unsigned long long>(p.cut));
+}
+
+// Pass-through output a write error lost; a reader that went away (EPIPE,
+// `| head`) is the reader's choice and not worth a line.
+void report_lost(const char* what, const RingWriter& w) {
+  if (w.error() == 0 || w.error() == EPIPE) return;
+  say("writing %s: %s; %llu bytes lost", what, std::strerror(w.error()), static_cast<unsigned long long>(w.lost()));
 }
 
 void report_end(const Result& r) {
@@ -306,32 +348,72 @@ int run_main(int argc, char** argv) {
     s.cancel_all();
   });
 
-  auto stream = s.stream(std::move(o.request));
-  if (!stream) {
-    say("%s", stream.error().message().c_str());
-    return exit_code_for_error(stream.error().code());
+  // Output is passed on (plain mode) or the Result printed (--json) through
+  // ring writes: nothing corral writes blocks the loop, so the deadline and
+  // a cancel keep their timing whatever the reader does. While a queue is
+  // over its high water the run's pipes are not read: the program waits in
+  // its own write(2), as it would writing to the reader directly, and no
+  // byte is dropped.
+  constexpr std::size_t kQueueBytes = 1u << 20;
+  RingWriter out(s, 1, kQueueBytes), err(s, 2, kQueueBytes);
+  Limits limits = default_limits();
+  limits.merge(o.request.limits);
+  // The caps bound what is passed on, as they bound what is kept.
+  PassThrough pass_out{limits.get(Limit::stdout_bytes).value_or(UINT64_MAX)};
+  PassThrough pass_err{limits.get(Limit::stderr_bytes).value_or(UINT64_MAX)};
+  RunHandle handle;
+  std::optional<Result> result;
+  RunCallbacks cb;
+  if (!o.json)
+    cb.on_output = [&](StreamId id, std::string_view data) {
+      bool is_out = id == StreamId::stdout_stream;
+      (is_out ? out : err).write((is_out ? pass_out : pass_err).take(data));
+      if (out.over() || err.over()) handle.pause_output(true);
+    };
+  out.on_drained = err.on_drained = [&] {
+    if (!out.over() && !err.over()) handle.pause_output(false);
+  };
+  cb.on_result = [&](const Result& r) { result = r; };
+  auto submitted = s.submit(std::move(o.request), std::move(cb));
+  if (!submitted) {
+    say("%s", submitted.error().message().c_str());
+    return exit_code_for_error(submitted.error().code());
   }
-  for (;;) {
-    auto ev = stream->next();
-    if (!ev) {
-      say("%s", ev.error().message().c_str());
+  handle = std::move(*submitted);
+  while (!result) {
+    auto more = s.run_once(-1);
+    if (!more) {
+      say("%s", more.error().message().c_str());
       return 125;
     }
-    if (!ev->has_value()) {
+    if (!*more && !result) {
       say("the run ended without a result");
       return 125;
     }
-    RunEvent& e = **ev;
-    if (e.kind == RunEvent::output) {
-      if (!o.json) write_all_fd(e.stream == StreamId::stdout_stream ? 1 : 2, e.data);
-      continue;
-    }
-    const Result& r = *e.final;
-    if (o.json) write_all_fd(1, result_to_json(r) + "\n");
-    report_end(r);
-    if (got_signal) return 128 + got_signal;
-    return cli_exit_code(r);
   }
+  const Result& r = *result;
+  if (o.json) out.write(result_to_json(r) + "\n");
+  bool out_ok = out.flush(&got_signal);
+  err.flush(&got_signal);
+  if (!o.json) {
+    report_cut("stdout", pass_out, "stdout_bytes");
+    report_cut("stderr", pass_err, "stderr_bytes");
+    report_lost("the program's stdout", out);
+    report_lost("the program's stderr", err);
+  } else {
+    report_cut("stdout", PassThrough::of(r.stdout_capture, limits.get(Limit::stdout_bytes)), "stdout_bytes");
+    report_cut("stderr", PassThrough::of(r.stderr_capture, limits.get(Limit::stderr_bytes)), "stderr_bytes");
+  }
+  report_end(r);
+  if (o.json && !out_ok && !got_signal) {
+    // The one thing --json promises is the Result on stdout: not written,
+    // the run's exit status would say nothing about it.
+    say("the Result of run %s was not written to stdout: %s (exit 125)", r.run_id.c_str(),
+        out.error() ? std::strerror(out.error()) : "interrupted");
+    return 125;
+  }
+  if (got_signal) return 128 + got_signal;
+  return cli_exit_code(r);
 }
 
 }  // namespace corral::cli
