@@ -19,6 +19,7 @@
 #include "corral/privilege.hpp"
 #include "corral/process.hpp"
 #include "corral/syscalls.hpp"
+#include "corral/workspace.hpp"
 
 namespace corral {
 namespace {
@@ -168,6 +169,14 @@ void probe_container_facts(HostFacts& h, std::string_view template_root) {
   h.containers_probed = true;
 }
 
+void set_workspace_facts(HostFacts& h, const std::string& given) {
+  auto c = choose_workspace_base(given, /*prepare=*/false);
+  h.workspace_base = c.path;
+  h.workspace_source = c.source;
+  h.workspace_tmpfs = c.tmpfs;
+  h.workspace_note = c.note;
+}
+
 HostFacts probe_host(bool with_containers) {
   HostFacts h;
   h.root = is_root_capable();
@@ -199,6 +208,7 @@ HostFacts probe_host(bool with_containers) {
   h.cgroup_summary = h.cgroups.describe();
   struct utsname u;
   if (uname(&u) == 0) h.kernel = u.release;
+  set_workspace_facts(h, "");
   return h;
 }
 
@@ -294,8 +304,11 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
             " MiB): a write past it fails with ENOSPC; its pages count against memory_bytes");
   else
     add("workspace_bytes", "unsupported",
-        container ? "a rootless run's workspace is a host directory: no per-run size limit (as root it is a tmpfs)"
-                  : "the workspace is a host directory: no per-run size limit (tier container as root has one)");
+        std::string(container ? "a rootless run's workspace" : "the workspace") + " is a directory under " +
+            h.workspace_base +
+            (h.workspace_tmpfs ? " (a tmpfs shared by all runs: memory, not disk)" : " (not a tmpfs: disk)") +
+            ": no per-run size limit, file_bytes caps each file (" +
+            (container ? "as root it is a tmpfs of its own)" : "tier container as root has one)"));
 
   auto landlock_how = [&]() -> std::string {
     if (h.landlock_abi >= 3) return "hard_content";
@@ -492,6 +505,9 @@ std::vector<std::pair<std::string, std::string>> host_fact_lines(const HostFacts
       {"cgroups", h.cgroup_summary},
       {"cgroup_memory_per_run", yes(h.cgroup_memory)},
       {"cgroup_pids_per_run", yes(h.cgroup_pids)},
+      {"workspace_base", h.workspace_base + " (" + h.workspace_source + ")"},
+      {"workspace_backing", (h.workspace_tmpfs ? std::string("tmpfs (memory)") : "not a tmpfs (disk: each workspace costs disk writes)") +
+                                (h.workspace_note.empty() ? "" : "; " + h.workspace_note)},
   };
 }
 

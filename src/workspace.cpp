@@ -169,11 +169,8 @@ using namespace wsfs;
 
 namespace {
 
-std::string default_base(const std::string& given) {
-  if (!given.empty()) return given;
-  const char* t = std::getenv("TMPDIR");
-  return t && *t ? t : "/tmp";
-}
+std::string default_base(const std::string& given) { return choose_workspace_base(given).path; }
+
 
 // mkdirat(parent, "<prefix><16 hex>", mode) under a fresh random name; the name.
 Expected<std::string> make_unique_dir(int parent, const char* prefix, mode_t mode, const std::string& who) {

@@ -49,6 +49,12 @@ struct HostFacts {
   bool cgroup_pids = false;
   std::string cgroup_summary;     // cgroups.describe()
   std::string kernel;             // uname release
+  // Where a workspace goes when no base is named (choose_workspace_base
+  // without preparing anything) and whether memory backs it.
+  std::string workspace_base;
+  std::string workspace_source;   // "workspace_base", "TMPDIR", "default"
+  bool workspace_tmpfs = false;
+  std::string workspace_note;
 };
 
 // Everything, or everything but the container probe (a throwaway child
@@ -61,6 +67,8 @@ struct HostFacts {
 // The probe only makes the refusal early: every step it stands for fails
 // closed at spawn time too (spawn_failed, naming the stage).
 HostFacts probe_host(bool with_containers = true);
+// The workspace_* fields for an explicit base `given` ("" for the default).
+void set_workspace_facts(HostFacts& host, const std::string& given);
 // `template_root`: where the namespace templates that can stand in for the
 // probe are looked for (tests point it elsewhere).
 void probe_container_facts(HostFacts& host, std::string_view template_root = kTemplateRoot);

@@ -36,7 +36,7 @@ struct ContainerRun;  // container.hpp
 
 struct RunContext {
   UidPool* uids = nullptr;          // per-run uids when root; may be null
-  std::string workspace_base;       // "" → $TMPDIR or /tmp
+  std::string workspace_base;       // "" → choose_workspace_base("") (workspace.hpp)
   const HostFacts* host = nullptr;  // probes; null → probe_host()
   MechanismCache* cache = nullptr;  // may be null: everything is prepared afresh
   // Shared base (the supervisor's): workspaces then hold no base fd and

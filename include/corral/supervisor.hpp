@@ -37,7 +37,7 @@ struct RunCallbacks {
 };
 
 struct SupervisorOptions {
-  std::string workspace_base;           // default: $TMPDIR or /tmp
+  std::string workspace_base;           // "": choose_workspace_base (workspace.hpp)
   uid_t uid_range_first = 200000;       // one uid per run in flight when root
   std::uint32_t uid_range_count = 65536;
   bool become_subreaper = true;         // reap orphans the runs leave behind

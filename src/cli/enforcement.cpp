@@ -1,5 +1,6 @@
 // corral enforcement [--tier T] [--json]
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -37,6 +38,7 @@ int enforcement_main(int argc, char** argv) {
   }
   if (tiers.empty()) tiers = {Tier::os_process};
   HostFacts host = probe_host();
+  if (const char* base = std::getenv("CORRAL_WORKSPACE_BASE"); base && *base) set_workspace_facts(host, base);
   if (json) {
     nlohmann::json j;
     for (auto& [k, v] : host_fact_lines(host)) j["host"][k] = v;

@@ -1,0 +1,122 @@
+// Where workspaces go by default (choose_workspace_base): a memory-backed
+// place where the host has one, TMPDIR and an explicit base still winning,
+// `corral enforcement` naming it, and a disk base still cleaned up.
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "cli_runner.hpp"
+#include "corral/workspace.hpp"
+#include "support.hpp"
+
+using namespace corral;
+namespace fs = std::filesystem;
+
+namespace {
+
+long fs_type(const std::string& path) {
+  struct statfs s {};
+  return ::statfs(path.c_str(), &s) == 0 ? static_cast<long>(s.f_type) : -1;
+}
+
+// Whether the host offers a memory-backed default (see workspace.hpp).
+bool host_has_memory_default() {
+  if (geteuid() == 0) return true;  // corral mounts a tmpfs of its own
+  const char* x = std::getenv("XDG_RUNTIME_DIR");
+  return (x && *x == '/' && is_tmpfs(x)) || is_tmpfs("/dev/shm");
+}
+
+// A directory on a disk (not a tmpfs), 0711 so a run's uid can pass
+// through it; "" when the host has none.
+std::string disk_dir_for_test() {
+  for (const char* parent : {"/var/tmp", "/tmp"}) {
+    if (is_tmpfs(parent)) continue;
+    std::string tmpl = std::string(parent) + "/corral-disk-test-XXXXXX";
+    if (!mkdtemp(tmpl.data())) continue;
+    chmod(tmpl.c_str(), 0711);
+    return tmpl;
+  }
+  return "";
+}
+
+}  // namespace
+
+Test(workspace_base, the_default_is_memory_backed_where_the_host_has_one) {
+  unsetenv("TMPDIR");
+  if (!host_has_memory_default()) cr_skip_test("no tmpfs at $XDG_RUNTIME_DIR or /dev/shm and not root");
+  auto c = choose_workspace_base("");
+  cr_assert_str_eq(c.source.c_str(), "default");
+  cr_assert(c.tmpfs, "%s: %s", c.path.c_str(), c.note.c_str());
+  cr_assert_eq(fs_type(c.path), static_cast<long>(TMPFS_MAGIC), "%s is not a tmpfs (f_type %lx)", c.path.c_str(),
+               fs_type(c.path));
+  if (geteuid() == 0) {
+    // Root's is a mount of its own, not /run's (or /dev/shm's) space.
+    cr_assert_str_eq(c.path.c_str(), kRootWorkspaceMount);
+    struct stat mine {}, parent {};
+    cr_assert(stat(kRootWorkspaceMount, &mine) == 0 && stat("/run/corral", &parent) == 0);
+    cr_assert_neq(mine.st_dev, parent.st_dev, "%s is not a mount of its own", kRootWorkspaceMount);
+    cr_assert_eq(mine.st_mode & 07777, 0711u);
+  }
+  // A workspace made with no base named lands there, on memory.
+  auto ws = Workspace::create();
+  cr_assert(ws.ok(), "%s", ws.error().message().c_str());
+  cr_assert_eq(fs_type(ws->path()), static_cast<long>(TMPFS_MAGIC), "%s", ws->path().c_str());
+  cr_assert_eq(fs_type(fs::path(ws->path()).parent_path()), static_cast<long>(TMPFS_MAGIC));
+}
+
+Test(workspace_base, tmpdir_and_an_explicit_base_win_over_the_default) {
+  corral_test::TempDir dir;
+  setenv("TMPDIR", dir.path().c_str(), 1);
+  auto c = choose_workspace_base("");
+  cr_assert_str_eq(c.path.c_str(), dir.path().c_str());
+  cr_assert_str_eq(c.source.c_str(), "TMPDIR");
+  auto ws = Workspace::create();
+  cr_assert(ws.ok(), "%s", ws.error().message().c_str());
+  cr_assert_eq(fs::path(ws->path()).parent_path().string(), dir.path());
+  auto e = choose_workspace_base("/somewhere/else", /*prepare=*/false);
+  cr_assert_str_eq(e.path.c_str(), "/somewhere/else");
+  cr_assert_str_eq(e.source.c_str(), "workspace_base");
+}
+
+Test(workspace_base, enforcement_names_where_workspaces_go_and_what_backs_them) {
+  unsetenv("TMPDIR");
+  unsetenv("CORRAL_WORKSPACE_BASE");
+  auto c = choose_workspace_base("", /*prepare=*/false);
+  auto r = corral_test::run_cli({"enforcement"});
+  cr_assert_eq(r.code, 0, "%s", r.err.c_str());
+  cr_assert(r.out.find("workspace_base") != std::string::npos, "%s", r.out.c_str());
+  cr_assert(r.out.find(c.path + " (default)") != std::string::npos, "%s", r.out.c_str());
+  if (c.tmpfs) cr_assert(r.out.find("tmpfs (memory)") != std::string::npos, "%s", r.out.c_str());
+
+  std::string disk = disk_dir_for_test();
+  if (disk.empty()) cr_skip_test("no disk-backed directory on this host");
+  auto d = corral_test::run_cli({"enforcement", "--json"}, {"CORRAL_WORKSPACE_BASE=" + disk});
+  rmdir(disk.c_str());
+  cr_assert_eq(d.code, 0, "%s", d.err.c_str());
+  cr_assert(d.out.find(disk + " (workspace_base)") != std::string::npos, "%s", d.out.c_str());
+  cr_assert(d.out.find("not a tmpfs (disk") != std::string::npos, "%s", d.out.c_str());
+}
+
+// A user who points workspaces at a disk gets them there and removed after,
+// whatever the program left, by the CLI's run and by TMPDIR alike.
+Test(workspace_base, a_disk_base_still_gets_its_workspaces_removed, .timeout = 60) {
+  std::string disk = disk_dir_for_test();
+  if (disk.empty()) cr_skip_test("no disk-backed directory on this host");
+  const std::string script = "pwd; mkdir -p a/b/c; echo x > a/b/c/f; chmod 000 a/b; ln -s /etc/passwd link";
+  for (const std::string& env : {"CORRAL_WORKSPACE_BASE=" + disk, "TMPDIR=" + disk}) {
+    unsetenv("CORRAL_WORKSPACE_BASE");
+    auto r = corral_test::run_cli({"run", "--", "/bin/sh", "-c", script}, {env});
+    cr_assert_eq(r.code, 0, "%s: %s", env.c_str(), r.err.c_str());
+    std::string pwd = r.out.substr(0, r.out.find('\n'));
+    cr_assert(pwd.rfind(disk + "/", 0) == 0, "%s: the workspace %s is not under %s", env.c_str(), pwd.c_str(),
+              disk.c_str());
+    cr_assert(!fs::exists(fs::symlink_status(pwd)), "%s: %s is left behind", env.c_str(), pwd.c_str());
+  }
+  std::error_code ec;
+  cr_assert(fs::is_empty(disk, ec), "%s holds something after the runs", disk.c_str());
+  fs::remove_all(disk, ec);
+}
