@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <initializer_list>
 #include <set>
 #include <utility>
 
@@ -121,15 +122,21 @@ Expected<CgroupStats> read_stats(CgroupVersion version, const StatDirs& dirs) {
   std::string who = v2 ? "cgroup v2" : "cgroup v1";
   CgroupStats st;
   Error failure;
-  // Each reader fills one field; a read error or a file that does not parse
-  // stops the whole answer with the file named.
-  auto keyed = [&](const std::string& dir, const char* file, const char* key,
-                   std::optional<std::uint64_t>& out, std::uint64_t scale = 1) {
+  // Each reader fills fields (a keyed file is read once for all the keys
+  // wanted from it); a read error or a file that does not parse stops the
+  // whole answer with the file named.
+  struct Key {
+    const char* key;
+    std::optional<std::uint64_t>* out;
+    std::uint64_t scale = 1;
+  };
+  auto keyed = [&](const std::string& dir, const char* file, std::initializer_list<Key> keys) {
     if (failure.code()) return;
     auto text = read_optional(who, dir, file);
     if (!text) return void(failure = std::move(text).error());
     if (!*text) return;
-    if (auto v = keyed_value(**text, key)) out = *v * scale;
+    for (const Key& k : keys)
+      if (auto v = keyed_value(**text, k.key)) *k.out = *v * k.scale;
   };
   auto single = [&](const std::string& dir, const char* file, std::optional<std::uint64_t>& out) {
     if (failure.code()) return;
@@ -141,16 +148,31 @@ Expected<CgroupStats> read_stats(CgroupVersion version, const StatDirs& dirs) {
                                           std::string(trim(**text)) + "'");
   };
   if (v2) {
-    keyed(dirs.memory, "memory.events", "oom_kill", st.oom_kills);
+    std::optional<std::uint64_t> ooms;
+    keyed(dirs.memory, "memory.events",
+          {{"oom_kill", &st.oom_kills}, {"oom_group_kill", &st.oom_group_kills}, {"oom", &ooms}});
+    st.hit_ceiling = ooms.value_or(0) > 0;
     single(dirs.memory, "memory.peak", st.memory_peak_bytes);
-    keyed(dirs.cpu, "cpu.stat", "usage_usec", st.cpu_usage_ns, 1000);
+    keyed(dirs.cpu, "cpu.stat", {{"usage_usec", &st.cpu_usage_ns, 1000}});
   } else {
-    keyed(dirs.memory, "memory.oom_control", "oom_kill", st.oom_kills);
+    std::optional<std::uint64_t> under_oom, memory_limit, memsw_limit, memsw_peak;
+    keyed(dirs.memory, "memory.oom_control", {{"oom_kill", &st.oom_kills}, {"under_oom", &under_oom}});
+    st.under_oom = under_oom.value_or(0) != 0;
     single(dirs.memory, "memory.max_usage_in_bytes", st.memory_peak_bytes);
+    single(dirs.memory, "memory.limit_in_bytes", memory_limit);
+    // With swap accounting a charge must fit under both limits (memsw is
+    // tried first); either one can be the ceiling that was hit.
+    single(dirs.memory, "memory.memsw.limit_in_bytes", memsw_limit);
+    single(dirs.memory, "memory.memsw.max_usage_in_bytes", memsw_peak);
+    const std::uint64_t slack = kOomChargePages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    auto at_limit = [&](const std::optional<std::uint64_t>& peak, const std::optional<std::uint64_t>& limit) {
+      return peak && limit && *limit < (std::uint64_t{1} << 62) && *peak + slack >= *limit;
+    };
+    st.hit_ceiling = at_limit(st.memory_peak_bytes, memory_limit) || at_limit(memsw_peak, memsw_limit);
     single(dirs.cpu, "cpuacct.usage", st.cpu_usage_ns);
   }
   single(dirs.pids, "pids.current", st.pids_current);
-  keyed(dirs.pids, "pids.events", "max", st.pids_limit_hits);
+  keyed(dirs.pids, "pids.events", {{"max", &st.pids_limit_hits}});
   if (failure.code()) return failure;
   return st;
 }

@@ -164,8 +164,12 @@ std::optional<ExitStatus> program_status(ContainerRun& c, const ExitStatus& pid1
   return st;
 }
 
-bool ended_by_sigkill(const Result& r) {
-  return (r.outcome == Outcome::signaled || r.outcome == Outcome::killed_resource) && r.signal == SIGKILL;
+// The v1 OOM eventfd's count, read (and so reset) before the cgroup is
+// removed, since removal signals it too. It covers an OOM whose completion the
+// supervisor had not seen yet when the run ended.
+bool oom_event_fired(ContainerRun& c) {
+  std::uint64_t count = 0;
+  return c.oom_event && ::read(c.oom_event.get(), &count, sizeof count) == sizeof count && count > 0;
 }
 
 }  // namespace
@@ -175,15 +179,13 @@ std::vector<std::string> finish_container(PreparedRun& run, const RunEnd& end, R
   std::vector<std::string> notes;
   if (!c.failure.empty()) notes.push_back(c.failure);
 
-  if (end.status && end.report.stage == SpawnStage::none) {
-    if (auto program = program_status(c, *end.status)) {
-      RunEnd mapped = end;
-      mapped.status = *program;
-      classify_outcome(mapped, run.limits, r);
-    }
-  }
+  RunEnd mapped = end;
+  if (end.status && end.report.stage == SpawnStage::none)
+    if (auto program = program_status(c, *end.status)) mapped.status = *program;
 
+  std::uint64_t ooms = 0;
   if (c.cgroup) {
+    const bool notified = end.oom_notified || oom_event_fired(c);
     auto stats = c.cgroup->stats();
     if (!stats) {
       notes.push_back("cgroup stats: " + stats.error().message());
@@ -191,18 +193,23 @@ std::vector<std::string> finish_container(PreparedRun& run, const RunEnd& end, R
       // The whole tree, pid 1 and escapees included, as the cgroup counted it.
       if (stats->cpu_usage_ns) r.cpu_seconds = static_cast<double>(*stats->cpu_usage_ns) / 1e9;
       if (stats->memory_peak_bytes) r.max_rss_bytes = *stats->memory_peak_bytes;
-      std::uint64_t ooms = stats->oom_kills.value_or(0);
-      if (ooms > 0 && !end.timed_out && !end.cancelled && ended_by_sigkill(r)) {
-        r.outcome = Outcome::killed_oom;
-        r.resource = "memory_bytes";
-      } else if (ooms > 0) {
-        notes.push_back("the kernel OOM-killed " + std::to_string(ooms) + " process(es) of the run under memory_bytes");
-      }
+      // classify_outcome makes it killed_oom only for a SIGKILL death that
+      // no deadline or cancel came before.
+      mapped.oom_killed = stats->ceiling_oom(notified);
+      ooms = stats->oom_kills.value_or(0);
+      if (!mapped.oom_killed && (ooms > 0 || notified))
+        notes.push_back(std::string(ooms > 0 ? "the kernel OOM-killed " + std::to_string(ooms) + " process(es) of the run"
+                                             : "the memory controller signalled an OOM to the run's cgroup") +
+                        ", but not at its memory_bytes ceiling (the host or an ancestor cgroup ran out)");
       if (stats->pids_limit_hits.value_or(0) > 0)
         notes.push_back("process_count: pids.max refused " + std::to_string(*stats->pids_limit_hits) + " fork(s)");
     }
     if (auto st = c.cgroup->remove(); !st) notes.push_back("cgroup not fully removed: " + st.error().message());
   }
+  classify_outcome(mapped, run.limits, r);
+  if (mapped.oom_killed && r.outcome != Outcome::killed_oom)
+    notes.push_back("the run reached its memory_bytes ceiling and the kernel's OOM path ran (" + std::to_string(ooms) +
+                    " process(es) OOM-killed), but the run ended otherwise");
   return notes;
 }
 

@@ -332,6 +332,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
 }
 
 void classify_outcome(const RunEnd& end, const Limits& limits, Result& r) {
+  r.resource.clear();  // a second classification (the container's) starts afresh
   if (end.report.stage != SpawnStage::none) {
     r.outcome = Outcome::spawn_failed;
     r.spawn_stage = std::string(to_string(end.report.stage));
@@ -366,7 +367,12 @@ void classify_outcome(const RunEnd& end, const Limits& limits, Result& r) {
   }
   int sig = end.status->signal;
   auto cpu_limit = limits.get(Limit::cpu_seconds);
-  if (sig == SIGXCPU && cpu_limit) {
+  if (sig == SIGKILL && end.oom_killed) {
+    // Evidence from the tier (the cgroup's counters, the OOM eventfd), not a
+    // guess from the signal: a plain SIGKILL stays `signaled`.
+    r.outcome = Outcome::killed_oom;
+    r.resource = "memory_bytes";
+  } else if (sig == SIGXCPU && cpu_limit) {
     r.outcome = Outcome::killed_resource;
     r.resource = "cpu_seconds";
   } else if (sig == SIGXFSZ && limits.has(Limit::file_bytes)) {

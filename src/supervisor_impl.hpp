@@ -381,7 +381,7 @@ struct Supervisor::Impl {
     }
     switch (fired) {
       case TimerPhase::deadline:
-        if (run.exited) break;
+        if (run.exited || run.end.oom_notified) break;  // already killed for the OOM
         run.end.timed_out = true;
         request_kill(slot, run, SIGTERM);
         arm_timer(slot, run, TimerPhase::grace, run.prep.request.grace_seconds);
@@ -522,10 +522,16 @@ struct Supervisor::Impl {
         on_timer(slot, run, cqe->res);
         break;
       case kOpOom:
-        // An OOM kill inside the run's cgroup (v1): the run is over, as a
-        // whole; the outcome is read from the cgroup's counter at the end.
+        // The run's cgroup (v1) entered the OOM path: the run is over, as a
+        // whole. Recorded before the kill: the kernel signals the eventfd
+        // before its OOM killer picks a victim, so our SIGKILL often lands
+        // first and the cgroup's oom_kill counter stays 0
+        // (finish_container, CgroupStats::ceiling_oom).
         run.oom_armed = false;
-        if (cqe->res > 0 && !run.exited) request_kill(slot, run, SIGKILL);
+        if (cqe->res > 0) {
+          run.end.oom_notified = true;
+          if (!run.exited) request_kill(slot, run, SIGKILL);
+        }
         break;
       case kOpWatch:
       case kOpWrite:
@@ -573,7 +579,8 @@ struct Supervisor::Impl {
       if (found == nullptr || found->delivered) continue;
       std::uint32_t slot = static_cast<std::uint32_t>(tok >> 32);
       Run& run = *found;
-      run.end.cancelled = true;
+      // A run already killed for an OOM stays an OOM.
+      if (!run.end.oom_notified) run.end.cancelled = true;
       request_kill(slot, run, SIGKILL);
       // A cancelled run does not wait for an escapee to let go of its pipes.
       if (run.exited) {

@@ -370,6 +370,7 @@ Test(cgroup, memory_ceiling_ends_in_an_oom_kill_that_stats_report) {
                end.signal, run.swap_capped());
   CgroupStats st = must_stats(run);
   cr_assert(st.oom_killed(), "oom_kills=%llu", (unsigned long long)st.oom_kills.value_or(0));
+  cr_assert(st.hit_ceiling && st.ceiling_oom());
   cr_assert(st.memory_peak_bytes.has_value());
   cr_assert_geq(*st.memory_peak_bytes, std::uint64_t{32} << 20);
   cr_assert_leq(*st.memory_peak_bytes, std::uint64_t{68} << 20);
@@ -388,6 +389,7 @@ Test(cgroup, a_plain_sigkill_is_not_an_oom_kill) {
   CgroupStats st = must_stats(run);
   cr_assert(st.oom_kills.has_value(), "the memory controller must answer");
   cr_assert(!st.oom_killed(), "oom_kills=%llu", (unsigned long long)*st.oom_kills);
+  cr_assert(!st.ceiling_oom(true), "under its ceiling, even if an ancestor's OOM had signalled the eventfd");
 }
 
 Test(cgroup, pids_ceiling_refuses_the_fork_bomb_with_eagain) {

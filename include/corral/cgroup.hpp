@@ -123,8 +123,26 @@ struct CgroupSpec {
 struct CgroupStats {
   // Processes the kernel OOM killer killed in the group (v2 memory.events
   // oom_kill; v1 memory.oom_control oom_kill, kernel >= 4.13). nullopt when
-  // the backend has no memory controller to ask.
+  // the backend has no memory controller to ask. Any OOM killer's kill
+  // counts, the host's too: alone it does not say the group's ceiling was
+  // the cause (hit_ceiling does).
   std::optional<std::uint64_t> oom_kills;
+  // v2 memory.events oom_group_kill (5.17): times memory.oom.group killed
+  // the group as a whole.
+  std::optional<std::uint64_t> oom_group_kills;
+  // The group's usage reached its own memory ceiling: v2 memory.events
+  // `oom` > 0 (the limit was reached and an allocation was about to fail;
+  // counted before every OOM kill the ceiling causes); v1 the high-water mark
+  // of memory (memory.max_usage_in_bytes) or of memory+swap
+  // (memory.memsw.max_usage_in_bytes) within kOomChargePages pages of its
+  // limit. (v1's failcnt cannot say it: memsw is charged first, and recent
+  // kernels count failures of the memory counter only, so at equal limits
+  // both failcnt files stayed 0 through an OOM on 6.18.) An OOM under an
+  // ancestor's limit or of the host leaves it false.
+  bool hit_ceiling = false;
+  // v1 memory.oom_control under_oom: a task of the group is in the memory
+  // cgroup's OOM path right now (the kernel clears it once the OOM is handled).
+  bool under_oom = false;
   // High-water mark of the group's memory (v2 memory.peak, kernel >= 5.19;
   // v1 memory.max_usage_in_bytes).
   std::optional<std::uint64_t> memory_peak_bytes;
@@ -136,7 +154,25 @@ struct CgroupStats {
   std::optional<std::uint64_t> pids_limit_hits;
 
   bool oom_killed() const noexcept { return oom_kills.value_or(0) > 0; }
+  // Whether the group's own memory ceiling ended in the OOM path: usage
+  // reached the ceiling (hit_ceiling) and the kernel went on to
+  // the OOM killer (oom_kills, oom_group_kills, under_oom) or, on v1,
+  // `notified` says the OOM eventfd fired (RunCgroup::oom_notifier). The
+  // eventfd is evidence no kill can race: it fires before the kernel picks a
+  // victim, so a supervisor that kills the run on it first leaves oom_kill
+  // at 0 (a dying task is not chosen, nothing is counted). Never true for a
+  // group that stayed under its ceiling, whatever killed it.
+  bool ceiling_oom(bool notified = false) const noexcept {
+    const bool oom_path = oom_killed() || oom_group_kills.value_or(0) > 0 || under_oom || notified;
+    return hit_ceiling && oom_path;
+  }
 };
+
+// The memory controller invokes its OOM killer only for a charge of at most
+// 8 pages (order <= PAGE_ALLOC_COSTLY_ORDER, mm/memcontrol.c mem_cgroup_oom)
+// that no longer fits, so a group that went OOM at its own ceiling had its
+// usage within this many pages of the limit.
+inline constexpr std::uint64_t kOomChargePages = 8;
 
 namespace detail {
 class CgroupBackend;
@@ -179,11 +215,16 @@ class RunCgroup {
   Expected<CgroupStats> stats() const;
 
   // v1: an eventfd (EFD_CLOEXEC|EFD_NONBLOCK, owned by the caller) that
-  // becomes readable when the memory controller OOM-kills in the group
-  // (registered through cgroup.event_control on memory.oom_control). v1's
-  // OOM killer kills one victim and lets the rest run on; a supervisor that
-  // polls this fd can end the whole run, as v2's memory.oom.group does in
-  // the kernel. v2, or no memory controller: an invalid fd.
+  // becomes readable when the group enters the memory controller's OOM path
+  // (registered through cgroup.event_control on memory.oom_control). The
+  // kernel signals it after reclaim failed and BEFORE its OOM killer picks a
+  // victim (mm/memcontrol-v1.c, memcg1_oom_prepare), and again when the
+  // group is removed (memcg_event_remove): read it before remove(). It also
+  // fires for an OOM of an ancestor's limit; CgroupStats::ceiling_oom tells
+  // the two apart. v1's OOM killer kills one victim and lets the rest run
+  // on; a supervisor that polls this fd can end the whole run, as v2's
+  // memory.oom.group does in the kernel. v2, or no memory controller: an
+  // invalid fd.
   Expected<UniqueFd> oom_notifier() const;
 
   // Kill every process in the group, descendants that called setsid()

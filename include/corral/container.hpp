@@ -23,7 +23,7 @@
 //   supervisor             kill_container for the deadline, grace and cancel.
 //   finish_run (parent)    finish_container: the program's real status from
 //                          pid 1's report, killed_oom from the cgroup's OOM
-//                          counter, CPU and peak memory of the whole tree,
+//                          evidence, CPU and peak memory of the whole tree,
 //                          then the cgroup is removed.
 #pragma once
 
@@ -84,7 +84,7 @@ struct ContainerRun {
   bool join_in_child = false;
   UniqueFd devnull;      // the program's stdin when the request gives none
   UniqueFd pid1_report;  // read end of pid 1's Pid1Report pipe (spawn_container)
-  UniqueFd oom_event;    // v1: readable on an OOM kill in the run's cgroup (RunCgroup::oom_notifier)
+  UniqueFd oom_event;    // v1: readable once the run's cgroup enters the OOM path (RunCgroup::oom_notifier)
   std::string failure;   // the full message when the child failed before exec
   std::uint64_t setup_ns = 0;  // child entry -> just before execve
   // The spawn does not wait for the exec (see spawn_container): the child's
@@ -133,10 +133,12 @@ void read_container_exec_report(ContainerRun& c, RunEnd& end);
 void kill_container(ContainerRun& c, const Pidfd& pid1, int sig);
 
 // Parent, from finish_run after classify_outcome: map pid 1's exit to the
-// program's (Pid1Report), killed_oom from the cgroup's OOM-kill counter
-// (only for a run that ended by SIGKILL before any deadline or cancel),
-// whole-tree CPU time and peak memory from the cgroup, then remove the
-// cgroup. Returns notes for the result's detail.
+// program's (Pid1Report), classify again with RunEnd::oom_killed from the
+// cgroup's evidence (CgroupStats::ceiling_oom: the ceiling was hit, and the
+// OOM eventfd fired — end.oom_notified or its count read here — or the
+// kernel counted an OOM kill), so a SIGKILL death no deadline or cancel came
+// before is killed_oom; whole-tree CPU time and peak memory from the cgroup;
+// then remove the cgroup. Returns notes for the result's detail.
 std::vector<std::string> finish_container(PreparedRun& run, const RunEnd& end, Result& result);
 
 }  // namespace corral

@@ -72,6 +72,14 @@ struct RunEnd {
   // "stdout_bytes"/"stderr_bytes": the stream passed its cap under
   // OutputLimitPolicy::kill and the supervisor killed the run for it.
   std::string output_limit;
+  // The run's OOM eventfd fired (cgroup v1, RunCgroup::oom_notifier): set
+  // by the supervisor before it kills the run for it. A deadline or a
+  // cancel that comes after it does not set timed_out or cancelled.
+  bool oom_notified = false;
+  // The memory ceiling's OOM path ended the run: set by the tier from its
+  // evidence (finish_container: CgroupStats::ceiling_oom). classify_outcome
+  // makes a SIGKILL death killed_oom only with it.
+  bool oom_killed = false;
   double clone_seconds = 0;                 // Spawner::Child's (the container's: its exec report's)
   std::optional<double> exec_seconds;       // Spawner::Child's; unknown in tier container
   std::chrono::steady_clock::time_point spawned;  // the spawn returned (the program running, or on its way)
