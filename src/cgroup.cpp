@@ -449,7 +449,8 @@ int join_cgroup_in_child(const RunCgroup& run) noexcept {
   return 0;
 }
 
-Expected<int> sweep_stale_run_cgroups(const CgroupProbe& probe, const CgroupSpec& spec) {
+Expected<int> sweep_run_cgroups(const CgroupProbe& probe, const CgroupSpec& spec,
+                                const std::function<bool(std::string_view)>& is_stale) {
   if (Status s = detail::validate_spec(spec, ""); !s) return std::move(s).error();
   std::vector<std::string> bases;
   if (probe.backend == CgroupVersion::v2) {
@@ -471,23 +472,26 @@ Expected<int> sweep_stale_run_cgroups(const CgroupProbe& probe, const CgroupSpec
       return Error::from_errno(errno, "cgroup: open " + parent);
     }
     std::vector<std::string> stale;
-    while (struct dirent* e = ::readdir(d)) {
-      // "<label>-<pid>-<8 hex>": the pid of the supervisor that made it.
-      std::string_view n = e->d_name;
-      auto last = n.rfind('-');
-      if (e->d_type != DT_DIR || last == std::string_view::npos || n.size() - last != 9) continue;
-      auto prev = n.rfind('-', last - 1);
-      if (prev == std::string_view::npos) continue;
-      auto pid = parse_u64(n.substr(prev + 1, last - prev - 1));
-      if (!pid || *pid == 0 || *pid > 0x3fffffff) continue;
-      if (::kill(static_cast<pid_t>(*pid), 0) == 0 || errno == EPERM) continue;  // alive
-      stale.emplace_back(n);
-    }
+    while (struct dirent* e = ::readdir(d))
+      if (e->d_type == DT_DIR && e->d_name[0] != '.' && is_stale(e->d_name)) stale.emplace_back(e->d_name);
     ::closedir(d);
     for (const auto& n : stale)
       if (::rmdir((parent + "/" + n).c_str()) == 0) ++removed;
   }
   return removed;
+}
+
+Expected<int> sweep_stale_run_cgroups(const CgroupProbe& probe, const CgroupSpec& spec) {
+  return sweep_run_cgroups(probe, spec, [](std::string_view n) {
+    // "<label>-<pid>-<8 hex>": the pid of the supervisor that made it.
+    auto last = n.rfind('-');
+    if (last == std::string_view::npos || n.size() - last != 9) return false;
+    auto prev = n.rfind('-', last - 1);
+    if (prev == std::string_view::npos) return false;
+    auto pid = parse_u64(n.substr(prev + 1, last - prev - 1));
+    if (!pid || *pid == 0 || *pid > 0x3fffffff) return false;
+    return !(::kill(static_cast<pid_t>(*pid), 0) == 0 || errno == EPERM);  // alive: not stale
+  });
 }
 
 Expected<UniqueFd> RunCgroup::oom_notifier() const {

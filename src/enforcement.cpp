@@ -349,7 +349,9 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
             (h.root ? "a host uid of the run's own" : "the caller's own uid"));
   else
     add(kGuaranteePrivilegeDrop, h.root ? "hard_per_run" : "unsupported",
-        h.root ? "a uid of its own per run in flight" : "not root: the program runs as the caller's uid");
+        h.root ? "a uid of its own per run in flight, held by no other run on the host (a lock in "
+                 "/run/corral/uids.lock the kernel drops if its holder dies); not reused while a process of it lives"
+               : "not root: the program runs as the caller's uid");
   if (tier == Tier::none)
     add(kGuaranteeCapabilityDrop, "unsupported", "tier none keeps the caller's capabilities");
   else if (h.root || container)
@@ -366,9 +368,19 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
     add(kGuaranteeGroupKill, "container", "SIGKILL to pid 1 ends the pid namespace (no cgroup here)");
   else
     add(kGuaranteeGroupKill, "hard", "killpg + pidfd_send_signal on the session the program leads");
-  add(kGuaranteeReapsDescendants, container ? "container" : "process_group",
-      container ? "pid namespace: nothing survives pid 1"
-                : "the program's group is killed; a setsid escapee leaves it (use --tier container)");
+  if (container)
+    add(kGuaranteeReapsDescendants, "container", "pid namespace: nothing survives pid 1");
+  else if (tier == Tier::os_process && h.root)
+    add(kGuaranteeReapsDescendants, "uid",
+        "the run's uid is its own on the host (locked in /run/corral/uids.lock): at the deadline, at cancel and "
+        "at the end of the run every process of it is killed, setsid and setpgid escapees too; also when corral "
+        "dies (its guardian). Not with --user, a uid runs share: then only the process group");
+  else
+    add(kGuaranteeReapsDescendants, "process_group",
+        tier == Tier::none
+            ? "the program's group is killed; a setsid escapee leaves it (use --tier container)"
+            : "not root, so no uid of the run's own to kill everything of: the program's group is killed, a "
+              "setsid escapee leaves it (run as root, or use --tier container)");
   add(kGuaranteeSecretMasking, "supervisor", "*** in every captured and streamed byte");
   if (container)
     add(kGuaranteeIpc, h.user_namespaces ? "container" : "unsupported",

@@ -37,10 +37,13 @@ constexpr std::array<std::string_view, 3> kEgressNames{"closed", "allowlist", "u
 //
 // os_process: adds privilege drop, capability drop, Landlock and seccomp.
 //  - enforces_memory false: still RLIMIT_AS (see above).
-//  - reaps_descendants false, conservatively: the group kill reaches the
-//    process group and the subreaper collects orphans, but a descendant that
-//    calls setsid() leaves the process group, is not killed by killpg, and
-//    can outlive the run. Only a pid namespace or a cgroup kill is sure.
+//  - reaps_descendants false, conservatively: without root the group kill
+//    reaches the process group and the subreaper collects orphans, but a
+//    descendant that calls setsid() leaves the process group, is not killed
+//    by killpg, and can outlive the run. As root the run has a uid of its
+//    own on the host and every process of it is killed at the end (a uid
+//    kill: uid_lock.hpp); host_tier_capabilities (routes_file.hpp) then says
+//    true, and the enforcement map says "uid".
 //  - egress allowlist, by TCP port only: Landlock (ABI >= 4, kernel 6.7)
 //    allows connect() to listed TCP ports; it cannot name hosts, and it does
 //    not cover UDP or raw sockets, so the allow-list holds only when the

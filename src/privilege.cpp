@@ -3,13 +3,8 @@
 #include <linux/capability.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <fstream>
-#include <mutex>
-#include <new>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "corral/capabilities.hpp"
 #include "corral/syscalls.hpp"
@@ -130,122 +125,6 @@ int drop_privileges_now(uid_t uid, gid_t gid) noexcept {
   return drop_ids_in_child(uid, gid, !same);
 }
 
-// ---- UidPool ----------------------------------------------------------------
-
-struct UidPool::Lease::State {
-  std::mutex mu;
-  uid_t first = 0;
-  std::uint32_t count = 0;
-  bool range_ok = false;
-  std::uint32_t next_unused = 0;     // offsets below this were handed out at least once
-  std::vector<std::uint32_t> free;   // returned offsets; capacity kept >= next_unused
-  std::uint32_t in_use = 0;
-  bool pinned = false;
-  uid_t pin_uid = 0;
-  gid_t pin_gid = 0;
-
-  std::string range() const {
-    return std::to_string(first) + ".." + std::to_string(std::uint64_t{first} + count - 1);
-  }
-};
-
-UidPool::UidPool() : UidPool(kDefaultFirst, kDefaultCount) {}
-
-UidPool::UidPool(uid_t first, std::uint32_t count) : state_(std::make_shared<Lease::State>()) {
-  state_->first = first;
-  state_->count = count;
-  state_->range_ok = count > 0 && first > 0 && std::uint64_t{first} + count - 1 < kNoId;
-}
-
-UidPool& UidPool::pin(uid_t uid, gid_t gid) noexcept {
-  std::lock_guard lock(state_->mu);
-  state_->pinned = true;
-  state_->pin_uid = uid;
-  state_->pin_gid = gid;
-  return *this;
-}
-
-bool UidPool::pinned() const noexcept {
-  std::lock_guard lock(state_->mu);
-  return state_->pinned;
-}
-
-std::uint32_t UidPool::in_use() const noexcept {
-  std::lock_guard lock(state_->mu);
-  return state_->in_use;
-}
-
-Status UidPool::status() const {
-  std::lock_guard lock(state_->mu);
-  if (state_->pinned || state_->range_ok) return {};
-  return Error::invalid("uid pool: range first " + std::to_string(state_->first) + " count " +
-                        std::to_string(state_->count) +
-                        " is unusable (must be non-empty, above 0 and end below 4294967295)");
-}
-
-Expected<UidPool::Lease> UidPool::acquire() {
-  if (auto ok = status(); !ok) return std::move(ok).error();
-  std::lock_guard lock(state_->mu);
-  Lease lease;
-  lease.held_ = true;
-  if (state_->pinned) {
-    lease.uid_ = state_->pin_uid;
-    lease.gid_ = state_->pin_gid;
-    return lease;
-  }
-  std::uint32_t offset;
-  if (!state_->free.empty()) {
-    offset = state_->free.back();
-    state_->free.pop_back();
-  } else if (state_->next_unused < state_->count) {
-    // Grow the free list's capacity now, where failing is allowed, so that
-    // release (noexcept) never allocates.
-    if (state_->free.capacity() < std::size_t{state_->next_unused} + 1) {
-      try {
-        state_->free.reserve(std::max<std::size_t>(64, std::size_t{state_->next_unused} * 2));
-      } catch (const std::bad_alloc&) {
-        return Error(ENOMEM, "uid pool " + state_->range() + ": out of memory");
-      }
-    }
-    offset = state_->next_unused++;
-  } else {
-    return Error(EAGAIN, "uid pool " + state_->range() + ": all " + std::to_string(state_->count) +
-                             " uids are in use by runs in flight");
-  }
-  ++state_->in_use;
-  lease.uid_ = state_->first + offset;
-  lease.gid_ = lease.uid_;
-  lease.state_ = state_;
-  return lease;
-}
-
-UidPool::Lease::Lease(Lease&& other) noexcept
-    : state_(std::move(other.state_)), uid_(other.uid_), gid_(other.gid_), held_(other.held_) {
-  other.held_ = false;
-}
-
-UidPool::Lease& UidPool::Lease::operator=(Lease&& other) noexcept {
-  if (this != &other) {
-    release();
-    state_ = std::move(other.state_);
-    uid_ = other.uid_;
-    gid_ = other.gid_;
-    held_ = std::exchange(other.held_, false);
-  }
-  return *this;
-}
-
-UidPool::Lease::~Lease() { release(); }
-
-void UidPool::Lease::release() noexcept {
-  held_ = false;
-  if (!state_) return;
-  {
-    std::lock_guard lock(state_->mu);
-    state_->free.push_back(uid_ - state_->first);  // capacity reserved in acquire
-    --state_->in_use;
-  }
-  state_.reset();
-}
+// UidPool: src/uid_pool.cpp.
 
 }  // namespace corral

@@ -420,6 +420,10 @@ Expected<TierCapabilities> host_tier_capabilities(std::string_view tier, const H
     if (!host.seccomp) caps->egress = Egress::unrestricted;
     else if (host.landlock_abi < 4) caps->egress = Egress::closed;
   }
+  // As root a process-tier run has a uid of its own on the host, and every
+  // process of it is killed at the deadline, at cancel and at the end of
+  // the run: escapees of the group too (the enforcement map's "uid").
+  if (caps->isolation == Isolation::os_process && host.root) caps->reaps_descendants = true;
   return caps;
 }
 

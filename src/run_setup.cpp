@@ -147,6 +147,7 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
     auto drop = prepare_privilege_drop(owner->uid, owner->gid);
     if (!drop) return std::move(drop).error();
     plan.privilege.emplace(std::move(*drop));
+    plan.reap_uid_first = run.uid_lease && run.uid_lease->first_process_reaps();
   }
 
   // An egress allow-list (tcp_connect_ports) is seccomp's tcp-only profile
@@ -248,7 +249,9 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
     if (req.user) {
       owner = WorkspaceOwner{*req.user, *req.user};
     } else if (ctx.uids) {
-      auto lease = ctx.uids->acquire();
+      // The program is the uid's first process here: it reaps what a dead
+      // holder of the uid left (spawn.cpp), saving a helper process a run.
+      auto lease = ctx.uids->acquire(UidPool::Reap::by_first_process);
       if (!lease) return who(std::move(lease).error());
       owner = WorkspaceOwner{lease->uid(), lease->gid()};
       run.uid_lease.emplace(std::move(*lease));
@@ -258,6 +261,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   WorkspaceOptions wopts;
   wopts.base_dir = ctx.workspace_base;
   wopts.base = ctx.base;
+  wopts.name_tag = ctx.workspace_tag;
   wopts.owner = owner;
   wopts.make_tmp = !container;
   if (container && container_workspace_on_tmpfs(host)) {
@@ -441,6 +445,13 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   r.timings.exec = end.exec_seconds;
   if (end.spawned != std::chrono::steady_clock::time_point{} && end.report.stage == SpawnStage::none)
     r.timings.run = std::chrono::duration<double>(collect_started - end.spawned).count();
+
+  // Nothing of the run may write into the workspace while it is collected
+  // and removed, or hold its uid once it is returned: as root, every
+  // process of the run's uid is killed now, unless the supervisor did at
+  // the leader's exit (the lease says so).
+  if (run.uid_lease && run.uid_lease->host_wide() && !run.uid_lease->reaped())
+    if (auto st = run.uid_lease->signal_processes(SIGKILL); !st) r.warnings.push_back(st.error().message());
 
   std::vector<std::string> container_notes;
   if (run.container) container_notes = finish_container(run, end, r);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@ std::string_view to_string(SpawnStage stage) {
     case SpawnStage::execve: return "execve";
     case SpawnStage::namespaces: return "namespaces";
     case SpawnStage::cgroup: return "cgroup";
+    case SpawnStage::parent_death: return "parent_death";
   }
   return "unknown";
 }
@@ -53,6 +55,7 @@ struct ChildArgs {
   int max_slot;
   std::uint64_t reset_mask;  // signals 1..63 the parent ignores: back to SIG_DFL
   ChildReport* report;
+  long parent_pid;           // ours: the child's check that we still live
 };
 
 // Runs in the child (CLONE_VM|CLONE_VFORK: on the Spawner's stack, sharing
@@ -104,11 +107,28 @@ int run_plan_in_child(void* p) noexcept {
     if (int e = drop_bounding_set_in_child(*plan.capabilities)) return fail(SpawnStage::bounding_set, e);
   if (plan.privilege)
     if (int e = apply_privilege_drop_in_child(*plan.privilege)) return fail(SpawnStage::privilege, e);
+  // The first process of a uid freshly locked for this run: anything else
+  // of the uid is a dead holder's leftover. Only with a real drop (never as
+  // root: kill(-1) would reach the whole host).
+  if (plan.reap_uid_first && plan.privilege && plan.privilege->changes_identity() && plan.privilege->uid() != 0) {
+    long r = sys::call(SYS_kill, -1, SIGKILL);
+    if (r < 0 && r != -ESRCH) return fail(SpawnStage::privilege, sys::error_of(r));
+  }
   if (plan.capabilities)
     if (int e = clear_capabilities_in_child(*plan.capabilities)) return fail(SpawnStage::capabilities, e);
   if (!plan.cwd.empty())
     if (int e = sys::error_of(sys::call(SYS_chdir, reinterpret_cast<long>(plan.cwd.c_str()))))
       return fail(SpawnStage::chdir, e);
+  // Dies with the supervisor: SIGKILL when the thread that spawned it
+  // exits. After the id and capability changes, which clear it (PR_SET_PDEATHSIG
+  // in prctl(2)); kept across the execve (no set-id gain under no_new_privs).
+  // Then make sure we did not lose the parent before it was set: a
+  // CLONE_VFORK parent can still be SIGKILLed while it waits for us. This
+  // reaches the program only; the guardian (guardian.hpp) reaches what it
+  // starts.
+  if (int e = sys::error_of(sys::call(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)))
+    return fail(SpawnStage::parent_death, e);
+  if (sys::call(SYS_getppid) != a->parent_pid) return fail(SpawnStage::parent_death, ESRCH);
   // Last: the filter may deny what the steps above needed.
   if (plan.seccomp)
     if (int e = apply_seccomp_in_child(*plan.seccomp)) return fail(SpawnStage::seccomp, e);
@@ -188,7 +208,7 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
     if (dup3(sources[i], slots_[i].get(), O_CLOEXEC) < 0) return Error::from_errno(errno, "spawn: fill fd slot");
 
   const int slot_fds[3] = {slots_[0].get(), slots_[1].get(), slots_[2].get()};
-  ChildArgs args{&plan, slot_fds, max_slot_, ignored_signals_, &child.report};
+  ChildArgs args{&plan, slot_fds, max_slot_, ignored_signals_, &child.report, static_cast<long>(::getpid())};
   CloneSpec spec;
   spec.flags = CLONE_FILES | CLONE_CLEAR_SIGHAND | plan.clone_namespaces;
   spec.share_memory = true;

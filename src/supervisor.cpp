@@ -2,6 +2,8 @@
 // Supervisor::Impl in supervisor_impl.hpp.
 #include "supervisor_impl.hpp"
 
+#include <sys/random.h>
+
 namespace corral {
 
 // ---------------------------------------------------------------------------
@@ -14,6 +16,18 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   impl->options = options;
   impl->uids = UidPool(options.uid_range_first, options.uid_range_count);
   impl->host = probe_host(/*with_containers=*/false);  // probed on the first container run
+  // As root a run's uid is its own on the whole host, not only among our
+  // runs: locked in /run/corral/uids.lock (uid_lock.hpp).
+  if (impl->host.root) impl->uids.lock_host_wide();
+  // Run ids name this supervisor by 48 random bits, not by its pid: two
+  // processes that are each pid 1 of a pid namespace of their own, or a
+  // restart that got the same pid, must not make the same ids (an artifact
+  // directory is named after the run id).
+  unsigned char rnd[6];
+  if (getrandom(rnd, sizeof rnd, 0) != static_cast<ssize_t>(sizeof rnd))
+    return Error::from_errno(errno, "supervisor: getrandom for the run ids");
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (unsigned char b : rnd) impl->owner_token += {kHex[b >> 4], kHex[b & 0xf]};
   impl->scratch.reset(new char[kScratchBytes]);
 
   // The fd table is what bounds runs in flight: raise the soft limit to the
@@ -51,6 +65,15 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   if (!base) return std::move(base).error().context("supervisor");
   impl->base = std::move(*base);
 
+  // As root: register (what we leave if we die is then found by token),
+  // then sweep what dead supervisors left (leftovers.hpp).
+  if (impl->host.root) {
+    auto owner = OwnerRecord::create(impl->owner_token, impl->base->path());
+    if (!owner) return std::move(owner).error().context("supervisor");
+    impl->owner.emplace(std::move(*owner));
+    (void)sweep_dead_supervisors(impl->owner_token);
+  }
+
   // The fd budget: what is open now (the host's fds, the ring, the
   // spawner's slots, the base) plus the reserve, then kFdsPerRun per run.
   std::size_t used = count_open_fds() + kFdReserve;
@@ -60,7 +83,7 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
 }
 
 std::string Supervisor::next_run_id() {
-  return "r-" + std::to_string(getpid()) + "-" + std::to_string(++impl_->run_counter);
+  return "r-" + impl_->owner_token + "-" + std::to_string(++impl_->run_counter);
 }
 
 std::size_t Supervisor::in_flight() const { return impl_->in_flight; }
@@ -80,7 +103,17 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
                              std::to_string(s.held_fds) + " of the " + std::to_string(s.fd_budget) +
                              " fds the fd limit (RLIMIT_NOFILE) leaves for runs (" +
                              std::to_string(weight) + " more needed); wait for some to finish");
-  RunContext ctx{&s.uids, s.options.workspace_base, &s.host, &s.cache, s.base};
+  if (!s.guardian) {
+    // Before the first run: from its first instant a run is covered. The
+    // guardian shares the uid lock file (opened now when root) so a dead
+    // supervisor's uids stay locked until it has killed their processes.
+    auto lock_fd = s.uids.host_lock_fd();
+    if (!lock_fd) return std::move(lock_fd).error().context("supervisor");
+    auto guardian = Guardian::start(*lock_fd);
+    if (!guardian) return std::move(guardian).error().context("supervisor");
+    s.guardian = std::move(*guardian);
+  }
+  RunContext ctx{&s.uids, s.options.workspace_base, &s.host, &s.cache, s.base, s.owner_token};
   std::string run_id = next_run_id();
   auto prepared = prepare_run(std::move(request), ctx, run_id);
   if (!prepared) return std::move(prepared).error();
@@ -144,6 +177,9 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   run.err.fd = std::move(child->stderr_read);
   run.err.eof = !run.err_capture;
   s.by_pid[run.pidfd.pid()] = slot;
+  // The leader leads its own group (pgid = pid); as root the uid is the run's alone.
+  const UidPool::Lease* lease = run.prep.uid_lease ? &*run.prep.uid_lease : nullptr;
+  s.guardian->watch(slot, run.pidfd.pid(), lease && lease->host_wide() ? lease->uid() : 0);
   s.arm_pid(slot, run);
   s.arm_poll(slot, run, run.out, kOpOut);
   if (run.err_capture) s.arm_poll(slot, run, run.err, kOpErr);

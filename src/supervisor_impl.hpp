@@ -24,6 +24,8 @@
 
 #include "corral/audit.hpp"
 #include "corral/container.hpp"
+#include "corral/guardian.hpp"
+#include "corral/leftovers.hpp"
 #include "corral/reaper.hpp"
 #include "corral/run_setup.hpp"
 
@@ -134,6 +136,11 @@ struct Supervisor::Impl {
   bool ring_ready = false;
   std::optional<Spawner> spawner;
   UidPool uids;
+  // Kills the runs' groups and uids if this process dies (guardian.hpp);
+  // started at the first submit.
+  std::unique_ptr<Guardian> guardian;
+  std::string owner_token;  // 12 hex digits, random: this supervisor in run ids
+  std::optional<OwnerRecord> owner;  // as root: /run/corral/owners/<token> (leftovers.hpp)
   HostFacts host;
   MechanismCache cache;
   std::vector<std::unique_ptr<Run>> slots;
@@ -181,10 +188,70 @@ struct Supervisor::Impl {
     for (auto& run : slots)
       if (run && run->active && !run->exited && run->pidfd.valid()) {
         kill_group(run->pidfd, SIGKILL);
+        kill_uid_of(*run, SIGKILL);
         (void)wait_exit(run->pidfd, true);
       }
-    slots.clear();
+    slots.clear();  // leases not reaped yet are reaped as they go
+    guardian.reset();  // nothing of ours runs any more: it exits, killing nothing
     if (ring_ready) io_uring_queue_exit(&ring);
+  }
+
+  // As root, a run's uid is its own on the host (UidPool host-wide): every
+  // process of it is the run's, in its process group or not (a setsid or
+  // setpgid escapee). Nothing to do without such a lease. A failure leaves
+  // the lease unclean: its release tries again, and keeps the uid out of
+  // circulation if that fails too.
+  static void kill_uid_of(Run& run, int sig) {
+    if (run.prep.uid_lease && run.prep.uid_lease->host_wide()) (void)run.prep.uid_lease->signal_processes(sig);
+  }
+
+  // Whether our children (every thread's: /proc/self/task/*/children) are
+  // only runs' leaders and the guardian. As a subreaper every live process
+  // of a run has an ancestor-or-self among our children that is the run's
+  // (the leader, or an orphan reparented to us, alive or a zombie until we
+  // reap it, which only this thread does): none unknown means nothing of
+  // any run outlived its leader. Reading it costs a few syscalls; the uid
+  // kill it spares costs a process (and a scheduling round trip, tens of
+  // ms on a loaded host). Anything unreadable or unknown: false.
+  bool only_known_children() {
+    if (!options.become_subreaper) return false;
+    DIR* tasks = opendir("/proc/self/task");
+    if (tasks == nullptr) return false;
+    bool known = true;
+    char buf[4096];
+    while (known) {
+      dirent* e = readdir(tasks);
+      if (e == nullptr) break;
+      if (e->d_name[0] == '.') continue;
+      std::string path = std::string("/proc/self/task/") + e->d_name + "/children";
+      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        known = errno == ENOENT;  // a thread that just exited
+        continue;
+      }
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      ::close(fd);
+      if (n < 0 || n == static_cast<ssize_t>(sizeof buf)) {
+        known = false;  // unreadable, or more than one read's worth: do not guess
+        break;
+      }
+      for (ssize_t i = 0; i < n && known;) {
+        pid_t pid = 0;
+        while (i < n && buf[i] >= '0' && buf[i] <= '9') pid = pid * 10 + (buf[i++] - '0');
+        while (i < n && (buf[i] < '0' || buf[i] > '9')) ++i;
+        if (pid > 0 && !by_pid.count(pid) && !(guardian && pid == guardian->pid())) known = false;
+      }
+    }
+    closedir(tasks);
+    return known;
+  }
+
+  // At the leader's exit (its group just got SIGKILL): as root, every
+  // process of the run's uid dies too, unless none can be left.
+  void reap_uid_at_exit(Run& run) {
+    if (!run.prep.uid_lease || !run.prep.uid_lease->host_wide()) return;
+    if (only_known_children()) run.prep.uid_lease->mark_reaped();
+    else kill_uid_of(run, SIGKILL);
   }
 
   static std::uint64_t token(std::uint32_t slot, std::uint32_t gen) {
@@ -328,9 +395,14 @@ struct Supervisor::Impl {
   void on_leader_exit(std::uint32_t slot, Run& run) {
     if (run.exited) return;
     release_held(slot, run);
-    // Stragglers in the group go with the leader; the leader's zombie keeps
-    // the pgid from being reused until we reap it just below.
+    // Stragglers in the group go with the leader, and as root everything of
+    // the run's uid (escapees of the group too: nothing of the run outlives
+    // it, and an escapee holding the pipes no longer makes us wait for the
+    // drain). The leader's zombie keeps the pgid from being reused until we
+    // reap it just below, so the guardian lets go of the run first.
     kill_group(run.pidfd, SIGKILL);
+    reap_uid_at_exit(run);
+    if (guardian) guardian->unwatch(slot);
     auto status = wait_exit(run.pidfd, true);
     run.exited = true;
     by_pid.erase(run.pidfd.pid());
@@ -362,8 +434,12 @@ struct Supervisor::Impl {
   void request_kill(std::uint32_t slot, Run& run, int sig) {
     (void)slot;
     if (run.exited || !run.pidfd.valid()) return;
-    if (run.prep.container) kill_container(*run.prep.container, run.pidfd, sig);  // pid 1 + cgroup
-    else kill_group(run.pidfd, sig);
+    if (run.prep.container) {
+      kill_container(*run.prep.container, run.pidfd, sig);  // pid 1 + cgroup
+    } else {
+      kill_group(run.pidfd, sig);
+      kill_uid_of(run, sig);  // the deadline's SIGTERM too: the escapees get the same grace
+    }
   }
 
   void on_timer(std::uint32_t slot, Run& run, int res) {

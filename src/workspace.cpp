@@ -322,7 +322,8 @@ Expected<Workspace> Workspace::create(const WorkspaceOptions& options) {
     ws.base_.reset(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!ws.base_) return errno_error(who);
   }
-  auto name = make_unique_dir(ws.base_fd(), "corral-", 0700, who);
+  const std::string prefix = options.name_tag.empty() ? "corral-" : "corral-" + options.name_tag + "-";
+  auto name = make_unique_dir(ws.base_fd(), prefix.c_str(), 0700, who);
   if (!name) return std::move(name).error();
   ws.name_ = std::move(*name);
   ws.path_ = join(base, ws.name_);

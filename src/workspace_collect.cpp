@@ -251,8 +251,14 @@ Status Workspace::copy_to(const Collection& collection, const std::string& artif
   UniqueFd root(::open(artifact_root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!root) return errno_error(who);
   const std::string run(run_id);
-  if (::mkdirat(root.get(), run.c_str(), 0755) != 0 && errno != EEXIST)
+  // A directory of this run's own, made now: an existing one (another run's,
+  // or planted) is refused, never merged into. Run ids are unique on the
+  // host (Supervisor::next_run_id), so EEXIST means someone else's.
+  if (::mkdirat(root.get(), run.c_str(), 0755) != 0) {
+    if (errno == EEXIST)
+      return Error(EEXIST, who + ": " + quoted(run) + " already exists; refusing to write into a directory this run did not make");
     return errno_error(who + ": create " + quoted(run));
+  }
   UniqueFd dir(openat2_fd(root.get(), run, O_PATH | O_DIRECTORY | O_CLOEXEC, 0, kResolve));
   if (!dir && errno == ELOOP) return Error(ELOOP, who + ": " + quoted(run) + " is a symlink; refusing to follow it");
   if (!dir) return errno_error(who + ": open " + quoted(run));

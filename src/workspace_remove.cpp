@@ -137,3 +137,40 @@ void remove_contents(int root_path_fd, Errors& errors) {
 }
 
 }  // namespace corral::wsfs
+
+namespace corral {
+
+using namespace wsfs;
+
+Expected<int> Workspace::remove_leftovers(const std::string& base_dir, std::string_view tag) {
+  const std::string who = "workspace: leftovers in " + quoted(base_dir);
+  if (tag.empty() || tag.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz") != std::string_view::npos)
+    return Error::invalid(who + ": tag " + quoted(tag) + " must be [0-9a-z]+");
+  UniqueFd base(::open(base_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!base) return errno_error(who);
+  struct stat st {};
+  if (::fstat(base.get(), &st) != 0) return errno_error(who + ": stat");
+  // Only a base nobody else could have planted names in (WorkspaceBase's rule).
+  if (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    return Error(EPERM, who + ": not a base of ours (owner or mode); left alone");
+  const std::string prefix = "corral-" + std::string(tag) + "-";
+  std::vector<std::string> names;
+  auto listed = for_each_entry(base.get(), [&](const char* name, unsigned char) {
+    if (std::string_view(name).rfind(prefix, 0) == 0) names.emplace_back(name);
+    return true;
+  });
+  if (!listed) return listed.error().context(who);
+  int removed = 0;
+  Errors errors;
+  for (const auto& name : names) {
+    UniqueFd dir(::openat(base.get(), name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir) continue;  // a symlink or a file by that name: not a workspace
+    remove_contents(dir.get(), errors);
+    if (::unlinkat(base.get(), name.c_str(), AT_REMOVEDIR) == 0) ++removed;
+    else errors.add(errno_error("remove " + quoted(base_dir + "/" + name)));
+  }
+  if (errors.first) return errors.first->context(who);
+  return removed;
+}
+
+}  // namespace corral

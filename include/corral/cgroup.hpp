@@ -26,6 +26,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -278,8 +279,16 @@ int join_cgroup_in_child(const RunCgroup& run) noexcept;
 // Remove empty run cgroups left by a supervisor that died: children of the
 // parent group whose name carries a pid that no longer exists. Groups that
 // still hold processes are left alone (rmdir refuses them). Returns how many
-// directories were removed.
+// directories were removed. The pid is the maker's in its own pid
+// namespace: across pid namespaces (containers) it says nothing, and an
+// empty group a live supervisor has just made could go. What corral itself
+// sweeps at start goes by owner record instead (leftovers.hpp).
 Expected<int> sweep_stale_run_cgroups(const CgroupProbe& probe, const CgroupSpec& spec);
+
+// The same walk over the children of the parent group (in each hierarchy
+// the backend uses), removing the empty ones whose name `is_stale` accepts.
+Expected<int> sweep_run_cgroups(const CgroupProbe& probe, const CgroupSpec& spec,
+                                const std::function<bool(std::string_view)>& is_stale);
 
 // ---------------------------------------------------------------- file formats
 // Pure parsing of cgroupfs files, public so tests (and tools that watch

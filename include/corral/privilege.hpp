@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "corral/status.hpp"
 
@@ -73,9 +74,23 @@ int apply_privilege_drop_in_child(const PrivilegeDrop& drop) noexcept;
 bool is_root_capable() noexcept;
 
 // One uid (and the gid of the same number) per run in flight, from a range.
-// Pure bookkeeping: nothing is created on the system, and the range should
-// be one no real account uses. O(1) acquire and release; thread-safe.
-// Copies are handles to the same pool.
+// Nothing is created on the system, and the range should be one no real
+// account uses. Thread-safe. Copies are handles to the same pool.
+//
+// Two modes:
+//  - local (the default): bookkeeping in this process only, O(1) acquire
+//    and release. Another process's pool may hand out the same uid.
+//  - host-wide (lock_host_wide(), what a root Supervisor uses): a uid is
+//    also write-locked on byte <uid> of a lock file (uid_lock.hpp), so no
+//    other run on the host — another corral process, batch or library
+//    supervisor — holds it at the same time, and the kernel drops the lock
+//    if this process dies. Before a uid freshly locked is handed out, and
+//    when a lease ends without having been reaped, every process of the
+//    uid is killed (signal_uid): a uid is never handed out while something
+//    of its last run (a setsid escapee, a dead holder's leftovers) lives.
+//    A uid released here stays locked by the pool, idle and clean, and is
+//    handed out again without a syscall; all go when the pool does. Needs
+//    root (setresuid for the kill).
 class UidPool {
  public:
   static constexpr uid_t kDefaultFirst = 200000;
@@ -95,7 +110,28 @@ class UidPool {
     uid_t uid() const noexcept { return uid_; }
     gid_t gid() const noexcept { return gid_; }
     bool held() const noexcept { return held_; }
-    // Returns the uid now instead of at destruction.
+    // A lease of a host-wide pool: the uid is the run's alone on the host
+    // and signal_processes() works.
+    bool host_wide() const noexcept;
+    // Host-wide leases: send `sig` to every process of the uid (the run's
+    // program and whatever it started, in or out of its process group).
+    // After a SIGKILL that succeeded the lease is clean: the run's
+    // processes are gone and release() does not kill again. Callers must
+    // not start anything under the uid after that. ENOTSUP otherwise.
+    Status signal_processes(int sig);
+    // A SIGKILL to the uid succeeded since the lease was handed out.
+    bool reaped() const noexcept { return clean_; }
+    // The caller knows no process of the uid lives and none will start
+    // (e.g. a subreaper whose children hold none of the run's processes):
+    // release() then needs no kill.
+    void mark_reaped() noexcept { clean_ = true; }
+    // acquire(Reap::by_first_process) handed out a uid freshly locked
+    // without reaping it: the first process to run as the uid must kill
+    // every other process of it (kill(-1, SIGKILL)) before anything else.
+    bool first_process_reaps() const noexcept { return first_reaps_; }
+    // Returns the uid now instead of at destruction. A host-wide lease that
+    // is not clean is reaped first (SIGKILL to the uid); if that fails the
+    // uid is kept locked and never handed out again by this pool.
     void release() noexcept;
 
    private:
@@ -105,7 +141,18 @@ class UidPool {
     uid_t uid_ = 0;
     gid_t gid_ = 0;
     bool held_ = false;
+    bool clean_ = false;  // reaped by a SIGKILL since it was handed out
+    bool first_reaps_ = false;
   };
+
+  // Who kills what a dead holder of a freshly locked uid left behind.
+  //   now: acquire() does, with a helper process (signal_uid).
+  //   by_first_process: the caller's first process under the uid does, as
+  //     its first act after becoming the uid (spawn.hpp: ChildPlan's
+  //     reap_uid_first): no extra process per run. Only a caller that
+  //     starts that process in our pid namespace may ask for it (kill(-1)
+  //     reaches no further than the caller's pid namespace).
+  enum class Reap { now, by_first_process };
 
   UidPool();
   // [first, first + count). A range that is empty, contains 0 or runs past
@@ -114,13 +161,23 @@ class UidPool {
 
   // `--user`: every lease is (uid, gid), shared by all runs, never
   // exhausted. process_count then counts the processes of all those runs
-  // (and anything else running as uid) together.
+  // (and anything else running as uid) together. Never host-wide.
   UidPool& pin(uid_t uid, gid_t gid) noexcept;
   bool pinned() const noexcept;
 
-  // A uid no other live lease of this pool holds (or the pinned one); an
-  // error naming the range when all are in use.
-  Expected<Lease> acquire();
+  // Host-wide mode (see above), with the lock file at `path` (opened at the
+  // first acquire, or by host_lock_fd()). Before the first acquire.
+  UidPool& lock_host_wide(std::string path = "/run/corral/uids.lock");
+  bool host_wide() const noexcept;
+  // The lock file's fd (opening it now), -1 in local mode. A process that
+  // shares the open file description (inherits this fd) shares the locks:
+  // the supervisor's guardian holds it so a dead supervisor's uids stay
+  // locked until their processes are killed.
+  Expected<int> host_lock_fd();
+
+  // A uid no other live lease holds (host-wide: no other run on the host),
+  // or the pinned one; an error naming the range when all are in use.
+  Expected<Lease> acquire(Reap reap = Reap::now);
   Status status() const;
   std::uint32_t in_use() const noexcept;
 

@@ -42,6 +42,9 @@ struct RunContext {
   // Shared base (the supervisor's): workspaces then hold no base fd and
   // may release their root fd while the child runs. Overrides workspace_base.
   std::shared_ptr<const WorkspaceBase> base;
+  // The supervisor's token: workspaces are corral-<tag>-<hex>, so a dead
+  // supervisor's are found (leftovers.hpp). "" for corral-<hex>.
+  std::string workspace_tag;
 };
 
 struct PreparedRun {

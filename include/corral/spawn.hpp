@@ -41,6 +41,7 @@ enum class SpawnStage : std::uint8_t {
   execve,
   namespaces,  // container tier: namespaces.hpp's apply (the full message is in the detail)
   cgroup,      // container tier: joining the run's cgroup
+  parent_death,  // PR_SET_PDEATHSIG, or the supervisor died before it was set
 };
 std::string_view to_string(SpawnStage stage);
 
@@ -59,6 +60,10 @@ struct ChildPlan {
   std::optional<RlimitSet> rlimits;
   std::optional<CapabilityDrop> capabilities;
   std::optional<PrivilegeDrop> privilege;
+  // Right after the privilege drop, kill(-1, SIGKILL): every other process
+  // of the run's uid, i.e. what a dead former holder of a freshly locked
+  // uid left (UidPool::Reap::by_first_process). ESRCH (none) is success.
+  bool reap_uid_first = false;
   std::optional<LandlockRuleset> landlock;
   // Shared: the BPF is immutable, and compiling it costs more than a spawn.
   std::shared_ptr<const SeccompProgram> seccomp;

@@ -168,7 +168,10 @@ class Supervisor {
   // (EMFILE, before anything is made) a run that would go past it.
   std::size_t capacity() const;
 
-  // A fresh run id ("r-<pid>-<n>").
+  // A fresh run id, "r-<12 hex>-<n>": 48 random bits drawn once per
+  // supervisor and a counter, so ids are unique on the host and across
+  // restarts (not tied to a pid, which repeats: every process that is pid 1
+  // of a pid namespace of its own is pid 1).
   std::string next_run_id();
 
   struct Impl;

@@ -125,6 +125,10 @@ struct WorkspaceOptions {
   // frees it once the workspace's fd and the last mount of it are gone, so
   // a killed supervisor leaves none behind. The base is not used.
   std::optional<std::uint64_t> tmpfs_bytes = std::nullopt;
+  // Names the workspace corral-<tag>-<16 hex> instead of corral-<16 hex>:
+  // a supervisor puts its token here, so that what it leaves when it dies
+  // is found again by it (remove_leftovers; leftovers.hpp). [0-9a-z] only.
+  std::string name_tag;
 };
 
 // Caps for collect(); unset means unbounded. Names in messages are the
@@ -227,9 +231,16 @@ class Workspace {
   // Writes the collected artifacts to <artifact_root>/<run_id>/<name>
   // (artifact_root is trusted and may be a symlink; below it nothing is
   // followed: a symlink planted at <run_id>, at a parent or at a file name
-  // is refused, and existing files are not overwritten).
+  // is refused, and existing files are not overwritten). <run_id> is made
+  // here: one that already exists is refused (EEXIST), never merged into.
   static Status copy_to(const Collection& collection, const std::string& artifact_root,
                         std::string_view run_id);
+
+  // A dead supervisor's workspaces: every corral-<tag>-* directory directly
+  // below base_dir (a base of ours: owned by our euid, writable by nobody
+  // else, not a symlink; otherwise nothing is touched), removed as remove()
+  // does. Returns how many were removed; the first failure is the error.
+  static Expected<int> remove_leftovers(const std::string& base_dir, std::string_view tag);
 
   // Deletes the whole tree: 000-mode directories are chmod'ed 0700 before
   // descending, symlinks are unlinked (never followed), other filesystems

@@ -134,6 +134,26 @@ static int setsid_escape(void) {
   return 0;
 }
 
+// Two escapees of the process group, one that made a group of its own
+// (setpgid) and one a session (setsid), each printing "escapee <pid>" and
+// pausing; then the program itself sleeps `ms` (forever when negative) and
+// exits 0. Extra arguments only tag the processes for a /proc scan.
+static int escapees(long ms) {
+  for (int i = 0; i < 2; i++) {
+    pid_t p = fork();
+    if (p == 0) {
+      if (i == 0) setpgid(0, 0);
+      else setsid();
+      printf("escapee %d\n", getpid());
+      fflush(stdout);
+      for (;;) pause();
+    }
+  }
+  if (ms < 0) for (;;) pause();
+  nap_ms(ms);
+  return 0;
+}
+
 static int fork_bomb(int max) {
   int ok = 0;
   for (int i = 0; i < max; i++) {
@@ -210,6 +230,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "close-stdout")) { close(1); nap_ms(300); return 0; }
   if (!strcmp(m, "self-stop")) { raise(SIGSTOP); return 0; }
   if (!strcmp(m, "setsid-escape")) return setsid_escape();
+  if (!strcmp(m, "escapees") && argc > 2) return escapees(atol(argv[2]));
   if (!strcmp(m, "exit") && argc > 2) return atoi(argv[2]);
   if (!strcmp(m, "fork-bomb") && argc > 2) return fork_bomb(atoi(argv[2]));
   if (!strcmp(m, "ipc-make") && argc > 3) return ipc_make((key_t)atoi(argv[2]), argv[3]);

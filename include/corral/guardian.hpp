@@ -1,0 +1,82 @@
+// guardian: what kills a supervisor's runs when the supervisor dies.
+//
+// PR_SET_PDEATHSIG (set in every run's first process) reaches only that
+// process: what it forked, and anything that left its process group,
+// lives on when the supervisor is SIGKILLed. The guardian is one process
+// per supervisor, started at its first run, that waits for the supervisor
+// to die and then kills what its runs were:
+//   - the process group of every run in flight (killpg: all a run without
+//     a uid of its own can be reached by), and
+//   - as root, every process of every uid a run in flight held
+//     (signal_uid's kill(-1) from a helper: escapees of the group too).
+// When the supervisor goes away normally it stops the guardian first
+// (stop(): a flag and a byte on a pipe) and the guardian exits without
+// touching anything; its table is empty by then anyway, since a run's
+// entry is cleared once the run's processes are dead.
+//
+// Cost: the guardian is a CLONE_VM child (about as cheap to make as a
+// thread, no page tables copied, no copy-on-write growth however large
+// the supervisor's heap): it reads the supervisor's table in place, so
+// watch()/unwatch() are one atomic store each and no syscall. It runs
+// raw syscalls only (never malloc: a dead supervisor may have died holding
+// the allocator's lock). It shares the uid lock file's open file
+// description (UidPool::host_lock_fd), so a dead supervisor's uids stay
+// locked — and no other run can take one — until the guardian has killed
+// their processes and exited.
+//
+// What it does not cover, stated: a supervisor that execs is taken as dead
+// (the pipe's write end is CLOEXEC); the kernel's OOM killer kills every
+// process that shares the victim's memory, the guardian with the
+// supervisor (the next start's sweep and the uid reap at acquire are what
+// is left then); a SIGKILL aimed at the guardian itself.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "corral/fd.hpp"
+#include "corral/process.hpp"
+#include "corral/status.hpp"
+
+namespace corral {
+
+class Guardian {
+ public:
+  // Slots a table can hold (one per run in flight, indexed by the caller:
+  // the supervisor's run slot). Mapped lazily: untouched pages cost nothing.
+  static constexpr std::uint32_t kSlots = 1u << 20;
+
+  // Starts the guardian. It keeps `keep_fd` (-1 for none: the uid lock
+  // file's fd when root) and closes every other fd it inherited.
+  static Expected<std::unique_ptr<Guardian>> start(int keep_fd);
+  // stop(), then waits for the guardian to exit.
+  ~Guardian();
+  Guardian(const Guardian&) = delete;
+  Guardian& operator=(const Guardian&) = delete;
+
+  // Run `slot` is in flight as process group `pgid` (> 0), and as `uid`
+  // (0: none of its own). No syscall. A slot >= kSlots is not covered.
+  void watch(std::uint32_t slot, pid_t pgid, uid_t uid) noexcept;
+  // The run's processes are dead: nothing to kill for it any more.
+  void unwatch(std::uint32_t slot) noexcept;
+
+  pid_t pid() const noexcept { return pidfd_.pid(); }
+
+  struct Shared;  // what the guardian reads (guardian.cpp)
+
+ private:
+  Guardian() = default;
+  void stop() noexcept;
+  Shared* shared_ = nullptr;  // in table_ (mmap'd)
+  void* table_ = nullptr;
+  std::size_t table_bytes_ = 0;
+  ChildStack guardian_stack_, helper_stack_;
+  UniqueFd quit_write_;
+  UniqueFd self_pidfd_;
+  Pidfd pidfd_;
+};
+
+}  // namespace corral

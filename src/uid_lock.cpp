@@ -1,0 +1,109 @@
+// Parent side only, except kill_as_uid_in_child (the helper's body).
+#include "corral/uid_lock.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "corral/syscalls.hpp"
+
+namespace corral {
+
+Expected<UidLockFile> UidLockFile::open(const std::string& path) {
+  const std::string who = "uid lock file '" + path + "'";
+  auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    // /run/corral (root-owned, 0755): the templates live there too.
+    std::string dir = path.substr(0, slash);
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return Error::from_errno(errno, who + ": mkdir " + dir);
+  }
+  UidLockFile f;
+  f.path_ = path;
+  f.fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!f.fd_) return Error::from_errno(errno, who + ": open");
+  return f;
+}
+
+namespace {
+
+struct flock byte_lock(short type, uid_t uid) {
+  struct flock fl;
+  std::memset(&fl, 0, sizeof fl);  // l_pid must be 0 for OFD locks
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(uid);
+  fl.l_len = 1;
+  return fl;
+}
+
+}  // namespace
+
+Expected<bool> UidLockFile::try_lock(uid_t uid) noexcept {
+  struct flock fl = byte_lock(F_WRLCK, uid);
+  if (::fcntl(fd_.get(), F_OFD_SETLK, &fl) == 0) return true;
+  if (errno == EAGAIN || errno == EACCES) return false;
+  return Error::from_errno(errno, "uid lock: F_OFD_SETLK on uid " + std::to_string(uid) + " in " + path_);
+}
+
+void UidLockFile::unlock(uid_t uid) noexcept {
+  struct flock fl = byte_lock(F_UNLCK, uid);
+  (void)::fcntl(fd_.get(), F_OFD_SETLK, &fl);
+}
+
+Expected<bool> UidLockFile::held_elsewhere(uid_t uid) const noexcept {
+  struct flock fl = byte_lock(F_WRLCK, uid);
+  if (::fcntl(fd_.get(), F_OFD_GETLK, &fl) != 0)
+    return Error::from_errno(errno, "uid lock: F_OFD_GETLK on uid " + std::to_string(uid) + " in " + path_);
+  return fl.l_type != F_UNLCK;
+}
+
+namespace {
+
+struct KillArgs {
+  long uid;
+  int sig;
+  int setuid_error;  // written by the helper (shared memory: CLONE_VM)
+  int kill_error;
+};
+
+// The helper, between clone and its exit: raw syscalls only (it borrows the
+// parent's memory). Every signal stays blocked (clone_child blocks them
+// around a CLONE_VM clone), so nothing of the parent's runs on its stack.
+// Only the uid changes: kill(2) checks the real and effective uid against
+// the target's real and saved uid, and the groups do not matter.
+int kill_as_uid_in_child(void* p) noexcept {
+  auto* a = static_cast<KillArgs*>(p);
+  a->setuid_error = sys::error_of(sys::call(SYS_setresuid, a->uid, a->uid, a->uid));
+  if (a->setuid_error) return 1;
+  a->kill_error = sys::error_of(sys::call(SYS_kill, -1, a->sig));
+  return 0;
+}
+
+}  // namespace
+
+Status signal_uid(uid_t uid, int sig, const ChildStack& stack) {
+  const std::string who = "kill every process of uid " + std::to_string(uid);
+  if (uid == 0 || uid == static_cast<uid_t>(-1)) return Error::invalid(who + ": refused (uid 0 or -1)");
+  CloneSpec spec;
+  spec.share_memory = true;
+  spec.stack = &stack;
+  // A helper is itself a process of the uid: one running at the same time
+  // for the same uid (the guardian's, or another pool's reaping a dead
+  // holder's leftovers) may kill it before it sent anything. Then again.
+  for (int attempt = 0;; ++attempt) {
+    KillArgs args{static_cast<long>(uid), sig, 0, 0};
+    auto helper = clone_child(spec, kill_as_uid_in_child, &args);
+    if (!helper) return std::move(helper).error().context(who);
+    auto status = wait_exit(*helper, true);
+    if (!status) return std::move(status).error().context(who);
+    if (*status && !(*status)->exited && attempt < 5) continue;
+    if (args.setuid_error) return Error::from_errno(args.setuid_error, who + ": setresuid in the helper");
+    if (args.kill_error && args.kill_error != ESRCH) return Error::from_errno(args.kill_error, who + ": kill(-1)");
+    return {};
+  }
+}
+
+}  // namespace corral

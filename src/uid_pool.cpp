@@ -1,0 +1,272 @@
+// UidPool (privilege.hpp): one uid per run in flight, locally or host-wide.
+// Parent side only.
+#include <signal.h>
+#include <sys/random.h>
+
+#include <algorithm>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "corral/privilege.hpp"
+#include "corral/uid_lock.hpp"
+
+namespace corral {
+
+namespace {
+constexpr std::uint64_t kNoId = static_cast<uid_t>(-1);
+
+// Host-wide marks, one per offset of the range.
+enum Mark : std::uint8_t {
+  kNotOurs = 0,  // not locked by this pool
+  kLeased = 1,   // locked, handed out
+  kIdle = 2,     // locked, clean, on the free list
+  kLost = 3,     // locked, could not be made clean: kept, never handed out
+};
+}  // namespace
+
+struct UidPool::Lease::State {
+  std::mutex mu;
+  uid_t first = 0;
+  std::uint32_t count = 0;
+  bool range_ok = false;
+  std::uint32_t next_unused = 0;     // local: offsets below this were handed out at least once
+  std::vector<std::uint32_t> free;   // returned offsets; capacity kept >= what can be returned
+  std::uint32_t in_use = 0;
+  bool pinned = false;
+  uid_t pin_uid = 0;
+  gid_t pin_gid = 0;
+
+  // Host-wide mode.
+  bool host_wide = false;
+  std::string lock_path;
+  std::optional<UidLockFile> lock;
+  std::vector<std::uint8_t> marks;  // per offset: Mark
+  std::uint32_t cursor = 0;         // where the next scan for a free uid starts
+  // The kill helper's stack; kill_mu serialises its use (taken after mu
+  // when both are held).
+  std::mutex kill_mu;
+  std::optional<ChildStack> kill_stack;
+
+  std::string range() const {
+    return std::to_string(first) + ".." + std::to_string(std::uint64_t{first} + count - 1);
+  }
+
+  Status open_lock() {  // under mu
+    if (lock) return {};
+    auto file = UidLockFile::open(lock_path);
+    if (!file) return std::move(file).error().context("uid pool " + range());
+    lock.emplace(std::move(*file));
+    return {};
+  }
+
+  Status kill_uid(uid_t uid, int sig) {
+    std::lock_guard k(kill_mu);
+    if (!kill_stack) {
+      // Raw syscalls and a small frame: 64 KiB is plenty.
+      auto stack = ChildStack::allocate(64 * 1024);
+      if (!stack) return std::move(stack).error().context("uid pool");
+      kill_stack.emplace(std::move(*stack));
+    }
+    return signal_uid(uid, sig, *kill_stack);
+  }
+};
+
+UidPool::UidPool() : UidPool(kDefaultFirst, kDefaultCount) {}
+
+UidPool::UidPool(uid_t first, std::uint32_t count) : state_(std::make_shared<Lease::State>()) {
+  state_->first = first;
+  state_->count = count;
+  state_->range_ok = count > 0 && first > 0 && std::uint64_t{first} + count - 1 < kNoId;
+}
+
+UidPool& UidPool::pin(uid_t uid, gid_t gid) noexcept {
+  std::lock_guard lock(state_->mu);
+  state_->pinned = true;
+  state_->pin_uid = uid;
+  state_->pin_gid = gid;
+  return *this;
+}
+
+bool UidPool::pinned() const noexcept {
+  std::lock_guard lock(state_->mu);
+  return state_->pinned;
+}
+
+UidPool& UidPool::lock_host_wide(std::string path) {
+  std::lock_guard lock(state_->mu);
+  state_->host_wide = true;
+  state_->lock_path = std::move(path);
+  return *this;
+}
+
+bool UidPool::host_wide() const noexcept {
+  std::lock_guard lock(state_->mu);
+  return state_->host_wide && !state_->pinned;
+}
+
+Expected<int> UidPool::host_lock_fd() {
+  std::lock_guard lock(state_->mu);
+  if (!state_->host_wide || state_->pinned) return -1;
+  if (auto st = state_->open_lock(); !st) return std::move(st).error();
+  return state_->lock->fd();
+}
+
+std::uint32_t UidPool::in_use() const noexcept {
+  std::lock_guard lock(state_->mu);
+  return state_->in_use;
+}
+
+Status UidPool::status() const {
+  std::lock_guard lock(state_->mu);
+  if (state_->pinned || state_->range_ok) return {};
+  return Error::invalid("uid pool: range first " + std::to_string(state_->first) + " count " +
+                        std::to_string(state_->count) +
+                        " is unusable (must be non-empty, above 0 and end below 4294967295)");
+}
+
+Expected<UidPool::Lease> UidPool::acquire(Reap reap) {
+  if (auto ok = status(); !ok) return std::move(ok).error();
+  Lease::State& s = *state_;
+  std::lock_guard lock(s.mu);
+  Lease lease;
+  lease.held_ = true;
+  if (s.pinned) {
+    lease.uid_ = s.pin_uid;
+    lease.gid_ = s.pin_gid;
+    return lease;
+  }
+  std::uint32_t offset;
+  if (s.host_wide) {
+    if (auto st = s.open_lock(); !st) return std::move(st).error();
+    if (s.marks.empty()) {
+      // Allocated once, where failing is allowed: release (noexcept) then
+      // never allocates. A random start spreads processes started side by
+      // side over the range, so they rarely contend for the same bytes.
+      try {
+        s.marks.assign(s.count, kNotOurs);
+        s.free.reserve(s.count);
+      } catch (const std::bad_alloc&) {
+        return Error(ENOMEM, "uid pool " + s.range() + ": out of memory");
+      }
+      std::uint32_t rnd = 0;
+      if (::getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) == sizeof rnd) s.cursor = rnd % s.count;
+    }
+    if (!s.free.empty()) {
+      offset = s.free.back();  // idle: still locked by us, and clean
+      s.free.pop_back();
+    } else {
+      bool found = false;
+      for (std::uint32_t i = 0; i < s.count && !found; ++i) {
+        std::uint32_t off = (s.cursor + i) % s.count;
+        if (s.marks[off] != kNotOurs) continue;
+        const uid_t uid = s.first + off;
+        auto got = s.lock->try_lock(uid);
+        if (!got) return std::move(got).error();
+        if (!*got) continue;  // another run on the host holds it
+        // Ours now; a holder that died may have left processes of it behind.
+        if (reap == Reap::by_first_process) {
+          lease.first_reaps_ = true;
+        } else if (auto reaped = s.kill_uid(uid, SIGKILL); !reaped) {
+          s.lock->unlock(uid);
+          return std::move(reaped).error().context("uid pool " + s.range() + ": reap uid " + std::to_string(uid) +
+                                                    " before handing it out");
+        }
+        offset = off;
+        s.cursor = (off + 1) % s.count;
+        found = true;
+      }
+      if (!found)
+        return Error(EAGAIN, "uid pool " + s.range() + ": all " + std::to_string(s.count) +
+                                 " uids are held by runs on this host (" + s.lock_path + ")");
+    }
+    s.marks[offset] = kLeased;
+  } else if (!s.free.empty()) {
+    offset = s.free.back();
+    s.free.pop_back();
+  } else if (s.next_unused < s.count) {
+    // Grow the free list's capacity now, where failing is allowed, so that
+    // release (noexcept) never allocates.
+    if (s.free.capacity() < std::size_t{s.next_unused} + 1) {
+      try {
+        s.free.reserve(std::max<std::size_t>(64, std::size_t{s.next_unused} * 2));
+      } catch (const std::bad_alloc&) {
+        return Error(ENOMEM, "uid pool " + s.range() + ": out of memory");
+      }
+    }
+    offset = s.next_unused++;
+  } else {
+    return Error(EAGAIN, "uid pool " + s.range() + ": all " + std::to_string(s.count) +
+                             " uids are in use by runs in flight");
+  }
+  ++s.in_use;
+  lease.uid_ = s.first + offset;
+  lease.gid_ = lease.uid_;
+  lease.state_ = state_;
+  return lease;
+}
+
+bool UidPool::Lease::host_wide() const noexcept { return held_ && state_ && state_->host_wide; }
+
+Status UidPool::Lease::signal_processes(int sig) {
+  if (!host_wide())
+    return Error(ENOTSUP, "uid " + std::to_string(uid_) + ": not a host-wide lease; its processes are not all the run's");
+  if (auto sent = state_->kill_uid(uid_, sig); !sent) return sent;
+  if (sig == SIGKILL) clean_ = true;
+  return {};
+}
+
+UidPool::Lease::Lease(Lease&& other) noexcept
+    : state_(std::move(other.state_)),
+      uid_(other.uid_),
+      gid_(other.gid_),
+      held_(std::exchange(other.held_, false)),
+      clean_(other.clean_),
+      first_reaps_(other.first_reaps_) {}
+
+UidPool::Lease& UidPool::Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    release();
+    state_ = std::move(other.state_);
+    uid_ = other.uid_;
+    gid_ = other.gid_;
+    held_ = std::exchange(other.held_, false);
+    clean_ = other.clean_;
+    first_reaps_ = other.first_reaps_;
+  }
+  return *this;
+}
+
+UidPool::Lease::~Lease() { release(); }
+
+void UidPool::Lease::release() noexcept {
+  held_ = false;
+  if (!state_) return;
+  State& s = *state_;
+  const std::uint32_t offset = uid_ - s.first;
+  if (s.host_wide) {
+    // Never handed on with something of this run alive.
+    bool clean = clean_;
+    if (!clean) {
+      try {
+        clean = s.kill_uid(uid_, SIGKILL).ok();
+      } catch (...) {
+        clean = false;  // a message that could not be built: the kill did not happen
+      }
+    }
+    std::lock_guard lock(s.mu);
+    s.marks[offset] = clean ? kIdle : kLost;
+    if (clean) s.free.push_back(offset);  // capacity reserved in acquire
+    --s.in_use;
+  } else {
+    std::lock_guard lock(s.mu);
+    s.free.push_back(offset);  // capacity reserved in acquire
+    --s.in_use;
+  }
+  state_.reset();
+}
+
+}  // namespace corral

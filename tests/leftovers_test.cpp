@@ -1,0 +1,167 @@
+// What a dead supervisor left is swept by the next start; what a live one
+// owns never is. Observed from the host: the owner records, the workspace
+// base, the cgroup tree.
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <optional>
+#include <string>
+
+#include "corral/leftovers.hpp"
+#include "corral/privilege.hpp"
+#include "corral/supervisor.hpp"
+#include "corral/workspace.hpp"
+#include "cli_runner.hpp"
+#include "support.hpp"
+#include "supervisor_harness.hpp"
+
+using namespace corral;
+using corral_test::TempDir;
+
+namespace {
+
+std::size_t entries(const std::string& dir, const std::string& prefix = "") {
+  std::size_t n = 0;
+  DIR* d = opendir(dir.c_str());
+  while (dirent* e = d ? readdir(d) : nullptr)
+    n += e->d_name[0] != '.' && std::string(e->d_name).rfind(prefix, 0) == 0;
+  if (d) closedir(d);
+  return n;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+std::string token_of(Supervisor& s) {
+  std::string id = s.next_run_id();  // r-<token>-<n>
+  return id.substr(2, 12);
+}
+
+}  // namespace
+
+Test(leftovers, records_are_locked_while_their_owner_lives_and_swept_after) {
+  if (!is_root_capable()) cr_skip_test("owner records are root's (linkat of an O_TMPFILE)");
+  TempDir dir;
+  const std::string owners = dir / "owners", base = dir / "base";
+  cr_assert_eq(mkdir(base.c_str(), 0700), 0);
+  // A dead owner: a child registers, leaves a workspace, and dies.
+  pid_t p = fork();
+  if (p == 0) {
+    auto rec = OwnerRecord::create("0123456789ab", base, owners);
+    WorkspaceOptions o;
+    o.base_dir = base;
+    o.name_tag = "0123456789ab";
+    auto ws = Workspace::create(o);
+    if (!rec.ok() || !ws.ok()) _exit(1);
+    (void)corral_test::write_file(ws->path() + "/home/left", "x");
+    _exit(0);  // no destructor: record and workspace stay
+  }
+  int status = 0;
+  waitpid(p, &status, 0);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  // A live owner with a workspace of its own, in the same base.
+  auto made = OwnerRecord::create("ba9876543210", base, owners);
+  cr_assert(made.ok(), "%s", made.ok() ? "" : made.error().message().c_str());
+  std::optional<OwnerRecord> live(std::move(*made));
+  WorkspaceOptions o;
+  o.base_dir = base;
+  o.name_tag = "ba9876543210";
+  auto mine = Workspace::create(o);
+  cr_assert(mine.ok());
+  cr_assert_eq(entries(base, "corral-0123456789ab-"), 1u);
+  cr_assert(exists(owners + "/0123456789ab"));
+
+  SweepReport r = sweep_dead_supervisors("ffffffffffff", owners);
+  cr_assert_eq(r.owners, 1, "problems: %s", r.problems.empty() ? "" : r.problems[0].c_str());
+  cr_assert_eq(r.workspaces, 1);
+  cr_assert_eq(entries(base, "corral-0123456789ab-"), 0u, "the dead owner's workspace stayed");
+  cr_assert(!exists(owners + "/0123456789ab"), "the dead owner's record stayed");
+  cr_assert(exists(mine->path()), "a live owner's workspace was swept");
+  cr_assert(exists(owners + "/ba9876543210"), "a live owner's record was swept");
+  // A normal end takes the record with it.
+  live.reset();
+  cr_assert(!exists(owners + "/ba9876543210"));
+}
+
+// A live library supervisor with a run in flight, and a CLI started beside
+// it (which sweeps at start): the supervisor's workspace, record and run
+// are untouched, and its run ends as it would have.
+Test(leftovers, a_sweeping_start_never_touches_a_live_supervisor) {
+  if (!is_root_capable()) cr_skip_test("owner records are root's (/run/corral)");
+  corral_test::Harness h;
+  const std::string token = token_of(*h.sup);
+  std::optional<Result> result;
+  RunCallbacks cb;
+  cb.on_result = [&](const Result& r) { result = r; };
+  Request r;
+  r.tier = Tier::os_process;
+  r.argv = {"sh", "-c", "sleep 1; echo done > home/mark; cat home/mark"};
+  auto handle = h.sup->submit(std::move(r), cb);
+  cr_assert(handle.ok());
+  (void)h.sup->run_once(0.05);
+  cr_assert_eq(h.leftovers(), 1u, "the run's workspace");
+  for (int i = 0; i < 3; ++i) {
+    auto cli = corral_test::run_cli({"run", "--", "true"}, {"CORRAL_WORKSPACE_BASE=" + h.base.path()});
+    cr_assert_eq(cli.code, 0, "%s", cli.err.c_str());
+    auto lib = Supervisor::create();
+    cr_assert(lib.ok());
+  }
+  cr_assert_eq(entries(h.base.path(), "corral-" + token + "-"), 1u, "the live supervisor's workspace was swept");
+  cr_assert(exists(std::string(kOwnersDir) + "/" + token), "the live supervisor's record was swept");
+  while (!result) (void)h.sup->run_once(0.1);
+  cr_assert_eq(result->outcome, Outcome::exited, "%s", result->detail.c_str());
+  cr_assert_str_eq(result->stdout_capture.text.c_str(), "done\n");
+}
+
+// A dead container run's cgroup is swept with its owner; a live one's stays.
+Test(leftovers, run_cgroups_of_a_dead_owner_go_and_a_live_owners_stay) {
+  if (!is_root_capable()) cr_skip_test("owner records are root's (/run/corral)");
+  CgroupProbe probe = probe_cgroups();
+  if (probe.backend == CgroupVersion::none) cr_skip_test("no cgroup hierarchy: %s", probe.why_none.c_str());
+  TempDir dir;
+  const std::string owners = dir / "owners";
+  auto dead = create_run_cgroup(probe, CgroupSpec{}, "r-00000000aaaa-1");
+  auto live = create_run_cgroup(probe, CgroupSpec{}, "r-00000000bbbb-1");
+  cr_assert(dead.ok() && live.ok());
+  std::vector<std::string> dead_dirs = dead->dirs(), live_dirs = live->dirs();
+  // Leave the dead one's directories behind, as a SIGKILLed supervisor does.
+  pid_t p = fork();
+  if (p == 0) {
+    auto rec = OwnerRecord::create("00000000aaaa", dir.path(), owners);
+    _exit(rec.ok() ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(p, &status, 0);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  auto rec = OwnerRecord::create("00000000bbbb", dir.path(), owners);
+  cr_assert(rec.ok());
+  // Forget the dead group without removing it (moved into a leaked object).
+  new RunCgroup(std::move(*dead));
+  SweepReport r = sweep_dead_supervisors("ffffffffffff", owners);
+  cr_assert_eq(r.owners, 1);
+  cr_assert_geq(r.cgroups, 1);
+  for (const auto& d : dead_dirs) cr_assert(!exists(d), "%s stayed", d.c_str());
+  for (const auto& d : live_dirs) cr_assert(exists(d), "%s was swept", d.c_str());
+}
+
+Test(leftovers, artifacts_never_go_into_a_directory_the_run_did_not_make) {
+  TempDir root, dir;
+  WorkspaceOptions o;
+  o.base_dir = dir.path();
+  auto ws = Workspace::create(o);
+  cr_assert(ws.ok());
+  cr_assert(ws->stage_bytes("out.txt", "mine\n").ok());
+  auto collected = ws->collect({"out.txt"}, CollectLimits{});
+  cr_assert(collected.ok());
+  cr_assert(Workspace::copy_to(*collected, root.path(), "r-0123456789ab-1").ok());
+  auto again = Workspace::copy_to(*collected, root.path(), "r-0123456789ab-1");
+  cr_assert(!again.ok(), "copied into an existing run directory");
+  cr_assert_eq(again.error().code(), EEXIST);
+}

@@ -1,0 +1,200 @@
+// uid_lock and the host-wide UidPool: a uid is one run's on the whole host,
+// is not handed out while a process of it lives, and its lock goes with a
+// dead holder. Observed from outside: other processes, /proc.
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "corral/privilege.hpp"
+#include "corral/uid_lock.hpp"
+#include "support.hpp"
+
+using namespace corral;
+using corral_test::TempDir;
+
+namespace {
+
+void need_root() {
+  if (!is_root_capable()) cr_skip_test("needs root (setresuid for the uid kill)");
+}
+
+// A process of `uid` that outlives its parent: fork, become uid, setsid
+// (an escapee of any group), pause. Returns its pid; reaped by us.
+pid_t start_as_uid(uid_t uid) {
+  pid_t p = fork();
+  cr_assert_geq(p, 0);
+  if (p == 0) {
+    setsid();
+    if (setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) _exit(99);
+    for (;;) pause();
+  }
+  usleep(20000);
+  return p;
+}
+
+// Alive and not a zombie (reaps it if it is one of ours that died).
+bool alive(pid_t pid) {
+  if (waitpid(pid, nullptr, WNOHANG) == pid) return false;
+  std::string stat = corral_test::read_file("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return false;
+  auto close = stat.rfind(')');
+  return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] != 'Z';
+}
+
+bool gone_within(pid_t pid, int ms) {
+  for (int i = 0; i < ms / 10; ++i) {
+    if (!alive(pid)) return true;
+    usleep(10000);
+  }
+  return !alive(pid);
+}
+
+}  // namespace
+
+Test(uid_lock, one_byte_per_uid_excludes_other_descriptions_and_goes_with_them) {
+  TempDir dir;
+  auto a = UidLockFile::open(dir / "uids.lock");
+  auto b = UidLockFile::open(dir / "uids.lock");
+  cr_assert(a.ok() && b.ok());
+  cr_assert(*a->try_lock(300001));
+  cr_assert(*a->try_lock(300001), "the holder may lock again");
+  cr_assert(!*b->try_lock(300001), "another open file description is refused");
+  cr_assert(*b->try_lock(300002), "a neighbouring uid is a byte of its own");
+  cr_assert(*b->held_elsewhere(300001));
+  a->unlock(300001);
+  cr_assert(*b->try_lock(300001));
+  b->unlock(300001);
+  // A holder that dies without unlocking: the kernel drops its lock.
+  pid_t p = fork();
+  if (p == 0) {
+    auto c = UidLockFile::open(dir / "uids.lock");
+    _exit(c.ok() && *c->try_lock(300003) ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(p, &status, 0);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  cr_assert(!*a->held_elsewhere(300003));
+  cr_assert(*a->try_lock(300003));
+}
+
+Test(uid_lock, signal_uid_reaches_a_setsid_escapee_of_the_uid_and_nothing_else) {
+  need_root();
+  auto stack = ChildStack::allocate(64 * 1024);
+  cr_assert(stack.ok());
+  pid_t mine = start_as_uid(299001), other = start_as_uid(299002);
+  auto sent = signal_uid(299001, SIGKILL, *stack);
+  cr_assert(sent.ok(), "%s", sent.ok() ? "" : sent.error().message().c_str());
+  cr_assert(gone_within(mine, 1000), "the uid's process outlived signal_uid");
+  cr_assert(alive(other), "another uid's process was killed");
+  cr_assert(signal_uid(299001, SIGKILL, *stack).ok(), "nothing of the uid left: still fine");
+  kill(other, SIGKILL);
+  waitpid(other, nullptr, 0);
+  cr_assert(!signal_uid(0, SIGKILL, *stack).ok(), "uid 0 is refused");
+}
+
+// Two processes, each with a pool over the same two uids: on the old
+// per-process pools both got the first one.
+Test(uid_lock, pools_of_two_processes_never_hold_the_same_uid) {
+  need_root();
+  TempDir dir;
+  const std::string lock = dir / "uids.lock";
+  int ready[2], done[2];
+  cr_assert_eq(pipe(ready), 0);
+  cr_assert_eq(pipe(done), 0);
+  pid_t p = fork();
+  if (p == 0) {
+    UidPool pool(299100, 2);
+    pool.lock_host_wide(lock);
+    auto lease = pool.acquire();
+    uid_t got = lease.ok() ? lease->uid() : 0;
+    (void)!write(ready[1], &got, sizeof got);
+    char c;
+    (void)!read(done[0], &c, 1);  // hold it until the parent has its own
+    _exit(0);
+  }
+  uid_t theirs = 0;
+  cr_assert_eq(read(ready[0], &theirs, sizeof theirs), (ssize_t)sizeof theirs);
+  cr_assert(theirs == 299100 || theirs == 299101, "child got %u", theirs);
+  UidPool pool(299100, 2);
+  pool.lock_host_wide(lock);
+  auto mine = pool.acquire();
+  cr_assert(mine.ok(), "%s", mine.ok() ? "" : mine.error().message().c_str());
+  cr_assert_neq(mine->uid(), theirs, "both processes hold uid %u", theirs);
+  auto third = pool.acquire();
+  cr_assert(!third.ok(), "the range has two uids, both held");
+  cr_assert_eq(third.error().code(), EAGAIN);
+  (void)!write(done[1], "x", 1);
+  waitpid(p, nullptr, 0);
+  // The child is gone, and its lock with it.
+  auto freed = pool.acquire();
+  cr_assert(freed.ok() && freed->uid() == theirs);
+}
+
+// A holder that died with an escapee of its uid alive: the uid is reaped
+// before it is handed out again.
+Test(uid_lock, a_dead_holders_escapee_dies_before_its_uid_is_handed_out) {
+  need_root();
+  TempDir dir;
+  const std::string lock = dir / "uids.lock";
+  int out[2];
+  cr_assert_eq(pipe(out), 0);
+  pid_t holder = fork();
+  if (holder == 0) {
+    UidPool pool(299200, 1);
+    pool.lock_host_wide(lock);
+    auto lease = pool.acquire();
+    if (!lease.ok()) _exit(1);
+    pid_t e = fork();
+    if (e == 0) {
+      // As a run's escapee: exec'd, so none of corral's fds (the lock file's
+      // among them) is held.
+      close_range(3, ~0u, 0);
+      setsid();
+      if (setresuid(299200, 299200, 299200) != 0) _exit(99);
+      for (;;) pause();
+    }
+    (void)!write(out[1], &e, sizeof e);
+    usleep(20000);
+    _exit(0);  // dies holding the lease: no release, no kill
+  }
+  pid_t escapee = 0;
+  cr_assert_eq(read(out[0], &escapee, sizeof escapee), (ssize_t)sizeof escapee);
+  waitpid(holder, nullptr, 0);
+  cr_assert(alive(escapee), "the escapee should have outlived its holder");
+  UidPool pool(299200, 1);
+  pool.lock_host_wide(lock);
+  auto lease = pool.acquire();
+  cr_assert(lease.ok(), "%s", lease.ok() ? "" : lease.error().message().c_str());
+  cr_assert_eq(lease->uid(), 299200u);
+  cr_assert(gone_within(escapee, 1000), "uid 299200 was handed out while its escapee lived");
+}
+
+// Within one pool: a lease released while an escapee of its uid lives
+// kills it first (a batch's next job got the uid of the last one's escapee).
+Test(uid_lock, a_released_lease_takes_its_escapees_with_it) {
+  need_root();
+  TempDir dir;
+  UidPool pool(299300, 1);
+  pool.lock_host_wide(dir / "uids.lock");
+  auto lease = pool.acquire();
+  cr_assert(lease.ok());
+  pid_t escapee = start_as_uid(lease->uid());
+  cr_assert(alive(escapee));
+  lease->release();
+  cr_assert(gone_within(escapee, 1000), "released with its escapee alive");
+  auto again = pool.acquire();
+  cr_assert(again.ok() && again->uid() == 299300u);
+}
+
+Test(uid_lock, local_pools_stay_bookkeeping_only) {
+  UidPool pool(299400, 1);
+  cr_assert(!pool.host_wide());
+  auto lease = pool.acquire();
+  cr_assert(lease.ok());
+  cr_assert(!lease->host_wide());
+  cr_assert_eq(lease->signal_processes(SIGKILL).error().code(), ENOTSUP);
+}
