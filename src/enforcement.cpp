@@ -446,6 +446,10 @@ std::map<std::string, std::string> run_enforcement(const std::map<std::string, s
       it->second = "hard_per_user";
     if (auto it = out.find(std::string(kGuaranteePrivilegeDrop)); it != out.end() && it->second == "hard_per_run")
       it->second = "hard";
+    // Not the run's alone either: no uid kill (it would reach other runs
+    // and whatever else runs as that uid), only the process group.
+    if (auto it = out.find(std::string(kGuaranteeReapsDescendants)); it != out.end() && it->second == "uid")
+      it->second = "process_group";
   }
   return out;
 }

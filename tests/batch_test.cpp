@@ -137,12 +137,13 @@ struct Batch {
     }
     return v;
   }
-  // How many children corral has (its runs' processes).
+  // How many children corral has (its runs' processes; not its guardian,
+  // a child for as long as the supervisor lives: guardian.hpp).
   std::size_t children() const {
     std::string kids = corral_test::read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
     std::istringstream in(kids);
     std::size_t n = 0;
-    for (std::string p; in >> p;) ++n;
+    for (std::string p; in >> p;) n += corral_test::read_file("/proc/" + p + "/comm") != "corral-guard\n";
     return n;
   }
 };

@@ -264,11 +264,15 @@ Test(enforcement, a_pinned_uid_makes_process_count_per_user) {
   r.limits.set(Limit::process_count, 3);
   r.user = uid;
   Result res = h.run(r);
+  // A shared uid gets no uid kill: the other process of it lives on.
+  bool other_alive = waitpid(other, nullptr, WNOHANG) == 0;
   kill(other, SIGKILL);
   waitpid(other, nullptr, 0);
   cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  cr_assert(other_alive, "the run's end killed another process of its pinned uid");
   cr_assert_str_eq(res.enforcement["process_count"].c_str(), "hard_per_user");
   cr_assert_str_eq(res.enforcement["privilege_drop"].c_str(), "hard");
+  cr_assert_str_eq(res.enforcement["reaps_descendants"].c_str(), "process_group");
   // The program and the other process: one fork left under 3.
   cr_assert(forked(res) >= 0 && forked(res) <= 1, "forked %d with another process of uid %u alive", forked(res), uid);
 }

@@ -237,11 +237,17 @@ Test(fault, a_stopped_child_is_cancelled_within_a_loop_turn) {
   pid_t pid = 0;
   for (int i = 0; i < 200 && pid == 0; ++i) {
     (void)h.sup->run_once(0.01);
+    // Every child: the supervisor's guardian (guardian.hpp) is one too.
     std::string kids = children_of_self();
-    int p = std::atoi(kids.c_str());
-    std::string stat = p > 0 ? corral_test::read_file("/proc/" + std::to_string(p) + "/stat") : "";
-    auto close = stat.rfind(')');
-    if (close != std::string::npos && stat[close + 2] == 'T') pid = p;
+    for (const char* at = kids.c_str(); *at && pid == 0;) {
+      char* end = nullptr;
+      int p = static_cast<int>(std::strtol(at, &end, 10));
+      if (end == at) break;
+      at = end;
+      std::string stat = p > 0 ? corral_test::read_file("/proc/" + std::to_string(p) + "/stat") : "";
+      auto close = stat.rfind(')');
+      if (close != std::string::npos && stat[close + 2] == 'T') pid = p;
+    }
   }
   cr_assert_gt(pid, 0, "the helper never stopped");
   auto t0 = std::chrono::steady_clock::now();

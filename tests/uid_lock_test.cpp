@@ -4,12 +4,14 @@
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
 
 #include "corral/privilege.hpp"
+#include "corral/supervisor.hpp"
 #include "corral/uid_lock.hpp"
 #include "support.hpp"
 
@@ -197,4 +199,61 @@ Test(uid_lock, local_pools_stay_bookkeeping_only) {
   cr_assert(lease.ok());
   cr_assert(!lease->host_wide());
   cr_assert_eq(lease->signal_processes(SIGKILL).error().code(), ENOTSUP);
+}
+
+// Two supervisors in two processes over a range of one uid: while one has
+// a run in flight the other's submit is refused, never run as the same uid
+// (each process's pool used to start at the range's first uid).
+Test(uid_lock, supervisors_in_two_processes_never_run_as_the_same_uid) {
+  need_root();
+  TempDir base;
+  chmod(base.path().c_str(), 0755);
+  SupervisorOptions o;
+  o.workspace_base = base.path();
+  o.uid_range_first = 299500;
+  o.uid_range_count = 1;
+  int started[2];
+  cr_assert_eq(pipe(started), 0);
+  pid_t p = fork();
+  if (p == 0) {
+    auto sup = Supervisor::create(o);
+    if (!sup.ok()) _exit(1);
+    Request r;
+    r.tier = Tier::os_process;
+    r.argv = {"sh", "-c", "id -u; sleep 2"};
+    RunCallbacks cb;
+    cb.on_output = [&](StreamId, std::string_view d) { (void)!write(started[1], d.data(), d.size()); };
+    auto h = (*sup)->submit(std::move(r), cb);
+    if (!h.ok()) _exit(2);
+    (void)(*sup)->run_until_idle();
+    _exit(0);
+  }
+  char buf[32] = {};
+  cr_assert_gt(read(started[0], buf, sizeof buf - 1), 0);
+  cr_assert_str_eq(buf, "299500\n");
+  auto sup = Supervisor::create(o);
+  cr_assert(sup.ok());
+  Request r;
+  r.tier = Tier::os_process;
+  r.argv = {"id", "-u"};
+  auto second = (*sup)->run(std::move(r));
+  cr_assert(!second.ok(), "ran as %s while another process's run held uid 299500",
+            second.ok() ? second->stdout_capture.text.c_str() : "");
+  cr_assert_eq(second.error().code(), EAGAIN, "%s", second.error().message().c_str());
+  int status = 0;
+  waitpid(p, &status, 0);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  // The first one is done: its uid is free again once its guardian (which
+  // shares the lock until it has made sure nothing of the uid lives) is gone.
+  Expected<Result> third = Error::invalid("not run");
+  for (int i = 0; i < 100; ++i) {
+    Request again;
+    again.tier = Tier::os_process;
+    again.argv = {"id", "-u"};
+    third = (*sup)->run(std::move(again));
+    if (third.ok() || third.error().code() != EAGAIN) break;
+    usleep(20000);
+  }
+  cr_assert(third.ok(), "%s", third.ok() ? "" : third.error().message().c_str());
+  cr_assert_str_eq(third->stdout_capture.text.c_str(), "299500\n");
 }
