@@ -4,6 +4,7 @@
 
 #include "corral/capture.hpp"
 #include "corral/container.hpp"
+#include "corral/door.hpp"
 
 namespace corral {
 namespace {
@@ -35,16 +36,30 @@ Status parse_limits(const json& v, Limits& limits) {
   return {};
 }
 
-}  // namespace
+// nlohmann's parse_error carries the byte offset of the fault; its what()
+// starts "[json.exception.parse_error.101] parse error at line L, column C: ".
+Expected<json> parse_json(std::string_view text) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    std::string why = e.what();
+    if (auto colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
+    return Error::invalid("not valid JSON at byte " + std::to_string(e.byte) + ": " + why);
+  } catch (const json::exception& e) {
+    return Error::invalid(std::string("not valid JSON: ") + e.what());
+  }
+}
 
-Expected<Request> request_from_json(std::string_view text) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) return Error::invalid("not valid JSON");
+Expected<Job> parse_job(std::string_view text, bool door_fields) {
+  auto parsed = parse_json(text);
+  if (!parsed) return std::move(parsed).error();
+  const json& j = *parsed;
   if (!j.is_object()) return Error::invalid("a job must be a JSON object");
-  Request r;
+  Job job;
+  Request& r = job.request;
+  Ask& ask = job.ask;
   std::optional<std::string> source;
   std::vector<std::string> interpreter;
-  bool net_host_given = false;
   for (const auto& [key, v] : j.items()) {
     Status st;
     if (key == "id") {
@@ -64,7 +79,8 @@ Expected<Request> request_from_json(std::string_view text) {
     } else if (key == "pass_env") {
       auto s = strings(v, "pass_env");
       if (!s) return std::move(s).error();
-      r.pass_env = std::move(*s);
+      r.pass_env = *s;
+      ask.given.pass_env = std::move(*s);
     } else if (key == "secret_env") {
       auto s = strings(v, "secret_env");
       if (!s) return std::move(s).error();
@@ -76,6 +92,7 @@ Expected<Request> request_from_json(std::string_view text) {
       auto t = parse_tier(v.get<std::string>());
       if (!t) return std::move(t).error();
       r.tier = *t;
+      ask.given.tier = *t;
     } else if (key == "inputs") {
       if (!v.is_array()) return Error::invalid("field 'inputs' must be an array");
       for (const auto& in : v) {
@@ -119,11 +136,17 @@ Expected<Request> request_from_json(std::string_view text) {
       r.write_paths = std::move(*s);
     } else if (key == "net") {
       if (v == "none") r.net = NetworkAccess::none;
-      else if (v == "host") {
-        r.net = NetworkAccess::host;
-        net_host_given = true;
-      }
+      else if (v == "host") r.net = NetworkAccess::host;
       else return Error::invalid("field 'net' must be \"none\" or \"host\"");
+      ask.given.net = r.net;
+    } else if (door_fields && key == "route") {
+      if (!v.is_string() || v.get<std::string>().empty()) return Error::invalid("field 'route' must be a route's name");
+      ask.route = v.get<std::string>();
+    } else if (door_fields && key == "provenance") {
+      if (!v.is_string()) return Error::invalid("field 'provenance' must be \"trusted\" or \"untrusted\"");
+      auto p = parse_provenance(v.get<std::string>());
+      if (!p) return std::move(p).error().context("field 'provenance'");
+      ask.provenance = *p;
     } else if (key == "acknowledge") {
       auto s = strings(v, "acknowledge");
       if (!s) return std::move(s).error();
@@ -166,9 +189,20 @@ Expected<Request> request_from_json(std::string_view text) {
     return Error::invalid("field 'interpreter' needs 'source'");
   }
   if (r.argv.empty() && !r.payload) return Error::invalid("field 'argv' is missing or empty");
-  if (net_host_given && r.tier == Tier::container)
-    return Error::invalid("field 'net': tier container always runs in an empty network namespace");
-  return r;
+  if (ask.given.net == NetworkAccess::host && r.tier == Tier::container && ask.route.empty())
+    return Error::invalid(net_host_in_container());
+  if (Status st = validate_request(r); !st) return st.error();
+  return job;
+}
+
+}  // namespace
+
+Expected<Job> job_from_json(std::string_view text) { return parse_job(text, true); }
+
+Expected<Request> request_from_json(std::string_view text) {
+  auto job = parse_job(text, false);
+  if (!job) return std::move(job).error();
+  return std::move(job->request);
 }
 
 std::string result_to_json(const Result& r, long line) {
@@ -222,7 +256,7 @@ std::string result_to_json(const Result& r, long line) {
 }
 
 std::string job_id_of(std::string_view text) {
-  json j = json::parse(text, nullptr, false);
+  json j = json::parse(text, nullptr, false);  // a malformed line has no id
   if (j.is_discarded() || !j.is_object() || !j.contains("id")) return "";
   const json& id = j["id"];
   if (id.is_string()) return id.get<std::string>();

@@ -6,18 +6,18 @@ namespace corral {
 namespace {
 
 constexpr std::array<LimitInfo, kLimitCount> kLimits{{
-    {Limit::cpu_seconds, "cpu_seconds", "seconds", RLIMIT_CPU, false},
-    {Limit::memory_bytes, "memory_bytes", "bytes", RLIMIT_AS, false},
-    {Limit::process_count, "process_count", "count", RLIMIT_NPROC, false},
-    {Limit::file_bytes, "file_bytes", "bytes", RLIMIT_FSIZE, true},
-    {Limit::open_files, "open_files", "count", RLIMIT_NOFILE, false},
-    {Limit::wall_seconds, "wall_seconds", "seconds", -1, false},
-    {Limit::stdout_bytes, "stdout_bytes", "bytes", -1, true},
-    {Limit::stderr_bytes, "stderr_bytes", "bytes", -1, true},
-    {Limit::artifact_bytes, "artifact_bytes", "bytes", -1, true},
-    {Limit::artifact_total_bytes, "artifact_total_bytes", "bytes", -1, true},
-    {Limit::artifact_count, "artifact_count", "count", -1, true},
-    {Limit::workspace_bytes, "workspace_bytes", "bytes", -1, false},
+    {Limit::cpu_seconds, "cpu_seconds", "seconds", RLIMIT_CPU, false, kMaxLimitSeconds},
+    {Limit::memory_bytes, "memory_bytes", "bytes", RLIMIT_AS, false, kMaxLimitValue},
+    {Limit::process_count, "process_count", "count", RLIMIT_NPROC, false, kMaxLimitValue},
+    {Limit::file_bytes, "file_bytes", "bytes", RLIMIT_FSIZE, true, kMaxLimitValue},
+    {Limit::open_files, "open_files", "count", RLIMIT_NOFILE, false, kMaxLimitValue},
+    {Limit::wall_seconds, "wall_seconds", "seconds", -1, false, kMaxLimitSeconds},
+    {Limit::stdout_bytes, "stdout_bytes", "bytes", -1, true, kMaxLimitValue},
+    {Limit::stderr_bytes, "stderr_bytes", "bytes", -1, true, kMaxLimitValue},
+    {Limit::artifact_bytes, "artifact_bytes", "bytes", -1, true, kMaxLimitValue},
+    {Limit::artifact_total_bytes, "artifact_total_bytes", "bytes", -1, true, kMaxLimitValue},
+    {Limit::artifact_count, "artifact_count", "count", -1, true, kMaxLimitValue},
+    {Limit::workspace_bytes, "workspace_bytes", "bytes", -1, false, kMaxLimitValue},
 }};
 
 std::string_view trim(std::string_view s) {
@@ -65,6 +65,11 @@ Expected<std::uint64_t> parse_limit_value(std::string_view name, std::string_vie
   return value;
 }
 
+std::string limit_too_large(const LimitInfo& info, std::string_view value) {
+  return "limit " + std::string(info.name) + ": " + std::string(value) + " is more than the maximum " +
+         std::to_string(info.max) + " (" + std::string(info.unit) + ")";
+}
+
 Expected<std::pair<Limit, std::uint64_t>> parse_limit_assignment(std::string_view text) {
   auto eq = text.find('=');
   if (eq == std::string_view::npos)
@@ -84,6 +89,7 @@ Expected<std::pair<Limit, std::uint64_t>> parse_limit_assignment(std::string_vie
   if (!parsed) return std::move(parsed).error();
   if (*parsed == 0 && !limit_info(*limit).zero_allowed)
     return Error::invalid("limit " + std::string(name) + ": must be at least 1");
+  if (*parsed > limit_info(*limit).max) return Error(ERANGE, limit_too_large(limit_info(*limit), value));
   return std::pair{*limit, *parsed};
 }
 
@@ -91,8 +97,7 @@ Status Limits::set_checked(Limit limit, std::uint64_t value) {
   const auto& info = limit_info(limit);
   if (value == 0 && !info.zero_allowed)
     return Error::invalid("limit " + std::string(info.name) + ": must be at least 1");
-  if (value >= (std::uint64_t{1} << 63))
-    return Error(ERANGE, "limit " + std::string(info.name) + ": value is too large (max 2^63-1)");
+  if (value > info.max) return Error(ERANGE, limit_too_large(info, std::to_string(value)));
   set(limit, value);
   return {};
 }

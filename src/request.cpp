@@ -40,6 +40,79 @@ Expected<uid_t> parse_run_user(std::string_view text) {
   return static_cast<uid_t>(uid);
 }
 
+namespace {
+
+std::string q(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
+
+// A string the kernel or the environment block will see: no NUL.
+Status text(std::string_view field, std::string_view value) {
+  if (has_nul(value)) return Error::invalid("field " + q(field) + ": contains a NUL byte");
+  return {};
+}
+
+Status path(std::string_view field, std::string_view value) {
+  if (value.empty()) return Error::invalid("field " + q(field) + ": empty path");
+  return text(field, value);
+}
+
+Status texts(std::string_view field, const std::vector<std::string>& values) {
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (has_nul(values[i]))
+      return Error::invalid("field " + q(field) + ": item " + std::to_string(i + 1) + " contains a NUL byte");
+  return {};
+}
+
+}  // namespace
+
+std::string net_host_in_container() {
+  return "net host: tier container always runs in an empty network namespace (use tier process with net host)";
+}
+
+Status validate_request(const Request& r) {
+  Status st;
+  auto check = [&](Status s) {
+    if (st && !s) st = std::move(s);
+  };
+  check(text("id", r.id));
+  if (r.user) check(check_run_user(*r.user));
+  check(texts("argv", r.argv));
+  if (!r.argv.empty() && r.argv.front().empty() && !r.payload) check(Error::invalid("field 'argv': the program name is empty"));
+  for (const auto& [k, v] : r.env) {
+    if (k.empty() || k.find('=') != std::string::npos) check(Error::invalid("field 'env': name " + q(k) + " is not a variable name"));
+    check(text("env", k));
+    if (has_nul(v)) check(Error::invalid("field 'env': " + k + ": the value contains a NUL byte"));
+  }
+  check(texts("pass_env", r.pass_env));
+  for (const auto& s : r.secrets) {
+    check(text("secret_env", s.name));
+    check(text("secret_env", s.from_env));
+  }
+  for (const auto& in : r.inputs) {
+    check(path("inputs", in.name));
+    if (in.host_path) check(path("input " + in.name + " host_path", *in.host_path));
+  }
+  check(texts("outputs", r.outputs));
+  if (r.payload) {
+    check(texts("interpreter", r.payload->interpreter));
+    check(path("source", r.payload->filename));
+  }
+  if (r.cwd) check(path("cwd", *r.cwd));
+  for (const auto& p : r.write_paths) check(path("write_paths", p));
+  if (r.rootfs) check(path("rootfs", *r.rootfs));
+  for (const auto& b : r.binds) {
+    check(path(b.writable ? "binds" : "ro_binds", b.source));
+    check(path(b.writable ? "binds" : "ro_binds", b.target));
+  }
+  if (r.artifact_root) check(path("artifact_root", *r.artifact_root));
+  for (const auto& a : r.acknowledged) check(text("acknowledge", a));
+  for (const auto& info : all_limits())
+    if (auto v = r.limits.get(info.limit); v && *v > info.max)
+      check(Error(ERANGE, limit_too_large(info, std::to_string(*v))));
+  return st;
+}
+
 Limits default_limits() {
   // Why these: a judge or CI step finishes well inside ten minutes; 16 MiB
   // of captured output is more than a reader wants and bounds our memory per

@@ -218,6 +218,10 @@ Expected<Route> Router::add(RouteSpec spec, const TierCapabilities& tier,
     if (!is_variable_name(name))
       return gate.refuse("secret name " + q(name) + " is not a variable name");
 
+  for (const auto& prefix : spec.allow_host_paths)
+    if (prefix.empty() || prefix.front() != '/' || prefix.find('\0') != std::string::npos)
+      return gate.refuse("allow_host_paths entry " + q(prefix) + " is not an absolute path");
+
   // Declared outputs: everything the declaration alone decides.
   if (!spec.outputs.empty() && !tier.files_out)
     return gate.refuse("declares outputs; " + gate.tier_name() + " does not offer files_out");

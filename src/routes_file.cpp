@@ -211,10 +211,10 @@ Expected<DeclaredOutput> read_output(const Reader& r, const toml::node& node, co
   return out;
 }
 
-constexpr std::array<std::string_view, 14> kRouteKeys{
+constexpr std::array<std::string_view, 15> kRouteKeys{
     "name",    "provenance", "tier",     "min_isolation",   "requires", "egress_allow",
     "limits",  "outputs",    "transfer", "env_passthrough", "secrets",  "acknowledge_network_egress",
-    "acknowledged_unenforced", "on_output_limit",
+    "acknowledged_unenforced", "on_output_limit", "allow_host_paths",
 };
 
 Expected<RouteSpec> read_route(std::string_view path, const toml::table& table, std::size_t index) {
@@ -260,11 +260,13 @@ Expected<RouteSpec> read_route(std::string_view path, const toml::table& table, 
       auto caps = r.list<Capability>(*value, k, [](const std::string& s) { return parse_capability(s); });
       if (!caps) return std::move(caps).error();
       spec.required_capabilities = std::move(*caps);
-    } else if (k == "egress_allow" || k == "env_passthrough" || k == "secrets") {
+    } else if (k == "egress_allow" || k == "env_passthrough" || k == "secrets" || k == "allow_host_paths") {
       auto items = r.list<std::string>(*value, k, as_is);
       if (!items) return std::move(items).error();
-      (k == "egress_allow" ? spec.egress_allow : k == "secrets" ? spec.secrets : spec.env_passthrough) =
-          std::move(*items);
+      (k == "egress_allow"       ? spec.egress_allow
+       : k == "secrets"          ? spec.secrets
+       : k == "allow_host_paths" ? spec.allow_host_paths
+                                 : spec.env_passthrough) = std::move(*items);
     } else if (k == "acknowledged_unenforced") {
       auto limits = r.list<Limit>(*value, k, limit_named);
       if (!limits) return std::move(limits).error();

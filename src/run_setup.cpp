@@ -196,8 +196,8 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   auto who = [&](const Error& e) { return e.context("run " + (req.id.empty() ? run.run_id : "'" + req.id + "'")); };
 
   if (req.argv.empty() && !req.payload) return who(Error::invalid("argv is empty"));
-  if (req.user)
-    if (auto st = check_run_user(*req.user); !st) return who(st.error());
+  // Includes check_run_user: a run is never root.
+  if (Status st = validate_request(req); !st) return who(st.error());
   const bool container = req.tier == Tier::container;
   if (!container && (req.rootfs || !req.binds.empty()))
     return who(Error::invalid("rootfs and binds need tier container (tier " + std::string(to_string(req.tier)) + ")"));
@@ -277,7 +277,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
 
   for (const auto& in : req.inputs) {
     Status st = in.bytes ? w.stage_bytes(in.name, *in.bytes, in.mode)
-                         : (in.host_path ? w.stage_file(*in.host_path, in.name)
+                         : (in.host_path ? w.stage_file(*in.host_path, in.name, in.resolved)
                                          : Status(Error::invalid("input " + in.name + ": needs bytes or a host path")));
     if (!st) return who(st.error());
   }

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cli_runner.hpp"
 #include "support.hpp"
 
 using corral_test::TempDir;
@@ -552,4 +553,88 @@ Test(batch, on_output_limit_kill_is_a_job_field) {
   expect_field(by_id["flood"], "resource", "stdout_bytes");
   expect_field(by_id["bad"], "outcome", "error");
   cr_assert(field(by_id["bad"], "error").find("explode") != std::string::npos, "%s", m.out.c_str());
+// ---- the door: host paths, routes, provenance, the floor -------------------------------
+
+namespace {
+
+// Runs `corral batch ARGS` over `jobs`; the result lines by id.
+std::map<std::string, json> batch_by_id(const std::vector<std::string>& args, const std::string& jobs) {
+  Base base;
+  TempDir scratch;
+  corral_test::write_file(scratch / "jobs.jsonl", jobs);
+  int in = file_fd(scratch / "jobs.jsonl");
+  Batch b(args, in, base.dir.path());
+  close(in);
+  int rc = b.finish();
+  cr_assert_eq(rc, 0, "exit %d; stderr: %s", rc, b.err_text.c_str());
+  std::map<std::string, json> by_id;
+  for (json& r : b.results()) by_id[r.value("id", "")] = r;
+  return by_id;
+}
+
+const char kShadow[] =
+    R"({"id":"shadow","tier":"none","inputs":[{"name":"s","host_path":"/etc/shadow"}],"argv":["wc","-c","s"]})"
+    "\n";
+const char kDotDot[] =
+    R"({"id":"dotdot","tier":"none","inputs":[{"name":"s","host_path":"/tmp/../etc/shadow"}],"argv":["true"]})"
+    "\n";
+const char kBindEtc[] = R"({"id":"bind","tier":"container","binds":["/etc:/hostetc"],"argv":["true"]})" "\n";
+
+}  // namespace
+
+Test(batch, a_job_naming_a_host_path_is_an_error_line_unless_the_operator_allowed_it) {
+  std::string jobs = std::string(kShadow) + kDotDot + kBindEtc + job("ok", {"echo", "fine"});
+  auto refused = batch_by_id({}, jobs);
+  cr_assert_eq(refused.size(), 4u);
+  for (const char* id : {"shadow", "dotdot", "bind"}) {
+    expect_field(refused[id], "outcome", "error");
+    cr_assert(field(refused[id], "error").find("not allowed") != std::string::npos, "%s", refused[id].dump().c_str());
+  }
+  expect_field(refused["ok"], "stdout", "fine\n");
+
+  // Under --allow-host-path /tmp the ".." still resolves to /etc/shadow.
+  auto tmp_only = batch_by_id({"--allow-host-path", "/tmp"}, std::string(kDotDot) + kShadow);
+  for (const char* id : {"shadow", "dotdot"}) {
+    expect_field(tmp_only[id], "outcome", "error");
+    cr_assert(field(tmp_only[id], "error").find("/etc/shadow") != std::string::npos, "%s",
+              tmp_only[id].dump().c_str());
+  }
+
+  auto allowed = batch_by_id({"--allow-host-path=/etc"}, std::string(kShadow) + kBindEtc);
+  expect_field(allowed["shadow"], "outcome", "exited");
+  // The bind passes the door; whether a container runs here is another matter.
+  cr_assert(field(allowed["bind"], "error").find("not allowed") == std::string::npos, "%s",
+            allowed["bind"].dump().c_str());
+}
+
+Test(batch, a_job_naming_a_route_runs_under_its_limits_and_is_refused_where_it_refuses) {
+  std::string jobs = R"({"id":"fetch","route":"fetch","argv":["sh","-c","ulimit -t"]})" "\n"
+                     R"({"id":"loose","route":"fetch","limits":{"cpu_seconds":6},"argv":["true"]})" "\n"
+                     R"({"id":"tier","route":"fetch","tier":"none","argv":["true"]})" "\n"
+                     R"({"id":"nope","route":"nope","argv":["true"]})" "\n";
+  auto by_id = batch_by_id({"--routes", "examples/routes.toml"}, jobs);
+  expect_field(by_id["fetch"], "outcome", "exited");
+  expect_field(by_id["fetch"], "stdout", "5\n");
+  cr_assert_eq(by_id["fetch"]["limits"].value("cpu_seconds", 0), 5, "%s", by_id["fetch"].dump().c_str());
+  cr_assert(field(by_id["loose"], "error").find("looser than the route's cpu_seconds=5") != std::string::npos, "%s",
+            by_id["loose"].dump().c_str());
+  cr_assert(field(by_id["tier"], "error").find("cannot be run in tier none") != std::string::npos);
+  cr_assert(field(by_id["nope"], "error").find("no route 'nope' in examples/routes.toml") != std::string::npos);
+  auto without = batch_by_id({}, R"({"id":"fetch","route":"fetch","argv":["true"]})" "\n");
+  cr_assert(field(without["fetch"], "error").find("--routes") != std::string::npos, "%s",
+            without["fetch"].dump().c_str());
+}
+
+Test(batch, untrusted_below_container_is_refused_with_the_message_run_gives) {
+  auto run = corral_test::run_cli({"run", "--untrusted", "--", "true"});
+  cr_assert_eq(run.code, 2);
+  std::string want = run.err.substr(std::strlen("corral: "));
+  want.pop_back();  // the newline
+  auto by_id = batch_by_id({}, R"({"id":"u","provenance":"untrusted","argv":["true"]})" "\n");
+  expect_field(by_id["u"], "error", want);
+  auto all = batch_by_id({"--untrusted"}, R"({"id":"u","provenance":"trusted","argv":["true"]})" "\n");
+  expect_field(all["u"], "error", want);
+  auto floor = batch_by_id({"--min-tier", "process"}, job("low", {"true"}, "none") + job("high", {"true"}, "process"));
+  cr_assert(field(floor["low"], "error").find("below the floor") != std::string::npos, "%s", floor["low"].dump().c_str());
+  expect_field(floor["high"], "outcome", "exited");
 }

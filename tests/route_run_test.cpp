@@ -399,7 +399,7 @@ Test(route_run, cli_runs_through_a_route_and_refuses_a_looser_limit) {
   assert_mentions(unknown.err, {"no route 'nope' in examples/routes.toml (routes: grader, agent, fetch)"});
   auto untrusted = corral_test::run_cli(with({"--untrusted", "--artifact-root", "/tmp", "--", "true"}));
   cr_assert_eq(untrusted.code, 2);
-  assert_mentions(untrusted.err, {"--untrusted needs"});
+  assert_mentions(untrusted.err, {"corral: provenance untrusted needs tier container or above; tier os_process is below it"});
 
   TempDir dir;
   auto ok = corral_test::run_cli(with({"--limit", "cpu_seconds=2", "--artifact-root", dir.path(), "--audit",

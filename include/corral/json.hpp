@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "corral/door.hpp"
 #include "corral/request.hpp"
 #include "corral/result.hpp"
 #include "corral/status.hpp"
@@ -16,7 +17,15 @@ namespace corral {
 // env, pass_env, secret_env, limits, tier, inputs[{name, bytes|host_path}],
 // outputs, stdin, source + interpreter, cwd, merge_output, confine_writes,
 // write_paths, net, acknowledge, grace_seconds, artifact_root.
+// A line that is not JSON is refused with the byte offset of the fault.
+// `route` and `provenance` are refused here: they ask something of the door.
 Expected<Request> request_from_json(std::string_view text);
+
+// A batch job: the Request, plus what it asks of the door (door.hpp):
+// "route" (a route's name; needs corral batch --routes), "provenance"
+// ("trusted" or "untrusted"), and the route-owned fields it gave (tier,
+// net, pass_env).
+Expected<Job> job_from_json(std::string_view text);
 
 // The Result as one line of JSON (no trailing newline). Captured output is
 // made valid UTF-8 (bad bytes become U+FFFD). `line` > 0 (a batch job's

@@ -41,7 +41,19 @@ struct LimitInfo {
   std::string_view unit;   // "seconds", "bytes", "count"
   int rlimit_resource;     // RLIMIT_* or -1 when no rlimit backs it
   bool zero_allowed;       // 0 is a meaningful value (e.g. "no output kept")
+  // The largest value the mechanism behind it holds without wrapping:
+  // seconds become a double and then a timespec (exact up to 2^53) or an
+  // rlim_t; bytes and counts an rlim_t or a uint64 counter. Larger values
+  // are refused by name, never wrapped.
+  std::uint64_t max;
 };
+
+// Seconds limits: 10^9 s (~31 years) is beyond any run and exact as a
+// double, a timespec and an rlim_t.
+inline constexpr std::uint64_t kMaxLimitSeconds = 1'000'000'000;
+// Bytes and counts: what an rlim_t (RLIM_INFINITY excluded) and an int64
+// hold.
+inline constexpr std::uint64_t kMaxLimitValue = (std::uint64_t{1} << 63) - 1;
 
 // Every limit, in enum order.
 const std::array<LimitInfo, kLimitCount>& all_limits();
@@ -54,7 +66,11 @@ std::optional<Limit> limit_from_name(std::string_view name);
 // values of 2^63 or more; the message names `name`.
 Expected<std::uint64_t> parse_limit_value(std::string_view name, std::string_view text);
 
-// "NAME=VALUE" -> (limit, value); unknown names are refused by name.
+// "limit NAME: VALUE is more than the maximum MAX (UNIT)".
+std::string limit_too_large(const LimitInfo& info, std::string_view value);
+
+// "NAME=VALUE" -> (limit, value); unknown names are refused by name, and
+// values above the limit's max (LimitInfo::max) too.
 Expected<std::pair<Limit, std::uint64_t>> parse_limit_assignment(std::string_view text);
 
 // A set of optional limits.

@@ -55,6 +55,10 @@ struct Input {
   std::optional<std::string> bytes;      // exactly one of bytes / host_path
   std::optional<std::string> host_path;
   unsigned mode = 0644;
+  // Set by the door (door.hpp) once host_path is a resolved path it
+  // checked: staging then follows no symlink (openat2 RESOLVE_NO_SYMLINKS),
+  // so a link swapped in after the check cannot lead elsewhere.
+  bool resolved = false;
 };
 
 // A secret by reference: the child sees `name` in its environment with the
@@ -125,6 +129,17 @@ struct Request {
   // the Result. Route outputs are collected this way.
   std::function<void(const Workspace&, Result&)> on_workspace;
 };
+
+// The request's own consistency, whoever built it (prepare_run calls it;
+// the door too): no NUL byte in argv, env, paths or names (the kernel
+// would cut the string there); no empty path (cwd, write_paths, rootfs,
+// binds, artifact_root, an input's name or host_path); argv[0] not empty;
+// every limit within its maximum (limits.hpp). The message names the
+// field as a batch job spells it.
+Status validate_request(const Request& request);
+
+// The one message for `net host` asked of tier container.
+std::string net_host_in_container();
 
 // The limits a run gets when the request does not say: generous enough for
 // real work, small enough that a runaway cannot take the worker down.

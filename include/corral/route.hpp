@@ -40,6 +40,10 @@ struct RouteSpec {
   // kill on a route that truncates, never the reverse.
   bool kill_on_output_limit = false;
   std::set<Limit> acknowledged_unenforced;   // limits accepted although unsupported here
+  // Host path prefixes a request through this route may name (inputs'
+  // host_path, binds, rootfs, ...): the door (door.hpp) adds them to the
+  // operator's. Absolute; empty = the operator's list alone.
+  std::vector<std::string> allow_host_paths;
 };
 
 // How each limit is enforced on this host, per tier. The run layer's

@@ -17,6 +17,7 @@
 //   secrets = ["GRADER_TOKEN"]  # names; values come from corral's environment
 //   acknowledge_network_egress = false
 //   acknowledged_unenforced = ["process_count"]
+//   allow_host_paths = ["/srv/data"]  # host paths a job on this route may name (door.hpp)
 //   limits = { cpu_seconds = 10, wall_seconds = 60 }
 //   transfer = { max_bytes_per_file = 1_048_576, max_total_bytes = 4_194_304, max_files = 8 }
 //   [[route.outputs]]

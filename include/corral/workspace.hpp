@@ -208,7 +208,7 @@ class Workspace {
   Status stage_bytes(std::string_view name, std::string_view bytes, mode_t mode = 0644);
   // Copies (never links) a regular host file; keeps its permission bits
   // (& 0777). A FIFO or device on the host side is refused, not opened blocking.
-  Status stage_file(const std::string& host_path, std::string_view name);
+  Status stage_file(const std::string& host_path, std::string_view name, bool no_symlinks = false);
 
   // Outputs, after the child ended. Globs are matched against relative
   // paths of non-directory entries, segment by segment:

@@ -1,4 +1,4 @@
-// corral batch [--parallel N] [--json] [FILE]
+// corral batch [options] [FILE]
 //
 // One supervisor, N runs in flight, one JSON Result line per job as it
 // finishes. The jobs' input is watched through the supervisor's ring
@@ -21,38 +21,51 @@
 #include <string>
 
 #include "cli.hpp"
-#include "corral/fd.hpp"
 #include "corral/audit.hpp"
+#include "corral/door.hpp"
+#include "corral/enforcement.hpp"
+#include "corral/fd.hpp"
 #include "corral/json.hpp"
 #include "corral/supervisor.hpp"
 #include "line_reader.hpp"
+#include "options.hpp"
 #include "output.hpp"
 
 namespace corral::cli {
 namespace {
 
 const char kBatchHelp[] =
-    "usage: corral batch [--parallel N] [--max-line-bytes N] [--audit FILE] [--json] [FILE]\n"
+    "usage: corral batch [options] [FILE]\n"
     "\n"
     "Run one job per line of FILE (default: stdin; '-' is stdin). A job is a JSON\n"
-    "object: the Request fields (argv, env, pass_env, secret_env, limits, tier, inputs,\n"
-    "outputs, stdin, source + interpreter, cwd, merge_output, confine_writes,\n"
-    "write_paths, net, acknowledge, grace_seconds, artifact_root) plus an \"id\".\n"
+    "object: the Request fields (see corral(1), JOB FIELDS) plus \"id\", and what it\n"
+    "asks of the gate: \"route\" (a route of --routes FILE) and \"provenance\"\n"
+    "(\"trusted\" or \"untrusted\"; untrusted is refused below tier container).\n"
     "Blank lines are skipped.\n"
     "\n"
-    "  --parallel N   runs in flight at once (default: CPUs x 4; at most what the\n"
-    "                 fd limit allows)\n"
-    "  --max-line-bytes N  longest job line read (default: 16 MiB, at most 4 GiB);\n"
-    "                 a longer line is an error result naming its line number and\n"
-    "                 the cap, its bytes skipped unread into memory, and the batch\n"
-    "                 goes on\n"
-    "  --audit FILE   append one JSON audit line per job to FILE (never a secret)\n"
-    "  --json         accepted for symmetry: the output is always JSON lines\n"
+    "  -p, --parallel N         runs in flight at once (default: CPUs x 4; at most\n"
+    "                           what the fd limit allows)\n"
+    "      --routes FILE        the routes a job may name with \"route\" (it then runs\n"
+    "                           under that route's tier, limits, network, env, secrets\n"
+    "                           and outputs, and is refused where the route refuses)\n"
+    "      --allow-host-path P  jobs may name host paths (inputs' host_path, binds,\n"
+    "                           ro_binds, rootfs, artifact_root, write_paths, cwd) that\n"
+    "                           resolve under P (repeatable; default: none; a route's\n"
+    "                           allow_host_paths add to it)\n"
+    "      --min-tier T         refuse jobs in a tier below T (none|process|container;\n"
+    "                           default: none)\n"
+    "      --untrusted          every job is untrusted (refused below container)\n"
+    "      --audit FILE         append one JSON audit line per job to FILE (never a secret)\n"
+    "  -j, --json               accepted for symmetry: the output is always JSON lines\n"
+    "      --max-line-bytes N   longest job line read (default: 16 MiB, at most 4 GiB);\n"
+    "                           a longer line is an error result naming its line\n"
+    "                           number and the cap, its bytes skipped unread into\n"
+    "                           memory, and the batch goes on\n"
     "\n"
     "Output: one JSON line per job on stdout as it finishes: the Result with its\n"
     "\"id\" and \"line\", or {\"id\", \"line\", \"outcome\": \"error\", \"error\"} for a line\n"
-    "corral refused (malformed JSON, unknown field, invalid limit, ...). On a terminal\n"
-    "a progress line is drawn on stderr.\n"
+    "corral refused (malformed JSON, unknown field, invalid limit, a host path not\n"
+    "allowed, a gate refusal, ...). On a terminal a progress line is drawn on stderr.\n"
     "\n"
     "Exit: 0 when every job's result was written (whatever the jobs' outcomes); 1 when\n"
     "some could not be (each named on stderr by job id and line); 2 usage error; 130/143 on SIGINT/SIGTERM (runs in flight are\n"
@@ -73,6 +86,9 @@ struct Options {
   std::size_t parallel = 0;  // 0: CPUs x 4
   std::string file;          // "" or "-": stdin
   std::string audit;         // --audit FILE: one line per job
+  std::string routes;        // --routes FILE
+  bool untrusted = false;
+  DoorPolicy policy;
 };
 
 std::size_t default_parallel() {
@@ -81,50 +97,61 @@ std::size_t default_parallel() {
   return static_cast<std::size_t>(cpus > 0 ? cpus : 1) * 4;
 }
 
+enum : int { kRoutes = 256, kAllowHostPath, kMinTier, kUntrusted, kAudit, kMaxLineBytes };
+
+const option kBatchOptions[] = {
+    {"help", no_argument, nullptr, 'h'},
+    {"parallel", required_argument, nullptr, 'p'},
+    {"json", no_argument, nullptr, 'j'},
+    {"routes", required_argument, nullptr, kRoutes},
+    {"allow-host-path", required_argument, nullptr, kAllowHostPath},
+    {"min-tier", required_argument, nullptr, kMinTier},
+    {"untrusted", no_argument, nullptr, kUntrusted},
+    {"audit", required_argument, nullptr, kAudit},
+    {"max-line-bytes", required_argument, nullptr, kMaxLineBytes},
+    {nullptr, 0, nullptr, 0},
+};
+
 // Returns -1 to go on, or an exit code.
 int parse(int argc, char** argv, Options& o) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      write_all_fd(1, kBatchHelp);
-      return 0;
-    }
-    if (a == "--json") continue;
-    if (a == "--audit") {
-      if (i + 1 >= argc) return say("--audit needs a FILE (see corral batch --help)"), 2;
-      o.audit = argv[++i];
-      continue;
-    }
-    if (a == "--parallel" || a.rfind("--parallel=", 0) == 0) {
-      std::string v;
-      if (a == "--parallel") {
-        if (i + 1 >= argc) return say("--parallel needs a value (see corral batch --help)"), 2;
-        v = argv[++i];
-      } else {
-        v = a.substr(std::strlen("--parallel="));
+  int operands = argc;
+  int rc = parse_options(argc, argv, "batch", "hp:j", kBatchOptions, [&](int opt, const char* v) -> int {
+    switch (opt) {
+      case 'h': write_all_fd(1, kBatchHelp); return 0;
+      case 'j': return -1;
+      case 'p': {
+        auto n = parse_limit_value("--parallel", v);
+        if (!n || *n == 0 || *n > 1000000) return say("--parallel: '%s' is not a number from 1 to 1000000", v), 2;
+        o.parallel = static_cast<std::size_t>(*n);
+        return -1;
       }
-      auto n = parse_limit_value("--parallel", v);
-      if (!n || *n == 0 || *n > 1000000) return say("--parallel: '%s' is not a number from 1 to 1000000", v.c_str()), 2;
-      o.parallel = static_cast<std::size_t>(*n);
-      continue;
-    }
-    if (a == "--max-line-bytes" || a.rfind("--max-line-bytes=", 0) == 0) {
-      std::string v;
-      if (a == "--max-line-bytes") {
-        if (i + 1 >= argc) return say("--max-line-bytes needs a value (see corral batch --help)"), 2;
-        v = argv[++i];
-      } else {
-        v = a.substr(std::strlen("--max-line-bytes="));
+      case kRoutes: o.routes = v; return -1;
+      case kAllowHostPath:
+        if (v[0] != '/') return say("--allow-host-path: '%s' is not an absolute path", v), 2;
+        o.policy.allow_host_paths.push_back(v);
+        return -1;
+      case kMinTier: {
+        auto t = parse_tier(v);
+        if (!t) return say("--min-tier: %s", t.error().message().c_str()), 2;
+        o.policy.min_tier = *t;
+        return -1;
       }
-      auto n = parse_limit_value("--max-line-bytes", v);
-      if (!n || *n == 0 || *n > kMaxLineBytesCeiling)
-        return say("--max-line-bytes: '%s' is not a number from 1 to %llu", v.c_str(), kMaxLineBytesCeiling), 2;
-      o.max_line_bytes = static_cast<std::size_t>(*n);
-      continue;
+      case kUntrusted: o.untrusted = true; return -1;
+      case kAudit: o.audit = v; return -1;
+      case kMaxLineBytes: {
+        auto n = parse_limit_value("--max-line-bytes", v);
+        if (!n || *n == 0 || *n > kMaxLineBytesCeiling)
+          return say("--max-line-bytes: '%s' is not a number from 1 to %llu", v, kMaxLineBytesCeiling), 2;
+        o.max_line_bytes = static_cast<std::size_t>(*n);
+        return -1;
+      }
     }
-    if (a.size() > 1 && a[0] == '-') return say("unknown option %s (see corral batch --help)", a.c_str()), 2;
-    if (!o.file.empty()) return say("more than one FILE given (%s)", a.c_str()), 2;
-    o.file = a;
+    return 2;
+  }, operands);
+  if (rc >= 0) return rc;
+  for (int i = operands; i < argc; ++i) {
+    if (!o.file.empty()) return say("more than one FILE given (%s)", argv[i]), 2;
+    o.file = argv[i];
   }
   return -1;
 }
@@ -156,8 +183,10 @@ std::optional<std::size_t> count_jobs(int fd) {
 
 class Batch {
  public:
-  Batch(Supervisor& sup, int in_fd, std::size_t max_line_bytes, std::size_t parallel, bool progress)
-      : sup_(sup), in_(in_fd, max_line_bytes), parallel_(parallel), progress_(progress), t0_(std::chrono::steady_clock::now()) {
+  Batch(Supervisor& sup, int in_fd, std::size_t max_line_bytes, std::size_t parallel, bool progress,
+        const Options& options)
+      : sup_(sup), in_(in_fd, max_line_bytes), parallel_(parallel), progress_(progress), options_(options),
+        t0_(std::chrono::steady_clock::now()) {
     total_ = count_jobs(in_fd);
   }
 
@@ -257,9 +286,16 @@ class Batch {
   void start(const std::string& line) {
     ++jobs_seen_;
     long at = line_no_;
-    auto req = request_from_json(line);
+    auto job = job_from_json(line);
+    if (!job) {
+      refused(job_id_of(line), at, job.error().message());
+      return;
+    }
+    if (options_.untrusted) job->ask.provenance = Provenance::untrusted;
+    std::string job_id = job->request.id;
+    auto req = admit(std::move(job->request), job->ask, options_.policy);
     if (!req) {
-      refused(job_id_of(line), at, req.error().message());
+      refused(job_id, at, req.error().message());
       return;
     }
     std::string id = req->id;
@@ -355,6 +391,7 @@ class Batch {
   LineReader in_;
   std::size_t parallel_;
   bool progress_;
+  const Options& options_;
   std::chrono::steady_clock::time_point t0_, last_draw_{};
   std::optional<std::size_t> total_;
   long line_no_ = 0;
@@ -369,6 +406,12 @@ class Batch {
 int batch_main(int argc, char** argv) {
   Options o;
   if (int rc = parse(argc, argv, o); rc >= 0) return rc;
+  if (!o.routes.empty()) {
+    auto router = load_router(o.routes, probe_host());
+    if (!router) return say("%s", router.error().message().c_str()), 2;
+    o.policy.routes = std::move(*router);
+    o.policy.routes_file = o.routes;
+  }
   int in_fd = 0;
   UniqueFd file;
   if (!o.file.empty() && o.file != "-") {
@@ -395,7 +438,7 @@ int batch_main(int argc, char** argv) {
   }
   if (parallel == 0) return say("batch: the fd limit leaves no room for a run"), 1;
 
-  Batch batch(s, in_fd, o.max_line_bytes, parallel, isatty(2) == 1);
+  Batch batch(s, in_fd, o.max_line_bytes, parallel, isatty(2) == 1, o);
   auto st = s.watch_signals({SIGINT, SIGTERM, SIGHUP}, [&batch](int sig) { batch.stop(sig); });
   if (!st) return say("%s", st.error().message().c_str()), 1;
   return batch.run();

@@ -1,4 +1,4 @@
-// corral run [options] -- PROGRAM [ARGS...]
+// corral run [options] [--] PROGRAM [ARGS...]
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,10 +14,12 @@
 #include "cli.hpp"
 #include "corral/audit.hpp"
 #include "corral/container.hpp"
+#include "corral/door.hpp"
 #include "corral/json.hpp"
 #include "corral/route_run.hpp"
 #include "corral/routes_file.hpp"
 #include "corral/supervisor.hpp"
+#include "options.hpp"
 #include "output.hpp"
 
 namespace corral::cli {
@@ -27,14 +29,16 @@ namespace {
 // default_limits() so units and defaults cannot drift), then kRunHelpTail.
 // man/corral.1 mirrors this text: change both.
 const char kRunHelp[] =
-    "usage: corral run [options] -- PROGRAM [ARGS...]\n"
+    "usage: corral run [options] [--] PROGRAM [ARGS...]\n"
     "\n"
     "Run PROGRAM (looked up in PATH like execvp when it has no slash; never a shell\n"
     "string) in a fresh 0700 workspace that is its cwd, HOME and TMPDIR, with a clean\n"
     "environment, stdin from /dev/null, and the limits below. Flags are off unless\n"
-    "given; options marked (repeatable) may be given more than once.\n"
+    "given; options marked (repeatable) may be given more than once. Options take\n"
+    "--opt=value or --opt value; the first operand is PROGRAM ('--' before it is\n"
+    "optional, and needed when PROGRAM starts with '-').\n"
     "\n"
-    "  --tier none|process|container  isolation tier (default: process)\n"
+    "  -t, --tier none|process|container  isolation tier (default: process)\n"
     "      none: a plain child with the ceilings; process: + uid drop (root), no\n"
     "      capabilities, no_new_privs, seccomp 'default', Landlock when asked;\n"
     "      container: + user/pid/net/mount/ipc/uts/cgroup namespaces, a fresh\n"
@@ -42,7 +46,7 @@ const char kRunHelp[] =
     "      for memory_bytes and process_count, a non-root uid inside\n"
     "  --untrusted                    the program is untrusted: refused below\n"
     "                                 container\n"
-    "  --limit NAME=VALUE             set a limit (repeatable; see the table below)\n"
+    "  -l, --limit NAME=VALUE         set a limit (repeatable; see the table below)\n"
     "  --acknowledge NAME             run even though NAME (a limit or guarantee)\n"
     "                                 is not enforceable here (see corral\n"
     "                                 enforcement; repeatable)\n"
@@ -55,7 +59,7 @@ const char kRunHelp[] =
     "                                 run's own with lo up (default as root: the\n"
     "                                 shared template's, no loopback, sockets but\n"
     "                                 AF_UNIX refused; ~0.7 ms more per run)\n"
-    "  --env K=V                      set a variable (repeatable; default: none)\n"
+    "  -e, --env K=V                  set a variable (repeatable; default: none)\n"
     "  --pass-env K                   pass corral's K through (repeatable;\n"
     "                                 PATH is always passed)\n"
     "  --secret-env K                 pass corral's K and mask its value as ***\n"
@@ -85,7 +89,7 @@ const char kRunHelp[] =
     "                                 first bytes and go on (truncate, default), or\n"
     "                                 end the run as killed_resource, exit 137 (kill)\n"
     "  --merge-output                 stderr goes to the stdout pipe (fd level)\n"
-    "  --json                         print the Result as one JSON object on stdout\n"
+    "  -j, --json                     print the Result as one JSON object on stdout\n"
     "  --routes FILE --route NAME     run through route NAME of a routes file: its tier,\n"
     "                                 limits, network, env, secrets and outputs; --limit\n"
     "                                 may tighten its limits, never loosen them\n"
@@ -131,10 +135,8 @@ std::string run_help() {
 struct Options {
   Request request;
   bool json = false;
-  bool untrusted = false;
-  std::string routes_file, route_name, audit_path;
-  RouteOverrides route_flags;  // the flags a route owns, when given
-  bool net_host_given = false;
+  std::string routes_file, audit_path;
+  Ask ask;  // --untrusted, --route NAME, and the route-owned flags given
 };
 
 bool split_kv(const std::string& text, std::string& k, std::string& v) {
@@ -143,6 +145,135 @@ bool split_kv(const std::string& text, std::string& k, std::string& v) {
   k = text.substr(0, eq);
   v = text.substr(eq + 1);
   return true;
+}
+
+enum : int {
+  kUntrusted = 256, kAcknowledge, kConfineWrites, kWritePath, kNet, kLoopback, kPassEnv, kSecretEnv, kInput,
+  kOutput, kArtifactRoot, kCwd, kUser, kRootfs, kRoBind, kBind, kGrace, kStdinText, kMergeOutput, kRoutes,
+  kRoute, kAudit, kOnOutputLimit,
+};
+
+const option kRunOptions[] = {
+    {"help", no_argument, nullptr, 'h'},
+    {"tier", required_argument, nullptr, 't'},
+    {"limit", required_argument, nullptr, 'l'},
+    {"env", required_argument, nullptr, 'e'},
+    {"json", no_argument, nullptr, 'j'},
+    {"untrusted", no_argument, nullptr, kUntrusted},
+    {"acknowledge", required_argument, nullptr, kAcknowledge},
+    {"confine-writes", no_argument, nullptr, kConfineWrites},
+    {"write-path", required_argument, nullptr, kWritePath},
+    {"net", required_argument, nullptr, kNet},
+    {"loopback", no_argument, nullptr, kLoopback},
+    {"pass-env", required_argument, nullptr, kPassEnv},
+    {"secret-env", required_argument, nullptr, kSecretEnv},
+    {"input", required_argument, nullptr, kInput},
+    {"output", required_argument, nullptr, kOutput},
+    {"artifact-root", required_argument, nullptr, kArtifactRoot},
+    {"cwd", required_argument, nullptr, kCwd},
+    {"user", required_argument, nullptr, kUser},
+    {"rootfs", required_argument, nullptr, kRootfs},
+    {"ro-bind", required_argument, nullptr, kRoBind},
+    {"bind", required_argument, nullptr, kBind},
+    {"grace", required_argument, nullptr, kGrace},
+    {"stdin-text", required_argument, nullptr, kStdinText},
+    {"merge-output", no_argument, nullptr, kMergeOutput},
+    {"routes", required_argument, nullptr, kRoutes},
+    {"route", required_argument, nullptr, kRoute},
+    {"audit", required_argument, nullptr, kAudit},
+    {"on-output-limit", required_argument, nullptr, kOnOutputLimit},
+    {nullptr, 0, nullptr, 0},
+};
+
+// One option; -1 to go on, or an exit code.
+int option_value(Options& o, Limits& from_flags, int opt, const char* v) {
+  Request& r = o.request;
+  switch (opt) {
+    case 'h': write_all_fd(1, run_help()); return 0;
+    case 'j': o.json = true; return -1;
+    case kUntrusted: o.ask.provenance = Provenance::untrusted; return -1;
+    case kConfineWrites: r.confine_writes = true; return -1;
+    case kMergeOutput: r.merge_output = true; return -1;
+    case kLoopback: r.loopback = true; return -1;
+    case 't': {
+      auto t = parse_tier(v);
+      if (!t) return say("--tier: %s", t.error().message().c_str()), 2;
+      r.tier = *t;
+      o.ask.given.tier = *t;
+      return -1;
+    }
+    case 'l': {
+      auto l = parse_limit_assignment(v);
+      if (!l) return say("--limit: %s", l.error().message().c_str()), 2;
+      from_flags.set(l->first, l->second);
+      return -1;
+    }
+    case kAcknowledge: r.acknowledged.insert(v); return -1;
+    case kWritePath: r.write_paths.push_back(v); return -1;
+    case kNet:
+      if (std::strcmp(v, "none") == 0) r.net = NetworkAccess::none;
+      else if (std::strcmp(v, "host") == 0) r.net = NetworkAccess::host;
+      else return say("--net: '%s' is neither none nor host", v), 2;
+      o.ask.given.net = r.net;
+      return -1;
+    case 'e': {
+      std::string k, val;
+      if (!split_kv(v, k, val)) return say("--env: expected K=V, got '%s'", v), 2;
+      r.env[k] = val;
+      return -1;
+    }
+    case kPassEnv:
+      r.pass_env.push_back(v);
+      o.ask.given.pass_env.push_back(v);
+      return -1;
+    case kRoutes: o.routes_file = v; return -1;
+    case kRoute: o.ask.route = v; return -1;
+    case kAudit: o.audit_path = v; return -1;
+    case kSecretEnv: r.secrets.push_back(SecretRef{v, v, {}}); return -1;
+    case kInput: {
+      std::string spec = v;
+      auto colon = spec.rfind(':');
+      Input in;
+      in.host_path = colon == std::string::npos ? spec : spec.substr(0, colon);
+      std::string name = colon == std::string::npos ? spec : spec.substr(colon + 1);
+      auto slash = name.rfind('/');
+      in.name = (colon == std::string::npos && slash != std::string::npos) ? name.substr(slash + 1) : name;
+      r.inputs.push_back(std::move(in));
+      return -1;
+    }
+    case kRootfs: r.rootfs = v; return -1;
+    case kRoBind:
+    case kBind: {
+      auto b = parse_bind_spec(v, opt == kBind);
+      if (!b) return say("%s: %s", opt == kBind ? "--bind" : "--ro-bind", b.error().message().c_str()), 2;
+      r.binds.push_back(std::move(*b));
+      return -1;
+    }
+    case kOutput: r.outputs.push_back(v); return -1;
+    case kArtifactRoot: r.artifact_root = v; return -1;
+    case kCwd: r.cwd = v; return -1;
+    case kStdinText: r.stdin_text = v; return -1;
+    case kUser: {
+      auto uid = parse_run_user(v);
+      if (!uid) return say("--user: %s", uid.error().message().c_str()), 2;
+      r.user = *uid;
+      return -1;
+    }
+    case kOnOutputLimit: {
+      auto p = parse_output_limit_policy(v);
+      if (!p) return say("--on-output-limit: '%s' is neither truncate nor kill", v), 2;
+      r.on_output_limit = *p;
+      return -1;
+    }
+    case kGrace: {
+      char* end = nullptr;
+      double g = std::strtod(v, &end);
+      if (end == v || *end != '\0' || !(g >= 0 && g <= 3600)) return say("--grace: '%s' is not 0..3600 seconds", v), 2;
+      r.grace_seconds = g;
+      return -1;
+    }
+  }
+  return 2;
 }
 
 // Returns -1 to go on, or an exit code.
@@ -157,100 +288,12 @@ int parse(int argc, char** argv, Options& o) {
     from_env = *parsed;
   }
   Limits from_flags;
-  int i = 1;
-  auto value = [&](const char* flag) -> const char* {
-    if (i + 1 >= argc) {
-      say("%s needs a value (see corral run --help)", flag);
-      return nullptr;
-    }
-    return argv[++i];
-  };
-  for (; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--") {
-      ++i;
-      break;
-    }
-    if (a == "--help" || a == "-h") {
-      write_all_fd(1, run_help());
-      return 0;
-    }
-    if (a.rfind("--", 0) != 0) break;  // PROGRAM without "--"
-    const char* v = nullptr;
-    if (a == "--json") o.json = true;
-    else if (a == "--untrusted") o.untrusted = true;
-    else if (a == "--confine-writes") o.request.confine_writes = true;
-    else if (a == "--merge-output") o.request.merge_output = true;
-    else if (a == "--loopback") o.request.loopback = true;
-    else if (!(v = value(a.c_str()))) return 2;
-    else if (a == "--tier") {
-      auto t = parse_tier(v);
-      if (!t) return say("--tier: %s", t.error().message().c_str()), 2;
-      o.request.tier = *t;
-      o.route_flags.tier = *t;
-    } else if (a == "--limit") {
-      auto l = parse_limit_assignment(v);
-      if (!l) return say("--limit: %s", l.error().message().c_str()), 2;
-      from_flags.set(l->first, l->second);
-    } else if (a == "--acknowledge") o.request.acknowledged.insert(v);
-    else if (a == "--write-path") o.request.write_paths.push_back(v);
-    else if (a == "--net") {
-      if (std::strcmp(v, "none") == 0) o.request.net = NetworkAccess::none;
-      else if (std::strcmp(v, "host") == 0) {
-        o.request.net = NetworkAccess::host;
-        o.net_host_given = true;
-      }
-      else return say("--net: '%s' is neither none nor host", v), 2;
-      o.route_flags.net = o.request.net;
-    } else if (a == "--env") {
-      std::string k, val;
-      if (!split_kv(v, k, val)) return say("--env: expected K=V, got '%s'", v), 2;
-      o.request.env[k] = val;
-    } else if (a == "--pass-env") {
-      o.request.pass_env.push_back(v);
-      o.route_flags.pass_env.push_back(v);
-    } else if (a == "--routes") o.routes_file = v;
-    else if (a == "--route") o.route_name = v;
-    else if (a == "--audit") o.audit_path = v;
-    else if (a == "--secret-env") o.request.secrets.push_back(SecretRef{v, v, {}});
-    else if (a == "--input") {
-      std::string spec = v;
-      auto colon = spec.rfind(':');
-      Input in;
-      in.host_path = colon == std::string::npos ? spec : spec.substr(0, colon);
-      std::string name = colon == std::string::npos ? spec : spec.substr(colon + 1);
-      auto slash = name.rfind('/');
-      in.name = (colon == std::string::npos && slash != std::string::npos) ? name.substr(slash + 1) : name;
-      o.request.inputs.push_back(std::move(in));
-    } else if (a == "--rootfs") o.request.rootfs = v;
-    else if (a == "--ro-bind" || a == "--bind") {
-      auto b = parse_bind_spec(v, a == "--bind");
-      if (!b) return say("%s: %s", a.c_str(), b.error().message().c_str()), 2;
-      o.request.binds.push_back(std::move(*b));
-    } else if (a == "--output") o.request.outputs.push_back(v);
-    else if (a == "--artifact-root") o.request.artifact_root = v;
-    else if (a == "--cwd") o.request.cwd = v;
-    else if (a == "--stdin-text") o.request.stdin_text = v;
-    else if (a == "--user") {
-      auto uid = parse_run_user(v);
-      if (!uid) return say("--user: %s", uid.error().message().c_str()), 2;
-      o.request.user = *uid;
-    } else if (a == "--on-output-limit") {
-      auto p = parse_output_limit_policy(v);
-      if (!p) return say("--on-output-limit: '%s' is neither truncate nor kill", v), 2;
-      o.request.on_output_limit = *p;
-    } else if (a == "--grace") {
-      char* end = nullptr;
-      double g = std::strtod(v, &end);
-      if (end == v || *end != '\0' || !(g >= 0 && g <= 3600)) return say("--grace: '%s' is not 0..3600 seconds", v), 2;
-      o.request.grace_seconds = g;
-    } else {
-      say("unknown option %s (see corral run --help)", a.c_str());
-      return 2;
-    }
-  }
+  int i = argc;
+  int rc = parse_options(argc, argv, "run", "ht:l:e:j", kRunOptions,
+                         [&](int opt, const char* v) { return option_value(o, from_flags, opt, v); }, i);
+  if (rc >= 0) return rc;
   if (i >= argc) {
-    say("no PROGRAM given (usage: corral run [options] -- PROGRAM [ARGS...])");
+    say("no PROGRAM given (usage: corral run [options] [--] PROGRAM [ARGS...])");
     return 2;
   }
   for (; i < argc; ++i) o.request.argv.push_back(argv[i]);
@@ -298,34 +341,25 @@ void report_end(const Result& r) {
   if (r.outcome != Outcome::exited) say("%s", r.detail.c_str());
 }
 
-// --routes FILE --route NAME: the request becomes the route's.
-int apply_route(Options& o) {
-  if (o.routes_file.empty() != o.route_name.empty())
-    return say("--routes FILE and --route NAME go together"), 2;
-  auto route = load_route(o.routes_file, o.route_name, probe_host());
-  if (!route) return say("%s", route.error().message().c_str()), 2;
-  auto request = request_for_route(*route, std::move(o.request), o.route_flags);
-  if (!request) return say("%s", request.error().message().c_str()), 2;
-  o.request = std::move(*request);
-  return -1;
-}
-
 }  // namespace
 
 int run_main(int argc, char** argv) {
   Options o;
   if (int rc = parse(argc, argv, o); rc >= 0) return rc;
-  if (!o.routes_file.empty() || !o.route_name.empty())
-    if (int rc = apply_route(o); rc >= 0) return rc;
-  if (o.untrusted && o.request.tier != Tier::container) {
-    say("--untrusted needs tier container or above; tier %s is below it (use --tier container)",
-        std::string(to_string(o.request.tier)).c_str());
-    return 2;
+  if (o.routes_file.empty() != o.ask.route.empty())
+    return say("--routes FILE and --route NAME go together"), 2;
+  // The operator's own paths; the gate (provenance, route, network) is the door's.
+  DoorPolicy policy;
+  policy.operator_paths = true;
+  if (!o.routes_file.empty()) {
+    auto router = load_router(o.routes_file, probe_host());
+    if (!router) return say("%s", router.error().message().c_str()), 2;
+    policy.routes = std::move(*router);
+    policy.routes_file = o.routes_file;
   }
-  if (o.net_host_given && o.request.tier == Tier::container) {
-    say("--net host: tier container always runs in an empty network namespace (use --tier process --net host)");
-    return 2;
-  }
+  auto admitted = admit(std::move(o.request), o.ask, policy);
+  if (!admitted) return say("%s", admitted.error().message().c_str()), exit_code_for_error(admitted.error().code());
+  o.request = std::move(*admitted);
   signal(SIGPIPE, SIG_IGN);
   SupervisorOptions sopts;
   if (const char* base = std::getenv("CORRAL_WORKSPACE_BASE")) sopts.workspace_base = base;

@@ -1,0 +1,84 @@
+// door: where a request comes in. Every front end (corral run, corral
+// batch, a library caller acting for someone else) hands the door a
+// Request plus what the caller said about it (provenance, a route, the
+// fields it gave explicitly) and a policy the operator set; the door
+// applies the route, then the gate: provenance against the tier, the
+// operator's floor, the network a tier can give, and the host-path policy.
+// What comes out is a Request the supervisor may run as it is.
+//
+// Parent-side and pure apart from realpath(3) on the host paths it checks.
+// The request's own field checks (NULs, empty paths, limit ranges) are
+// validate_request (request.hpp), which prepare_run repeats for callers
+// that skip the door.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "corral/enforcement.hpp"
+#include "corral/isolation.hpp"
+#include "corral/request.hpp"
+#include "corral/route.hpp"
+#include "corral/route_run.hpp"
+#include "corral/status.hpp"
+
+namespace corral {
+
+// What the operator allows the requests coming through this door.
+struct DoorPolicy {
+  // The requests are the operator's own (corral run): their host paths are
+  // taken as given. Otherwise (corral batch: a job file someone else may
+  // have written) every host path a request names — an input's host_path,
+  // a bind's source, rootfs, artifact_root, write_paths, and cwd outside
+  // tier container — must resolve (realpath: no "..", no symlink left)
+  // under one of `allow_host_paths` or the route's own allow_host_paths;
+  // with neither, none is allowed.
+  bool operator_paths = false;
+  std::vector<std::string> allow_host_paths;
+  // The lowest tier a request may run in (corral batch --min-tier).
+  std::optional<Tier> min_tier;
+  // The routes a request may name (corral run/batch --routes FILE).
+  std::shared_ptr<const Router> routes;
+  std::string routes_file;  // names the routes in messages
+};
+
+// What the caller said about a request beyond its fields.
+struct Ask {
+  std::optional<Provenance> provenance;  // absent: trusted (the operator's own job)
+  std::string route;                     // "" : no route
+  // The route-owned fields the caller gave explicitly (tier, net,
+  // pass_env): a route checks them; without a route, `net` host is refused
+  // in tier container.
+  RouteOverrides given;
+};
+
+// A batch job line: the Request and what it asks of the door.
+struct Job {
+  Request request;
+  Ask ask;
+};
+
+// Applies `ask.route` (request_for_route), then refuses, in this order:
+// untrusted provenance below tier container; a tier below policy.min_tier;
+// net host in tier container; a host path outside the allowed prefixes
+// (which it rewrites to its resolved form, and marks inputs so staging
+// follows no symlink). Runs validate_request first and last.
+Expected<Request> admit(Request request, const Ask& ask, const DoorPolicy& policy);
+
+// The one message for untrusted code below container (run, batch, routes).
+std::string untrusted_below_container(Tier tier);
+
+// `path` resolved with realpath(3) if it falls under one of `allowed`
+// (each resolved too; a prefix that does not exist allows nothing);
+// otherwise an error naming `what`, the path, and what it resolved to.
+Expected<std::string> resolve_allowed_path(std::string_view what, const std::string& path,
+                                           const std::vector<std::string>& allowed);
+
+// A routes file loaded and built through the gate (routes_file.hpp), kept
+// for the requests that name its routes.
+Expected<std::shared_ptr<const Router>> load_router(const std::string& path, const HostFacts& host);
+
+}  // namespace corral
