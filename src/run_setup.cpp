@@ -184,6 +184,15 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
 
 }  // namespace
 
+// The program a spawn tried: the path execve(2) was given, or every
+// candidate of the PATH search ("a, b") when there were several.
+static std::string tried_program(const ChildPlan& plan) {
+  std::string out;
+  for (const auto& p : plan.exec_paths) out += (out.empty() ? "" : ", ") + p;
+  if (out.empty() && !plan.argv_storage.empty()) out = plan.argv_storage.front();
+  return out;
+}
+
 Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string run_id) {
   auto t0 = std::chrono::steady_clock::now();
   HostFacts probed;
@@ -308,6 +317,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   }
   auto path_it = env.find("PATH");
   plan.exec_paths = exec_candidates(plan.argv_storage.front(), path_it == env.end() ? "" : path_it->second);
+  run.program = tried_program(plan);  // the plan's strings are released after the spawn
   plan.cwd = container ? "" : (req.cwd ? *req.cwd : w.path());  // container: the mount tree's chdir
   plan.merge_output = req.merge_output;
   if (req.stdin_text) {
@@ -393,7 +403,7 @@ void classify_outcome(const RunEnd& end, const Limits& limits, Result& r) {
 
 namespace {
 
-std::string describe_end(const Result& r) {
+std::string describe_end(const Result& r, const std::string& program) {
   switch (r.outcome) {
     case Outcome::exited: return "exited with " + std::to_string(r.exit_code);
     case Outcome::signaled: return std::string("killed by signal ") + sigabbrev_np(r.signal);
@@ -403,7 +413,9 @@ std::string describe_end(const Result& r) {
       return "killed: " + r.resource + " limit (SIG" + (sigabbrev_np(r.signal) ? sigabbrev_np(r.signal) : "?") + ")";
     case Outcome::spawn_failed: {
       const char* name = strerrorname_np(r.spawn_errno);
-      return "could not start: " + r.spawn_stage + ": " + (name ? name : std::to_string(r.spawn_errno)) + " (" +
+      // "execve '/usr/bin/x': ENOENT": the reader sees which program was not found.
+      std::string what = r.spawn_stage == "execve" ? "execve '" + program + "'" : "'" + program + "': " + r.spawn_stage;
+      return "could not start: " + what + ": " + (name ? name : std::to_string(r.spawn_errno)) + " (" +
              std::strerror(r.spawn_errno) + ")";
     }
     case Outcome::cancelled: return "cancelled";
@@ -456,7 +468,7 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   std::vector<std::string> container_notes;
   if (run.container) container_notes = finish_container(run, end, r);
 
-  std::string detail = describe_end(r);
+  std::string detail = describe_end(r, run.program);
   for (const auto& note : container_notes) detail += "; " + note;
   if (run.workspace && !run.request.outputs.empty()) {
     auto collected = run.workspace->collect(run.request.outputs, CollectLimits::from(run.limits));

@@ -638,3 +638,27 @@ Test(batch, untrusted_below_container_is_refused_with_the_message_run_gives) {
   cr_assert(field(floor["low"], "error").find("below the floor") != std::string::npos, "%s", floor["low"].dump().c_str());
   expect_field(floor["high"], "outcome", "exited");
 }
+
+// Issue 14: a NUL inside a JSON string cut the program name short and
+// /bin/echo ran; a syntax error said only "not valid JSON".
+Test(batch, a_nul_in_a_string_and_a_syntax_error_are_errors_naming_where) {
+  std::string jobs = R"({"id":"argv","tier":"none","argv":["/bin/echo\u0000x","hi"]})" "\n"
+                     R"({"id":"env","tier":"none","argv":["true"],"env":{"A":"x\u0000y"}})" "\n"
+                     R"({"id":"path","tier":"none","argv":["true"],"cwd":"/tmp\u0000/etc"})" "\n"
+                     R"({"id":"empty","tier":"none","argv":["true"],"cwd":""})" "\n"
+                     R"({"id":"big","tier":"none","argv":["true"],"limits":{"wall_seconds":9223372036854775807}})" "\n"
+                     R"({"id":"cut", "argv": ["echo")" "\n";
+  auto by_id = batch_by_id({}, jobs);
+  for (auto [id, want] : {std::pair{"argv", "field 'argv': item 1 contains a NUL byte"},
+                          {"env", "the value contains a NUL byte"},
+                          {"path", "field 'cwd': contains a NUL byte"},
+                          {"empty", "field 'cwd': empty path"},
+                          {"big", "wall_seconds: 9223372036854775807 is more than the maximum"}}) {
+    expect_field(by_id[id], "outcome", "error");
+    cr_assert(field(by_id[id], "error").find(want) != std::string::npos, "%s: %s", id, by_id[id].dump().c_str());
+    cr_assert(!by_id[id].contains("stdout"), "%s ran", id);
+  }
+  // The cut line has no id to name it: the error line is keyed by "".
+  cr_assert(field(by_id[""], "error").find("not valid JSON at byte 29") != std::string::npos, "%s",
+            by_id[""].dump().c_str());
+}

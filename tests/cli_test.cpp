@@ -59,7 +59,9 @@ Test(cli, exit_codes_follow_the_contract) {
   cr_assert_eq(corral("run --limit cpu_seconds=1 -- " + build_dir() + "/helpers/hostile spin").code, 152);
   Ran missing = corral("run -- corral-no-such-program");
   cr_assert_eq(missing.code, 125);
-  cr_assert(has(missing.err, "execve: ENOENT"), "%s", missing.err.c_str());
+  cr_assert(has(missing.err, "execve 'corral-no-such-program': ENOENT"), "%s", missing.err.c_str());
+  Ran absolute = corral("run -- /nonexistent/corral-prog");
+  cr_assert(has(absolute.err, "execve '/nonexistent/corral-prog': ENOENT"), "%s", absolute.err.c_str());
   every_stderr_line_is_ours(missing.err);
   cr_assert_eq(corral("run -- " + build_dir() + "/helpers/hostile exit 127").code, 127);
 }
@@ -174,5 +176,59 @@ Test(cli, the_binary_is_a_static_pie) {
     cr_assert_leq(eh.e_phoff + (i + 1) * sizeof ph, elf.size());
     std::memcpy(&ph, elf.data() + eh.e_phoff + i * sizeof ph, sizeof ph);
     cr_assert_neq(ph.p_type, PT_INTERP, "the CLI names a dynamic loader");
+  }
+}
+
+// getopt_long in every verb: both spellings of a value, short forms, `--`
+// optional, an unknown option before PROGRAM a usage error (it used to be
+// run as the program: `corral run -t container -- true` exec'd "-t").
+Test(cli, options_follow_getopt_long_conventions) {
+  Ran eq = corral("run --json --tier=none --limit=wall_seconds=7 -- true");
+  cr_assert_eq(eq.code, 0, "%s", eq.err.c_str());
+  auto j = nlohmann::json::parse(eq.out, nullptr, false);
+  cr_assert(!j.is_discarded(), "%s", eq.out.c_str());
+  cr_assert_eq(j["tier"], "none");
+  cr_assert_eq(j["limits"]["wall_seconds"], 7);
+  Ran shorts = corral("run -j -t none -l wall_seconds=8 -e GREETING=hi sh -c 'echo $GREETING'");
+  cr_assert_eq(shorts.code, 0, "%s", shorts.err.c_str());
+  auto s = nlohmann::json::parse(shorts.out, nullptr, false);
+  cr_assert(!s.is_discarded(), "%s", shorts.out.c_str());
+  cr_assert_eq(s["stdout"], "hi\n");
+  cr_assert_eq(s["limits"]["wall_seconds"], 8);
+  Ran bogus = corral("run --bogus -- true");
+  cr_assert_eq(bogus.code, 2);
+  cr_assert(has(bogus.err, "unknown option --bogus"), "%s", bogus.err.c_str());
+  every_stderr_line_is_ours(bogus.err);
+  Ran short_bogus = corral("run -Z -- true");
+  cr_assert_eq(short_bogus.code, 2);
+  cr_assert(has(short_bogus.err, "unknown option -Z"), "%s", short_bogus.err.c_str());
+  Ran missing = corral("run --tier");
+  cr_assert_eq(missing.code, 2);
+  cr_assert(has(missing.err, "--tier needs a value"), "%s", missing.err.c_str());
+  // The program's own options stay its own.
+  Ran own = corral("run -t none sh -c 'echo $1' sh --json");
+  cr_assert_eq(own.code, 0, "%s", own.err.c_str());
+  cr_assert_str_eq(own.out.c_str(), "--json\n");
+  cr_assert_eq(corral("enforcement -t none -j").code, 0);
+  cr_assert_eq(corral("enforcement --bogus").code, 2);
+  cr_assert_eq(corral("check --routes=examples/routes.toml").code, 0);
+  cr_assert_eq(corral("templates --bogus").code, 2);
+}
+
+// Issue 14: values beyond a limit's mechanism, empty paths.
+Test(cli, bad_input_is_refused_by_name) {
+  Ran wrapped = corral("run --tier none --limit wall_seconds=9223372036854775807 -- sleep 1");
+  cr_assert_eq(wrapped.code, 2, "exit %d (it used to end killed_timeout at once): %s", wrapped.code,
+               wrapped.err.c_str());
+  cr_assert(has(wrapped.err, "wall_seconds") && has(wrapped.err, "maximum"), "%s", wrapped.err.c_str());
+  Ran env_wrapped = corral("run --tier none -- true", "CORRAL_LIMITS=cpu_seconds=9223372036854775807");
+  cr_assert_eq(env_wrapped.code, 2);
+  Ran cwd = corral("run --tier none --cwd '' -- pwd");
+  cr_assert_eq(cwd.code, 2, "exit %d: %s %s", cwd.code, cwd.out.c_str(), cwd.err.c_str());
+  cr_assert(has(cwd.err, "field 'cwd': empty path"), "%s", cwd.err.c_str());
+  for (const char* flag : {"--write-path ''", "--artifact-root ''", "--input ''"}) {
+    Ran empty = corral(std::string("run --tier none ") + flag + " -- true");
+    cr_assert_eq(empty.code, 2, "%s: exit %d: %s", flag, empty.code, empty.err.c_str());
+    cr_assert(has(empty.err, "empty path"), "%s: %s", flag, empty.err.c_str());
   }
 }

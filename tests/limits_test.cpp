@@ -76,3 +76,22 @@ Test(limits, table_maps_rlimits) {
     cr_assert_eq(limit_from_name(info.name), info.limit);
   }
 }
+
+// 2^63-1 seconds became a double of 2^63 and wrapped in the timespec: the
+// run ended killed_timeout after 0.01 s. Every limit has a max its
+// mechanism holds; beyond it the value is refused by name.
+Test(limits, values_beyond_the_mechanisms_max_are_refused_by_name_never_wrapped) {
+  for (const char* text : {"wall_seconds=9223372036854775807", "cpu_seconds=9223372036854775807",
+                           "wall_seconds=1000000001"}) {
+    auto a = parse_limit_assignment(text);
+    cr_assert(!a.ok(), "%s accepted", text);
+    cr_assert_eq(a.error().code(), ERANGE);
+    cr_assert(a.error().message().find("more than the maximum 1000000000 (seconds)") != std::string::npos, "%s",
+              a.error().message().c_str());
+  }
+  cr_assert(parse_limit_assignment("wall_seconds=1000000000").ok());
+  cr_assert(parse_limit_assignment("memory_bytes=9223372036854775807").ok());
+  Limits l;
+  cr_assert(!l.set_checked(Limit::wall_seconds, 9223372036854775807ull).ok());
+  for (const auto& info : all_limits()) cr_assert_leq(info.max, (std::uint64_t{1} << 63) - 1, "%s", info.name.data());
+}

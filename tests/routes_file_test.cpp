@@ -370,3 +370,38 @@ Test(routes_file, check_exits_2_at_the_first_refusal_with_its_message) {
   cr_assert_eq(usage.code, 2);
   assert_mentions(usage.err, {"corral: check: no routes file given"});
 }
+
+// toml++ recursed once per dotted key segment: 300,000 of them (a 600 KB
+// line) overflowed the stack and corral died of SIGSEGV. The bounds are
+// checked before the parser sees the text, for check and run --routes alike.
+Test(routes_file, keys_and_nesting_beyond_the_bounds_are_refused_before_the_parser) {
+  corral_test::TempDir dir;
+  std::string dotted;
+  for (int i = 0; i < 300000; ++i) dotted += i ? ".a" : "a";
+  corral_test::write_file(dir / "dotted.toml", "# deep\n" + dotted + " = 1\n");
+  std::string header = "[[route]]\nname = \"r\"\n[" + dotted + "]\n";
+  corral_test::write_file(dir / "header.toml", header);
+  corral_test::write_file(dir / "nested.toml", "x = " + std::string(100000, '[') + std::string(100000, ']') + "\n");
+  corral_test::write_file(dir / "inline.toml", "x = " + [] {
+    std::string s;
+    for (int i = 0; i < 50000; ++i) s += "{a=";
+    s += "1";
+    for (int i = 0; i < 50000; ++i) s += "}";
+    return s;
+  }() + "\n");
+  for (auto [file, line, why] : {std::tuple{"dotted.toml", 2, "dotted segments"}, {"header.toml", 3, "dotted segments"},
+                                 {"nested.toml", 1, "nested more than"}, {"inline.toml", 1, "nested more than"}}) {
+    std::string path = dir / file;
+    auto check = corral_test::run_cli({"check", "--routes", path});
+    cr_assert_eq(check.code, 2, "%s: exit %d: %s", file, check.code, check.err.c_str());
+    assert_mentions(check.err, {("corral: " + path + ":" + std::to_string(line) + ": ").c_str(), why});
+    auto run = corral_test::run_cli({"run", "--routes", path, "--route", "r", "--", "true"});
+    cr_assert_eq(run.code, 2, "%s: exit %d", file, run.code);
+    assert_mentions(run.err, {(path + ":" + std::to_string(line) + ": ").c_str()});
+  }
+  // Strings and comments may hold dots and brackets freely.
+  auto fine = parse_routes("# a.b.c.d [[[[\n[[route]]\nname = \"a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s.t.u.v.w.x.y.z.0.1.2.3.4.5.6\"\n"
+                           "provenance = 'trusted'\ntier = \"\"\"[[[[[[\"\"\"\n",
+                           "fine.toml");
+  cr_assert(fine.ok(), "%s", fine.ok() ? "" : fine.error().message().c_str());
+}

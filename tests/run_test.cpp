@@ -268,9 +268,10 @@ Test(run, spawn_failure_names_the_stage) {
   cr_assert_str_eq(res.spawn_stage.c_str(), "execve");
   cr_assert_eq(res.spawn_errno, ENOENT);
   cr_assert_eq(cli_exit_code(res), 125);
-  cr_assert(contains(res.detail, "execve: ENOENT"), "%s", res.detail.c_str());
+  cr_assert(contains(res.detail, "execve '/nonexistent/program': ENOENT"), "%s", res.detail.c_str());
   Result missing = h.run(req(Tier::none, {"corral-no-such-program"}));
   cr_assert_eq(missing.outcome, Outcome::spawn_failed);
+  cr_assert(contains(missing.detail, "execve 'corral-no-such-program': ENOENT"), "%s", missing.detail.c_str());
   Request bad_cwd = req(Tier::none, {"true"});
   bad_cwd.cwd = "/nonexistent-dir";
   Result chdir_failed = h.run(std::move(bad_cwd));

@@ -50,6 +50,7 @@ struct RunContext {
 struct PreparedRun {
   std::string run_id;
   Request request;
+  std::string program;                         // what execve was given, for a spawn failure's detail
   Limits limits;                               // effective: defaults + request
   ChildPlan plan;
   std::shared_ptr<const SecretSet> secrets;    // values masked in every output byte

@@ -4,6 +4,7 @@
 
 #include "cli.hpp"
 #include "corral/routes_file.hpp"
+#include "options.hpp"
 #include "output.hpp"
 
 namespace corral::cli {
@@ -64,17 +65,22 @@ void print_route(const Route& route, const HostEnforcementView& view) {
 
 int check_main(int argc, char** argv) {
   std::string path;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      write_all_fd(1, kCheckHelp);
-      return 0;
+  static const option kOptions[] = {{"help", no_argument, nullptr, 'h'},
+                                    {"routes", required_argument, nullptr, 'r'},
+                                    {nullptr, 0, nullptr, 0}};
+  int operands = argc;
+  int rc = parse_options(argc, argv, "check", "hr:", kOptions, [&](int opt, const char* v) -> int {
+    if (opt == 'r') {
+      path = v;
+      return -1;
     }
-    if (std::strcmp(argv[i], "--routes") == 0 && i + 1 < argc) {
-      path = argv[++i];
-    } else {
-      say("check: unknown argument '%s' (usage: corral check --routes FILE)", argv[i]);
-      return 2;
-    }
+    write_all_fd(1, kCheckHelp);
+    return 0;
+  }, operands);
+  if (rc >= 0) return rc;
+  if (operands < argc) {
+    say("check: unexpected argument '%s' (usage: corral check --routes FILE)", argv[operands]);
+    return 2;
   }
   if (path.empty()) {
     say("check: no routes file given (usage: corral check --routes FILE)");

@@ -8,6 +8,7 @@
 
 #include "cli.hpp"
 #include "corral/enforcement.hpp"
+#include "options.hpp"
 #include "output.hpp"
 
 namespace corral::cli {
@@ -15,27 +16,34 @@ namespace corral::cli {
 int enforcement_main(int argc, char** argv) {
   bool json = false;
   std::vector<Tier> tiers;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else if (std::strcmp(argv[i], "--tier") == 0 && i + 1 < argc) {
-      auto t = parse_tier(argv[++i]);
-      if (!t) return say("--tier: %s", t.error().message().c_str()), 2;
-      tiers.push_back(*t);
-    } else if (std::strcmp(argv[i], "--help") == 0) {
-      write_all_fd(1,
-                   "usage: corral enforcement [--tier none|process|container] [--json]\n"
-                   "What enforces each limit and guarantee on this host, per tier, from live probes.\n"
-                   "\n"
-                   "  --tier T   a tier to report (repeatable; default: process)\n"
-                   "  --json     one JSON object: {host: {fact: value}, tiers: {tier: {name:\n"
-                   "             {how, note}}}} (default: aligned text)\n");
-      return 0;
-    } else {
-      say("enforcement: unknown argument '%s'", argv[i]);
-      return 2;
+  static const option kOptions[] = {{"help", no_argument, nullptr, 'h'},
+                                    {"tier", required_argument, nullptr, 't'},
+                                    {"json", no_argument, nullptr, 'j'},
+                                    {nullptr, 0, nullptr, 0}};
+  int operands = argc;
+  int rc = parse_options(argc, argv, "enforcement", "ht:j", kOptions, [&](int opt, const char* v) -> int {
+    switch (opt) {
+      case 'j': json = true; return -1;
+      case 't': {
+        auto t = parse_tier(v);
+        if (!t) return say("--tier: %s", t.error().message().c_str()), 2;
+        tiers.push_back(*t);
+        return -1;
+      }
+      case 'h':
+        write_all_fd(1,
+                     "usage: corral enforcement [-t none|process|container] [-j]\n"
+                     "What enforces each limit and guarantee on this host, per tier, from live probes.\n"
+                     "\n"
+                     "  -t, --tier T   a tier to report (repeatable; default: process)\n"
+                     "  -j, --json     one JSON object: {host: {fact: value}, tiers: {tier: {name:\n"
+                     "                 {how, note}}}} (default: aligned text)\n");
+        return 0;
     }
-  }
+    return 2;
+  }, operands);
+  if (rc >= 0) return rc;
+  if (operands < argc) return say("enforcement: unexpected argument '%s'", argv[operands]), 2;
   if (tiers.empty()) tiers = {Tier::os_process};
   HostFacts host = probe_host();
   if (const char* base = std::getenv("CORRAL_WORKSPACE_BASE"); base && *base) set_workspace_facts(host, base);

@@ -8,30 +8,34 @@
 
 #include "cli.hpp"
 #include "corral/ns_template.hpp"
+#include "options.hpp"
 #include "output.hpp"
 
 namespace corral::cli {
 
 int templates_main(int argc, char** argv) {
   bool clear = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--clear") == 0) {
+  static const option kOptions[] = {{"help", no_argument, nullptr, 'h'},
+                                    {"clear", no_argument, nullptr, 'c'},
+                                    {nullptr, 0, nullptr, 0}};
+  int operands = argc;
+  int rc = parse_options(argc, argv, "templates", "h", kOptions, [&](int opt, const char*) -> int {
+    if (opt == 'c') {
       clear = true;
-    } else if (std::strcmp(argv[i], "--help") == 0) {
-      write_all_fd(1,
-                   "usage: corral templates [--clear]\n"
-                   "The namespace templates root container runs enter (a shared read-only base mount\n"
-                   "tree and an empty network namespace, kept as nsfs bind mounts under\n"
-                   "/run/corral/templates/<key>/{mnt,net}, and the programs' user namespaces, one\n"
-                   "per id mapping, under /run/corral/templates/users/); a run makes what it needs.\n"
-                   "\n"
-                   "  --clear   unmount and remove them all (runs in flight keep theirs)\n");
-      return 0;
-    } else {
-      say("templates: unknown argument '%s'", argv[i]);
-      return 2;
+      return -1;
     }
-  }
+    write_all_fd(1,
+                 "usage: corral templates [--clear]\n"
+                 "The namespace templates root container runs enter (a shared read-only base mount\n"
+                 "tree and an empty network namespace, kept as nsfs bind mounts under\n"
+                 "/run/corral/templates/<key>/{mnt,net}, and the programs' user namespaces, one\n"
+                 "per id mapping, under /run/corral/templates/users/); a run makes what it needs.\n"
+                 "\n"
+                 "  --clear   unmount and remove them all (runs in flight keep theirs)\n");
+    return 0;
+  }, operands);
+  if (rc >= 0) return rc;
+  if (operands < argc) return say("templates: unexpected argument '%s'", argv[operands]), 2;
   const std::string root(kTemplateRoot);
   if (clear) {
     auto removed = remove_ns_templates(root);
