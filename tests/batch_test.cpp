@@ -553,6 +553,8 @@ Test(batch, on_output_limit_kill_is_a_job_field) {
   expect_field(by_id["flood"], "resource", "stdout_bytes");
   expect_field(by_id["bad"], "outcome", "error");
   cr_assert(field(by_id["bad"], "error").find("explode") != std::string::npos, "%s", m.out.c_str());
+}
+
 // ---- the door: host paths, routes, provenance, the floor -------------------------------
 
 namespace {
