@@ -128,7 +128,7 @@ struct WorkspaceOptions {
   // Names the workspace corral-<tag>-<16 hex> instead of corral-<16 hex>:
   // a supervisor puts its token here, so that what it leaves when it dies
   // is found again by it (remove_leftovers; leftovers.hpp). [0-9a-z] only.
-  std::string name_tag;
+  std::string name_tag = {};
 };
 
 // Caps for collect(); unset means unbounded. Names in messages are the
