@@ -190,7 +190,7 @@ Test(container, workspace_bytes_is_hard_only_for_a_root_container_run) {
     cr_assert(contains(st.error().message(), "workspace_bytes is not enforceable"), "%s", st.error().message().c_str());
     r.acknowledged.insert("workspace_bytes");
     cr_assert(check_enforceable(facts, r, default_limits(), warnings).ok());
-    cr_assert(!warnings.empty() && contains(warnings.back(), "host directory"), "no warning");
+    cr_assert(!warnings.empty() && contains(warnings.back(), "is a directory under"), "no warning");
     r.acknowledged.clear();
   }
   facts.root = false;
