@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "corral/capture.hpp"
+#include "corral/names.hpp"
 #include "corral/sink.hpp"
 #include "workspace_fs.hpp"
 
@@ -67,6 +69,46 @@ Status check_single_link(const struct stat& st, std::string_view name) {
                             "); outputs never read hard links out of a workspace");
   return {};
 }
+
+// The workspace as transfer() sees it, less the files a landing glob lists
+// whose name holds a secret's value: landed, the name would put the secret
+// on the host's disk in clear. They are withheld (and noted by the caller,
+// masked) rather than renamed: a masked name could collide with another
+// file, and would not be the name the program wrote. A consumed output
+// touches no disk; its name is masked in the Result like any other.
+class WithholdSecretNames final : public OutputSource {
+ public:
+  WithholdSecretNames(OutputSource& inner, const SecretSet* secrets, const std::vector<DeclaredOutput>& outputs)
+      : inner_(inner), secrets_(secrets) {
+    for (const auto& o : outputs)
+      if (o.disposition == Disposition::land) landing_globs_.push_back(o.path);
+  }
+
+  Expected<std::vector<std::string>> list(std::string_view glob) override {
+    auto listed = inner_.list(glob);
+    if (!listed || !secrets_ || !contains(landing_globs_, std::string(glob))) return listed;
+    std::erase_if(*listed, [&](const std::string& name) {
+      for (const auto& secret : secrets_->values())
+        if (name.find(secret) != std::string::npos) {
+          withheld_.push_back(name);
+          return true;
+        }
+      return false;
+    });
+    return listed;
+  }
+  Expected<std::optional<std::uint64_t>> stat(std::string_view name) override { return inner_.stat(name); }
+  Expected<std::string> read(std::string_view name, std::uint64_t at_most) override {
+    return inner_.read(name, at_most);
+  }
+  const std::vector<std::string>& withheld() const { return withheld_; }
+
+ private:
+  OutputSource& inner_;
+  const SecretSet* secrets_;
+  std::vector<std::string> landing_globs_;
+  std::vector<std::string> withheld_;
+};
 
 }  // namespace
 
@@ -147,9 +189,9 @@ Expected<Request> request_for_route(const Route& route, Request base, const Rout
       return refuse("outputs " + landing + " land in a sink, and no artifact root was given (--artifact-root DIR)");
     auto previous = std::move(request.on_workspace);
     request.on_workspace = [outputs = spec.outputs, transfer = spec.transfer, root = request.artifact_root,
-                            previous](const Workspace& workspace, Result& result) {
-      if (previous) previous(workspace, result);
-      collect_route_outputs(outputs, transfer, root, workspace, result);
+                            previous](const Workspace& workspace, Result& result, const SecretSet& secrets) {
+      if (previous) previous(workspace, result, secrets);
+      collect_route_outputs(outputs, transfer, root, workspace, result, &secrets);
     };
   }
 
@@ -234,9 +276,10 @@ Expected<std::string> WorkspaceOutputSource::read(std::string_view name, std::ui
 
 void collect_route_outputs(const std::vector<DeclaredOutput>& outputs, const TransferLimits& limits,
                            const std::optional<std::string>& artifact_root, const Workspace& workspace,
-                           Result& result) {
+                           Result& result, const SecretSet* secrets) {
   if (outputs.empty()) return;
-  WorkspaceOutputSource source(workspace);
+  WorkspaceOutputSource workspace_source(workspace);
+  WithholdSecretNames source(workspace_source, secrets, outputs);
   bool lands = std::any_of(outputs.begin(), outputs.end(),
                            [](const DeclaredOutput& o) { return o.disposition == Disposition::land; });
   std::optional<FilesystemSink> sink;
@@ -262,6 +305,8 @@ void collect_route_outputs(const std::vector<DeclaredOutput>& outputs, const Tra
       result.artifacts.push_back({d.name, d.bytes, d.sha256, d.landed ? d.landed->location : std::string()});
   };
   TransferResult moved = transfer(outputs, limits, source, sink ? &*sink : nullptr);
+  for (const auto& name : source.withheld())
+    result.artifact_notes.push_back(printable_name(name) + ": its name contains a secret's value; not delivered");
   if (!moved) {
     const TransferError& error = moved.error();
     record(error.delivered_before);

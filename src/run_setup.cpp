@@ -10,9 +10,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "corral/audit.hpp"
 #include "corral/capabilities.hpp"
 #include "corral/container.hpp"
 #include "corral/landlock.hpp"
+#include "corral/names.hpp"
 #include "corral/rlimits.hpp"
 #include "corral/seccomp.hpp"
 
@@ -182,6 +184,23 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
   return {};
 }
 
+// The artifact root must be a directory this process can create entries
+// in, checked before the program runs: outputs that could land nowhere
+// would otherwise be lost after the run did its work. access(2) with the
+// effective ids decides "writable" honestly even for root, which bypasses
+// mode bits but still gets EROFS on a read-only mount (a read-only bind
+// mount included) and EPERM on an immutable directory.
+Status check_artifact_root(const std::string& root) {
+  const std::string who = "artifact root " + quote_name(root);
+  if (root.empty()) return Error::invalid("artifact root is empty");
+  struct stat st {};
+  if (::stat(root.c_str(), &st) != 0) return Error::invalid(who + ": " + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return Error::invalid(who + " is not a directory");
+  if (::faccessat(AT_FDCWD, root.c_str(), W_OK | X_OK, AT_EACCESS) != 0)
+    return Error::invalid(who + " is not writable: " + std::strerror(errno));
+  return {};
+}
+
 }  // namespace
 
 // The program a spawn tried: the path execve(2) was given, or every
@@ -218,6 +237,8 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   // read as an allow-list that allows everything.
   if (!req.tcp_connect_ports.empty() && req.net != NetworkAccess::none)
     return who(Error::invalid("tcp_connect_ports need net none (they open ports in a closed network)"));
+  if (req.artifact_root)
+    if (auto st = check_artifact_root(*req.artifact_root); !st) return who(st.error());
 
   Limits defaults = default_limits();
   run.limits = defaults;
@@ -423,6 +444,59 @@ std::string describe_end(const Result& r, const std::string& program) {
   return "";
 }
 
+// The request's output globs: collected, then delivered file by file.
+// r.artifacts lists exactly what was delivered (copied under the artifact
+// root when there is one); every other file gets a note saying why not.
+void collect_outputs(PreparedRun& run, Result& r) {
+  auto collected = run.workspace->collect(run.request.outputs, CollectLimits::from(run.limits));
+  if (!collected) {
+    r.artifact_notes.push_back(collected.error().message());
+    return;
+  }
+  std::vector<Skipped> skipped = std::move(collected->skipped);
+  // A name holding a secret's value is not copied: it would put the secret
+  // on the host's disk in clear; under a masked name it could collide with
+  // another file and would not be the name the program wrote. (Without an
+  // artifact root nothing touches the disk: it is listed, masked.)
+  const std::vector<std::string> none;
+  const auto& secrets = run.secrets && run.request.artifact_root ? run.secrets->values() : none;
+  std::erase_if(collected->artifacts, [&](const CollectedFile& a) {
+    for (const auto& secret : secrets)
+      if (a.name.find(secret) != std::string::npos) {
+        skipped.push_back({a.name, "its name contains a secret's value; not delivered"});
+        return true;
+      }
+    return false;
+  });
+  if (!run.request.artifact_root) {
+    for (const auto& a : collected->artifacts) r.artifacts.push_back({a.name, a.bytes, a.sha256, ""});
+  } else if (auto copied = Workspace::copy_to(*collected, *run.request.artifact_root, run.run_id); !copied) {
+    r.artifact_notes.push_back(copied.error().message() + "; none of the " +
+                               std::to_string(collected->artifacts.size()) + " collected files was delivered");
+  } else {
+    for (std::size_t i = 0; i < collected->artifacts.size(); ++i) {
+      const auto& a = collected->artifacts[i];
+      if (!copied->paths[i].empty()) r.artifacts.push_back({a.name, a.bytes, a.sha256, copied->paths[i]});
+    }
+    for (auto& s : copied->skipped) skipped.push_back(std::move(s));
+  }
+  for (const auto& s : skipped) r.artifact_notes.push_back(printable_name(s.name) + ": " + s.reason);
+}
+
+// Secrets are masked in whatever the Result says about files, since a
+// program can put a secret's value into a file's name: artifact names and
+// paths, notes and detail (captured output is masked as it streams).
+void mask_names(const SecretSet& secrets, Result& r) {
+  if (secrets.empty()) return;
+  auto mask = [&](std::string& text) { text = scrub_secrets(text, secrets.values()); };
+  for (auto& a : r.artifacts) {
+    mask(a.name);
+    mask(a.path);
+  }
+  for (auto& note : r.artifact_notes) mask(note);
+  mask(r.detail);
+}
+
 }  // namespace
 
 Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, StreamCapture* err) {
@@ -470,22 +544,11 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
 
   std::string detail = describe_end(r, run.program);
   for (const auto& note : container_notes) detail += "; " + note;
-  if (run.workspace && !run.request.outputs.empty()) {
-    auto collected = run.workspace->collect(run.request.outputs, CollectLimits::from(run.limits));
-    if (!collected) {
-      r.artifact_notes.push_back(collected.error().message());
-    } else {
-      for (const auto& a : collected->artifacts) r.artifacts.push_back({a.name, a.bytes, a.sha256, ""});
-      for (const auto& s : collected->skipped) r.artifact_notes.push_back(s.name + ": " + s.reason);
-      if (run.request.artifact_root) {
-        if (auto st = Workspace::copy_to(*collected, *run.request.artifact_root, run.run_id); !st)
-          r.artifact_notes.push_back(st.error().message());
-        else
-          for (auto& a : r.artifacts) a.path = *run.request.artifact_root + "/" + run.run_id + "/" + a.name;
-      }
-    }
+  if (run.workspace && !run.request.outputs.empty()) collect_outputs(run, r);
+  if (run.workspace && run.request.on_workspace) {
+    const SecretSet no_secrets(std::vector<std::string>{});
+    run.request.on_workspace(*run.workspace, r, run.secrets ? *run.secrets : no_secrets);
   }
-  if (run.workspace && run.request.on_workspace) run.request.on_workspace(*run.workspace, r);
   if (run.workspace) {
     if (auto st = run.workspace->remove(); !st) detail += "; workspace not fully removed: " + st.error().message();
     run.workspace.reset();
@@ -496,6 +559,7 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   for (const auto& w : run.warnings) detail += "; not enforced: " + w;
   r.warnings = run.warnings;
   r.detail = std::move(detail);
+  if (run.secrets) mask_names(*run.secrets, r);
   const auto now = std::chrono::steady_clock::now();
   r.timings.collect = std::chrono::duration<double>(now - collect_started).count();
   r.wall_seconds = std::chrono::duration<double>(now - run.started).count();

@@ -231,6 +231,13 @@ Expected<Collection> Workspace::collect(const std::vector<std::string>& globs, c
         out.skipped.push_back({m.path, "over artifact_count (" + std::to_string(*caps.max_count) + " collected)"});
         continue;
       }
+      // A name that could not be written on the host as it is (a backslash,
+      // a control byte, ill-formed UTF-8) is not an artifact: it is skipped
+      // here, so a Result lists no file that copy_to would refuse.
+      if (auto problem = relative_name_problem(m.path); !problem.empty()) {
+        out.skipped.push_back({m.path, "name " + problem});
+        continue;
+      }
       auto r = read_artifact(dir_.get(), m, caps, used);
       if (auto* reason = std::get_if<std::string>(&r)) {
         out.skipped.push_back({m.path, std::move(*reason)});
@@ -243,7 +250,8 @@ Expected<Collection> Workspace::collect(const std::vector<std::string>& globs, c
   return out;
 }
 
-Status Workspace::copy_to(const Collection& collection, const std::string& artifact_root, std::string_view run_id) {
+Expected<Copied> Workspace::copy_to(const Collection& collection, const std::string& artifact_root,
+                                    std::string_view run_id) {
   std::string who = "copy artifacts to " + quoted(artifact_root);
   if (run_id.empty() || run_id == "." || run_id == ".." || run_id.find('/') != std::string_view::npos ||
       run_id.find('\0') != std::string_view::npos)
@@ -262,17 +270,32 @@ Status Workspace::copy_to(const Collection& collection, const std::string& artif
   UniqueFd dir(openat2_fd(root.get(), run, O_PATH | O_DIRECTORY | O_CLOEXEC, 0, kResolve));
   if (!dir && errno == ELOOP) return Error(ELOOP, who + ": " + quoted(run) + " is a symlink; refusing to follow it");
   if (!dir) return errno_error(who + ": open " + quoted(run));
+  const std::string run_dir = artifact_root + (artifact_root.ends_with('/') ? "" : "/") + run;
+  // Each artifact on its own: one that cannot be written (a bad name, a
+  // planted symlink, a full disk) is skipped and said so; the others land.
+  Copied out;
   for (const auto& a : collection.artifacts) {
-    std::string label = who + ": artifact " + quoted(a.name);
-    if (auto ok = validate_relative_name(a.name, who + ": artifact"); !ok) return ok;
-    auto segs = split_segments(a.name);
-    auto parent = open_parents(dir.get(), segs, label, std::nullopt);
-    if (!parent) return std::move(parent).error();
-    auto fd = create_exclusive(parent->get(), segs.back(), 0644, label);
-    if (!fd) return std::move(fd).error();
-    if (auto w = write_all(fd->get(), a.content); !w) return w.error().context(label);
+    auto copy_one = [&]() -> Status {
+      if (auto problem = relative_name_problem(a.name); !problem.empty()) return Error::invalid("name " + problem);
+      auto segs = split_segments(a.name);
+      auto parent = open_parents(dir.get(), segs, quoted(run_dir), std::nullopt);
+      if (!parent) return std::move(parent).error();
+      auto fd = create_exclusive(parent->get(), segs.back(), 0644, quoted(run_dir + "/" + a.name));
+      if (!fd) return std::move(fd).error();
+      if (auto w = write_all(fd->get(), a.content); !w) {
+        (void)::unlinkat(parent->get(), segs.back().c_str(), 0);  // no partial file under its name
+        return w.error().context(quoted(run_dir + "/" + a.name));
+      }
+      return {};
+    };
+    if (auto st = copy_one(); !st) {
+      out.paths.emplace_back();
+      out.skipped.push_back({a.name, "not copied: " + st.error().message()});
+    } else {
+      out.paths.push_back(run_dir + "/" + a.name);
+    }
   }
-  return {};
+  return out;
 }
 
 }  // namespace corral

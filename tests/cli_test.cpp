@@ -2,9 +2,11 @@
 // prefix, --json fields, CORRAL_LIMITS, refusals.
 #include <elf.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "support.hpp"
@@ -18,16 +20,21 @@ struct Ran {
   std::string out, err;
 };
 
-// Runs `corral ARGS` through sh with the given environment prefix.
-Ran corral(const std::string& args, const std::string& env = "") {
+// Runs a shell command line; stdout and stderr kept apart.
+Ran shell(const std::string& line) {
   TempDir dir;
-  std::string cmd = env + " " + build_dir() + "/bin/corral " + args + " >" + (dir / "out") + " 2>" + (dir / "err");
+  std::string cmd = line + " >" + (dir / "out") + " 2>" + (dir / "err");
   int status = std::system(cmd.c_str());
   Ran r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = read_file(dir / "out");
   r.err = read_file(dir / "err");
   return r;
+}
+
+// Runs `corral ARGS` through sh with the given environment prefix.
+Ran corral(const std::string& args, const std::string& env = "") {
+  return shell(env + " " + build_dir() + "/bin/corral " + args);
 }
 
 bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
@@ -231,4 +238,85 @@ Test(cli, bad_input_is_refused_by_name) {
     cr_assert_eq(empty.code, 2, "%s: exit %d: %s", flag, empty.code, empty.err.c_str());
     cr_assert(has(empty.err, "empty path"), "%s: %s", flag, empty.err.c_str());
   }
+}
+
+// ---- outputs: names and the artifact root ------------------------------------
+
+namespace {
+
+// Every entry name below dir, recursively (relative paths).
+std::vector<std::string> tree_of(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
+       it.increment(ec))
+    out.push_back(std::filesystem::relative(it->path(), dir).string());
+  return out;
+}
+
+}  // namespace
+
+Test(cli, one_bad_name_does_not_cancel_the_copy) {
+  TempDir scripts, root;
+  write_file(scripts / "mk.sh",
+             "echo good > zz.txt; echo b > 'a\\b.txt'; echo l > \"$(printf 'bad\\377.txt')\"; "
+             "echo c > \"$(printf 'ctl\\001.txt')\"\n");
+  Ran r = corral("run --json --tier none --output '*' --artifact-root " + root.path() + " -- sh " + (scripts / "mk.sh"));
+  cr_assert_eq(r.code, 0, "%s", r.err.c_str());
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  cr_assert(!j.is_discarded(), "not JSON: %s", r.out.c_str());
+  cr_assert_eq(j["artifacts"].size(), 1u, "%s", r.out.c_str());
+  cr_assert_eq(j["artifacts"][0]["name"], "zz.txt");
+  std::string path = j["artifacts"][0]["path"];
+  cr_assert_eq(read_file(path), "good\n");
+  std::string notes = j["artifact_notes"].dump();
+  for (const char* why : {"backslash", "not valid UTF-8", "control character"})
+    cr_assert(has(notes, why), "no note says '%s': %s", why, notes.c_str());
+  auto tree = tree_of(root.path());
+  cr_assert_eq(tree.size(), 2u, "on disk: %s", r.out.c_str());  // <run-id>/ and <run-id>/zz.txt
+}
+
+Test(cli, a_secret_in_a_file_name_reaches_neither_stdout_nor_the_disk) {
+  TempDir scripts, root;
+  write_file(scripts / "mk.sh", "echo s > \"$CLI_NAME_SECRET.txt\"; echo p > plain.txt\n");
+  std::string args = "--tier none --secret-env CLI_NAME_SECRET --output '*' --artifact-root " + root.path() +
+                     " -- sh " + (scripts / "mk.sh");
+  Ran json = corral("run --json " + args, "CLI_NAME_SECRET=TopSecret123");
+  cr_assert_eq(json.code, 0, "%s", json.err.c_str());
+  cr_assert(!has(json.out + json.err, "TopSecret123"), "the secret leaked: %s %s", json.out.c_str(), json.err.c_str());
+  cr_assert(has(json.out, "***.txt"), "%s", json.out.c_str());
+  Ran plain = corral("run " + args, "CLI_NAME_SECRET=TopSecret123");
+  cr_assert_eq(plain.code, 0, "%s", plain.err.c_str());
+  cr_assert(!has(plain.out + plain.err, "TopSecret123"), "the secret leaked: %s", plain.err.c_str());
+  cr_assert(has(plain.err, "corral: output ***.txt"), "%s", plain.err.c_str());
+  auto tree = tree_of(root.path());
+  for (const auto& name : tree) cr_assert(!has(name, "TopSecret123"), "on disk: %s", name.c_str());
+  cr_assert_eq(tree.size(), 4u, "two runs, each <run-id>/plain.txt");
+}
+
+Test(cli, a_bad_artifact_root_exits_2_before_the_program_runs) {
+  TempDir scratch;
+  write_file(scratch / "a-file", "x");
+  const std::string marker = scratch / "ran";
+  auto refused = [&](const std::string& root, const std::string& why, const std::string& prefix = "") {
+    Ran r = prefix.empty()
+                ? corral("run --tier none --output \"*\" --artifact-root " + root + " -- touch " + marker)
+                : shell(prefix + " " + build_dir() + "/bin/corral run --tier none --output \"*\" --artifact-root " +
+                        root + " -- touch " + marker + "'");
+    if (r.code == 99) cr_skip_test("cannot make a read-only bind mount here: %s", r.err.c_str());
+    cr_assert_eq(r.code, 2, "artifact root %s: exit %d: %s", root.c_str(), r.code, r.err.c_str());
+    cr_assert(has(r.err, root) && has(r.err, why), "%s", r.err.c_str());
+    every_stderr_line_is_ours(r.err);
+    cr_assert(access(marker.c_str(), F_OK) != 0, "the program ran (artifact root %s)", root.c_str());
+  };
+  refused(scratch / "no-such-dir", "No such file or directory");
+  refused(scratch / "a-file", "not a directory");
+  // Root bypasses mode bits, so "not writable" is a read-only mount: a
+  // bind mount of a writable directory, made read-only in a mount
+  // namespace of the test's own.
+  std::string ro = scratch / "ro";
+  std::filesystem::create_directory(ro);
+  refused(ro, "Read-only file system",
+          "unshare -m sh -c 'mount --bind " + ro + " " + ro + " && mount -o remount,bind,ro " + ro +
+              " || exit 99; exec");
 }

@@ -6,9 +6,13 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "cli_runner.hpp"
 #include "corral/audit.hpp"
+#include "corral/json.hpp"
 #include "corral/supervisor.hpp"
 #include "support.hpp"
 #include "supervisor_harness.hpp"
@@ -424,4 +428,42 @@ Test(route_run, the_output_limit_policy_is_the_routes_kill_or_the_callers) {
   Request asks = base();
   asks.on_output_limit = OutputLimitPolicy::kill;
   cr_assert(routed(plain, std::move(asks)).on_output_limit == OutputLimitPolicy::kill);
+}
+
+// ---- names holding a secret, and the artifact root
+
+Test(route_run, a_listed_name_holding_a_secret_is_withheld_and_masked) {
+  setenv("ROUTE_NAME_TOKEN", "TopSecret123", 1);
+  Harness h;
+  TempDir artifacts;
+  RouteSpec s = spec("grader", "os_process");
+  s.secrets = {"ROUTE_NAME_TOKEN"};
+  s.outputs = {output("*.txt", Disposition::land, "out")};
+  Request b = base({"sh", "-c", "echo s > \"$ROUTE_NAME_TOKEN.txt\"; echo p > plain.txt"});
+  b.artifact_root = artifacts.path();
+  Result res = h.run(routed(built(std::move(s)), std::move(b)));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  const std::string json = result_to_json(res);
+  cr_assert(!contains(json, "TopSecret123"), "the secret is in the JSON: %s", json.c_str());
+  assert_mentions(notes(res), {"***.txt: its name contains a secret"});
+  cr_assert_eq(res.artifacts.size(), 1u, "%s", json.c_str());
+  expect_text(res.artifacts[0].name, "out/plain.txt");
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(artifacts.path(), ec);
+       !ec && it != std::filesystem::end(it); it.increment(ec))
+    cr_assert(!contains(it->path().string(), "TopSecret123"), "on disk: %s", it->path().c_str());
+}
+
+Test(route_run, a_missing_artifact_root_is_refused_before_the_program_runs) {
+  Harness h;
+  TempDir scratch;
+  const std::string marker = scratch / "ran";
+  RouteSpec s = spec("grader", "os_process");
+  s.outputs = {output("a.txt")};
+  Request b = base({"touch", marker});
+  b.artifact_root = scratch / "no-such-dir";
+  auto res = h.sup->run(routed(built(std::move(s)), std::move(b)));
+  cr_assert(!res.ok(), "the run went ahead");
+  assert_mentions(res.error().message(), {"no-such-dir", "No such file or directory"});
+  cr_assert(access(marker.c_str(), F_OK) != 0, "the program ran");
 }

@@ -11,11 +11,13 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <set>
 #include <sstream>
 
 #include "corral/capture.hpp"
+#include "corral/json.hpp"
 #include "corral/supervisor.hpp"
 #include "observe_support.hpp"
 #include "support.hpp"
@@ -567,4 +569,102 @@ Test(run, the_library_refuses_user_0_in_every_tier) {
               res.ok() ? res->stdout_capture.text.c_str() : "");
     cr_expect(contains(res.error().message(), "never root"), "%s", res.error().message().c_str());
   }
+}
+
+// ---- outputs: names ---------------------------------------------------------
+
+namespace {
+
+// Every entry name below dir, recursively (relative paths).
+std::vector<std::string> tree_of(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
+       it.increment(ec))
+    out.push_back(std::filesystem::relative(it->path(), dir).string());
+  return out;
+}
+
+std::string notes_of(const Result& res) {
+  std::string notes;
+  for (const auto& n : res.artifact_notes) notes += n + "\n";
+  return notes;
+}
+
+}  // namespace
+
+Test(run, one_bad_name_skips_that_file_and_the_others_are_copied) {
+  Harness h;
+  TempDir root;
+  Request r = req(Tier::none, {"sh", "-c",
+                               "echo good > zz.txt; echo b > 'a\\b.txt'; echo l > \"$(printf 'bad\\377.txt')\"; "
+                               "echo c > \"$(printf 'ctl\\001.txt')\""});
+  r.outputs = {"*"};
+  r.artifact_root = root.path();
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  std::string notes = notes_of(res);
+  cr_assert_eq(res.artifacts.size(), 1u, "listed %zu artifacts; notes: %s", res.artifacts.size(), notes.c_str());
+  cr_assert_str_eq(res.artifacts[0].name.c_str(), "zz.txt");
+  cr_assert_str_eq(corral_test::read_file(res.artifacts[0].path).c_str(), "good\n");
+  // Each bad one has a note naming it (shown escaped) and why.
+  cr_assert(contains(notes, "a\\b.txt: name contains a backslash"), "%s", notes.c_str());
+  cr_assert(contains(notes, "bad\\xff.txt: name is not valid UTF-8"), "%s", notes.c_str());
+  cr_assert(contains(notes, "ctl\\x01.txt: name contains a control character"), "%s", notes.c_str());
+  auto copied = tree_of(root / res.run_id);
+  cr_assert(copied.size() == 1 && copied[0] == "zz.txt", "on disk: %zu entries", copied.size());
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
+Test(run, a_secret_in_a_file_name_is_masked_and_the_file_not_copied) {
+  const std::string secret = "TopSecret123";
+  setenv("CORRAL_TEST_NAME_TOKEN", secret.c_str(), 1);
+  Harness h;
+  TempDir root;
+  Request r = req(Tier::none, {"sh", "-c", "echo s > \"$CORRAL_TEST_NAME_TOKEN.txt\"; echo p > plain.txt"});
+  r.secrets.push_back(SecretRef{"CORRAL_TEST_NAME_TOKEN", "", {}});
+  r.outputs = {"*"};
+  r.artifact_root = root.path();
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  std::string json = result_to_json(res);
+  cr_assert(!contains(json, secret), "the secret is in the JSON: %s", json.c_str());
+  cr_assert(contains(notes_of(res), "***.txt: its name contains a secret"), "%s", json.c_str());
+  cr_assert_eq(res.artifacts.size(), 1u, "%s", json.c_str());
+  cr_assert_str_eq(res.artifacts[0].name.c_str(), "plain.txt");
+  for (const auto& name : tree_of(root.path()))
+    cr_assert(!contains(name, secret), "a file under the artifact root carries the secret: %s", name.c_str());
+}
+
+Test(run, a_bad_artifact_root_is_refused_before_the_program_runs) {
+  Harness h;
+  TempDir scratch;
+  corral_test::write_file(scratch / "a-file", "x");
+  const std::string marker = scratch / "ran";
+  for (const auto& [root, why] : std::vector<std::pair<std::string, std::string>>{
+           {scratch / "no-such-dir", "No such file or directory"}, {scratch / "a-file", "not a directory"}}) {
+    Request r = req(Tier::none, {"touch", marker});
+    r.outputs = {"*"};
+    r.artifact_root = root;
+    auto res = h.sup->run(std::move(r));
+    cr_assert(!res.ok(), "a run with artifact root %s went ahead", root.c_str());
+    const std::string& msg = res.error().message();
+    cr_assert(contains(msg, root) && contains(msg, why), "%s", msg.c_str());
+    cr_assert_eq(res.error().code(), EINVAL);
+    cr_assert(access(marker.c_str(), F_OK) != 0, "the program ran");
+  }
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
+Test(run, without_an_artifact_root_a_secret_named_file_is_listed_masked) {
+  setenv("CORRAL_TEST_NAME_TOKEN", "TopSecret123", 1);
+  Harness h;
+  Request r = req(Tier::none, {"sh", "-c", "echo s > \"$CORRAL_TEST_NAME_TOKEN.txt\""});
+  r.secrets.push_back(SecretRef{"CORRAL_TEST_NAME_TOKEN", "", {}});
+  r.outputs = {"*"};
+  Result res = h.run(std::move(r));
+  std::string json = result_to_json(res);
+  cr_assert(!contains(json, "TopSecret123"), "the secret is in the JSON: %s", json.c_str());
+  cr_assert_eq(res.artifacts.size(), 1u, "%s", json.c_str());
+  cr_assert_str_eq(res.artifacts[0].name.c_str(), "***.txt");
 }

@@ -182,7 +182,7 @@ void check_files_out_and_list(std::string_view tier) {
   Request r = s.request({"sh", "-c", "echo a > one.txt; echo b > two.txt"});
   std::vector<DeclaredOutput> outputs{literal};
   if (s.declared.files_list) outputs.push_back(glob);
-  r.on_workspace = [outputs](const Workspace& ws, Result& res) {
+  r.on_workspace = [outputs](const Workspace& ws, Result& res, const SecretSet&) {
     collect_route_outputs(outputs, TransferLimits{}, std::nullopt, ws, res);
   };
   Result res = s.run(std::move(r));

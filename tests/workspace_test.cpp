@@ -320,29 +320,64 @@ Test(workspace, walk_stops_at_the_entry_budget) {
 
 // ---- copy_to --------------------------------------------------------------
 
+// The skip reason copy_to gave for `name`, or "" when it was written.
+std::string copy_skip(const Copied& c, const std::string& name) {
+  for (const auto& s : c.skipped)
+    if (s.name == name) return s.reason;
+  return "";
+}
+
+Copied copy_ok(const Collection& c, const std::string& root, std::string_view run_id) {
+  auto copied = Workspace::copy_to(c, root, run_id);
+  cr_assert(copied.ok(), "%s", copied.error().message().c_str());
+  cr_assert_eq(copied->paths.size(), c.artifacts.size());
+  return std::move(copied).value();
+}
+
 Test(workspace, copy_to_writes_artifacts_and_refuses_planted_symlinks) {
   corral_test::TempDir base, root, elsewhere;
   Workspace ws = make_ws(base);
   put(ws.path(), "out/r.txt", "result");
   put(ws.path(), "out/deep/s.txt", "second");
   Collection c = collect_ok(ws, {"out/**"});
-  auto st = Workspace::copy_to(c, root.path(), "run-1");
-  cr_assert(st.ok(), "%s", st.error().message().c_str());
+  Copied one = copy_ok(c, root.path(), "run-1");
+  cr_assert(one.skipped.empty(), "%s", one.skipped.empty() ? "" : one.skipped[0].reason.c_str());
   cr_assert_eq(corral_test::read_file(root / "run-1/out/r.txt"), "result");
   cr_assert_eq(corral_test::read_file(root / "run-1/out/deep/s.txt"), "second");
+  cr_assert_eq(one.paths[0], root / ("run-1/" + c.artifacts[0].name));
 
+  // <run_id> is made fresh: nothing planted in one can be written through.
   cr_assert_eq(symlink(elsewhere.path().c_str(), (root / "run-2").c_str()), 0);
-  expect_error(Workspace::copy_to(c, root.path(), "run-2"), {"'run-2'", "symlink"});
+  expect_error(Workspace::copy_to(c, root.path(), "run-2"), {"'run-2'", "already exists"});
   fs::create_directories(root / "run-3");
   cr_assert_eq(symlink(elsewhere.path().c_str(), (root / "run-3/out").c_str()), 0);
-  expect_error(Workspace::copy_to(c, root.path(), "run-3"), {"'out'", "symlink"});
-  fs::create_directories(root / "run-4/out");
-  cr_assert_eq(symlink((elsewhere / "victim").c_str(), (root / "run-4/out/r.txt").c_str()), 0);
-  expect_error(Workspace::copy_to(c, root.path(), "run-4"), {"'out/r.txt'", "symlink"});
+  expect_error(Workspace::copy_to(c, root.path(), "run-3"), {"'run-3'", "already exists"});
   cr_assert(fs::is_empty(elsewhere.path()), "something was written through a symlink");
 
   expect_error(Workspace::copy_to(c, root.path(), "../x"), {"'../x'"});
   expect_error(Workspace::copy_to(c, root.path(), ".."), {"'..'"});
+}
+
+// One bad name does not cancel the rest: each file stands alone, at
+// collection (a name the host cannot take as it is) and at the copy.
+Test(workspace, names_that_fail_the_rules_are_skipped_one_by_one) {
+  corral_test::TempDir base, root;
+  Workspace ws = make_ws(base);
+  const std::string backslash = "a\\b.txt", latin1 = "bad\xff.txt", control = "ctl\x01.txt";
+  for (const auto& name : {std::string("zz.txt"), backslash, latin1, control}) put(ws.path(), name, name);
+  Collection c = collect_ok(ws, {"*"});
+  expect_names(c, "zz.txt");
+  expect_skipped(c, backslash, "backslash");
+  expect_skipped(c, latin1, "UTF-8");
+  expect_skipped(c, control, "control character");
+  // copy_to checks again on its own, per file.
+  CollectedFile smuggled{backslash, 1, "", "x"};
+  c.artifacts.insert(c.artifacts.begin(), smuggled);
+  Copied copied = copy_ok(c, root.path(), "run-1");
+  cr_assert(copied.paths[0].empty() && copy_skip(copied, backslash).find("backslash") != std::string::npos);
+  cr_assert_eq(copied.paths[1], root / "run-1/zz.txt");
+  cr_assert_eq(corral_test::read_file(root / "run-1/zz.txt"), "zz.txt");
+  cr_assert(!exists_nofollow(root / ("run-1/" + backslash)));
 }
 
 // ---- removal --------------------------------------------------------------

@@ -20,7 +20,10 @@ Status validate_relative_name(std::string_view name, std::string_view what);
 // Why `name` fails the rules above, or "" when it passes.
 std::string relative_name_problem(std::string_view name);
 
-// The name quoted for a message, control bytes shown as \xNN.
+// The name quoted for a message, control bytes and the bytes of ill-formed
+// UTF-8 shown as \xNN.
 std::string quote_name(std::string_view name);
+// The same without the quotes.
+std::string printable_name(std::string_view name);
 
 }  // namespace corral

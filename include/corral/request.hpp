@@ -20,6 +20,7 @@ namespace corral {
 
 class Workspace;
 struct Result;
+class SecretSet;
 
 // corral's tiers. The CLI says `process` for os_process.
 enum class Tier { none, os_process, container };
@@ -126,8 +127,10 @@ struct Request {
   // Called by finish_run in the parent after the program ended (exited,
   // killed or cancelled) and before the workspace is removed: it may read
   // the workspace (hostile by then; see WorkspaceOutputSource) and add to
-  // the Result. Route outputs are collected this way.
-  std::function<void(const Workspace&, Result&)> on_workspace;
+  // the Result. Route outputs are collected this way. It gets the run's
+  // resolved secrets so that it can keep a file whose name holds one off
+  // the host's disk; finish_run masks them in the Result afterwards.
+  std::function<void(const Workspace&, Result&, const SecretSet&)> on_workspace;
 };
 
 // The request's own consistency, whoever built it (prepare_run calls it;

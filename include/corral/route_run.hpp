@@ -90,9 +90,11 @@ class WorkspaceOutputSource final : public OutputSource {
 // landed at, for `land`); a refusal becomes one artifact note "outputs
 // refused (KIND): MESSAGE" and delivers nothing. Landing outputs go to a
 // FilesystemSink rooted at <artifact_root>/<run_id>/ (created here; removed
-// again when nothing landed).
+// again when nothing landed). A file a landing glob lists whose name holds
+// one of `secrets` is withheld (not read, not landed) with a note naming
+// it; the caller masks the note (finish_run does).
 void collect_route_outputs(const std::vector<DeclaredOutput>& outputs, const TransferLimits& limits,
                            const std::optional<std::string>& artifact_root, const Workspace& workspace,
-                           Result& result);
+                           Result& result, const SecretSet* secrets = nullptr);
 
 }  // namespace corral

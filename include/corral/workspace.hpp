@@ -164,6 +164,14 @@ struct Collection {
   std::uint64_t total_bytes() const;
 };
 
+// What copy_to wrote.
+struct Copied {
+  // One per artifact of the collection, in its order: the path written, or
+  // "" when that artifact was skipped.
+  std::vector<std::string> paths;
+  std::vector<Skipped> skipped;  // the artifacts not written, and why
+};
+
 class Workspace {
  public:
   // A fresh corral-<16 hex> directory (mode 0700) with home/ and tmp/
@@ -223,18 +231,23 @@ class Workspace {
   // crossing), checked with fstat on that fd and read through it. Skipped:
   // symlinks, non-regular files (never opened when the walk already saw
   // the type), st_nlink > 1 (even the child's own hard links), files over
-  // a cap. Contents are held in memory: set the caps. Bad globs (empty,
-  // leading '/', "." or "..") are an Error naming the glob; everything
-  // about one file is a Skipped.
+  // a cap, names that fail names.hpp's rules (a backslash, a control byte,
+  // ill-formed UTF-8: they could not be written on the host as they are,
+  // nor shown as they are). Contents are held in memory: set the caps. Bad
+  // globs (empty, leading '/', "." or "..") are an Error naming the glob;
+  // everything about one file is a Skipped.
   Expected<Collection> collect(const std::vector<std::string>& globs, const CollectLimits& caps) const;
 
   // Writes the collected artifacts to <artifact_root>/<run_id>/<name>
   // (artifact_root is trusted and may be a symlink; below it nothing is
-  // followed: a symlink planted at <run_id>, at a parent or at a file name
-  // is refused, and existing files are not overwritten). <run_id> is made
-  // here: one that already exists is refused (EEXIST), never merged into.
-  static Status copy_to(const Collection& collection, const std::string& artifact_root,
-                        std::string_view run_id);
+  // followed: one at a parent or at a file name, an existing file (never
+  // overwritten), a name that fails names.hpp's rules or a failed write
+  // skips that artifact alone, named in Copied::skipped, and the others are
+  // still written). <run_id> is made here: one that already exists (a
+  // symlink too) is refused (EEXIST), never merged into. An Error (the root
+  // or <run_id> unusable) means nothing was written.
+  static Expected<Copied> copy_to(const Collection& collection, const std::string& artifact_root,
+                                  std::string_view run_id);
 
   // A dead supervisor's workspaces: every corral-<tag>-* directory directly
   // below base_dir (a base of ours: owned by our euid, writable by nobody
