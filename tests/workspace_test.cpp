@@ -18,9 +18,16 @@ namespace {
 
 constexpr uid_t kOtherUid = 200000;  // an id no account uses; the supervisor's range lives up there
 
+WorkspaceOptions options_for(const std::string& base_dir, std::optional<WorkspaceOwner> owner) {
+  WorkspaceOptions o;
+  o.base_dir = base_dir;
+  o.owner = owner;
+  return o;
+}
+
 Workspace make_ws(const corral_test::TempDir& base, std::optional<WorkspaceOwner> owner = std::nullopt) {
   cr_assert(!base.path().empty(), "no temporary directory");
-  auto ws = Workspace::create({base.path(), owner});
+  auto ws = Workspace::create(options_for(base.path(), owner));
   cr_assert(ws.ok(), "%s", ws.error().message().c_str());
   return std::move(ws).value();
 }
@@ -127,7 +134,7 @@ Test(workspace, default_base_is_tmpdir_and_bad_base_is_named) {
   auto ws = Workspace::create();
   cr_assert(ws.ok(), "%s", ws.error().message().c_str());
   cr_assert_eq(fs::path(ws->path()).parent_path().string(), base.path());
-  expect_error(Workspace::create({"/nonexistent-corral-base", std::nullopt}), {"/nonexistent-corral-base"});
+  expect_error(Workspace::create(options_for("/nonexistent-corral-base", std::nullopt)), {"/nonexistent-corral-base"});
 }
 
 Test(workspace, moving_keeps_the_tree_and_remove_is_idempotent) {
@@ -388,7 +395,7 @@ Test(workspace, removes_000_directories_as_root_and_as_an_ordinary_user) {
   // As ourselves (root here), then as an unprivileged uid in a child.
   for (bool unprivileged : {false, true}) {
     auto body = [&]() -> int {
-      auto ws = Workspace::create({base.path(), std::nullopt});
+      auto ws = Workspace::create(options_for(base.path(), std::nullopt));
       if (!ws) return 10;
       std::string p = ws->path();
       put(p, "locked/inner/f1", "x");
