@@ -1,0 +1,103 @@
+// Out-of-line members of Supervisor::Impl (supervisor_impl.hpp): the
+// completion dispatch of the loop and the check that spares a run's uid
+// kill. Kept here so the header holds the state and the short steps.
+#include "supervisor_impl.hpp"
+
+namespace corral {
+
+bool Supervisor::Impl::only_known_children() {
+  if (!options.become_subreaper) return false;
+  DIR* tasks = opendir("/proc/self/task");
+  if (tasks == nullptr) return false;
+  bool known = true;
+  char buf[4096];
+  while (known) {
+    dirent* e = readdir(tasks);
+    if (e == nullptr) break;
+    if (e->d_name[0] == '.') continue;
+    std::string path = std::string("/proc/self/task/") + e->d_name + "/children";
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      known = errno == ENOENT;  // a thread that just exited
+      continue;
+    }
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    ::close(fd);
+    if (n < 0 || n == static_cast<ssize_t>(sizeof buf)) {
+      known = false;  // unreadable, or more than one read's worth: do not guess
+      break;
+    }
+    for (ssize_t i = 0; i < n && known;) {
+      pid_t pid = 0;
+      while (i < n && buf[i] >= '0' && buf[i] <= '9') pid = pid * 10 + (buf[i++] - '0');
+      while (i < n && (buf[i] < '0' || buf[i] > '9')) ++i;
+      if (pid > 0 && !by_pid.count(pid) && !(guardian && pid == guardian->pid())) known = false;
+    }
+  }
+  closedir(tasks);
+  return known;
+}
+
+void Supervisor::Impl::handle_cqe(io_uring_cqe* cqe) {
+  std::uint64_t data = io_uring_cqe_get_data64(cqe);
+  if (data == 0) return;  // a removal or update request's own completion
+  if (data == kSignalData) {
+    on_signal_ready();
+    return;
+  }
+  std::uint32_t slot = static_cast<std::uint32_t>(data >> 32);
+  std::uint32_t gen = static_cast<std::uint32_t>((data >> 8) & 0xffffff);
+  Op op = static_cast<Op>(data & 0xff);
+  if (op == kOpWatch) {
+    on_watch(slot, gen);
+    return;
+  }
+  if (op == kOpWrite) {
+    on_write(slot, gen, cqe->res);
+    return;
+  }
+  if (slot >= slots.size() || !slots[slot]) return;
+  Run& run = *slots[slot];
+  if (!run.active || run.retiring || (run.gen & 0xffffff) != gen) return;
+  bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+  switch (op) {
+    case kOpPid:
+      run.pid_armed = false;
+      if (cqe->res >= 0) on_leader_exit(slot, run);
+      maybe_reap_orphans(false);
+      break;
+    case kOpOut:
+    case kOpErr: {
+      Pipe& pipe = (op == kOpOut) ? run.out : run.err;
+      if (!more) pipe.armed = false;
+      if (pipe.eof) {
+        if (!pipe.armed) pipe.fd.reset();
+        break;
+      }
+      drain_pipe(slot, run, pipe, op);  // re-arms the poll once the pipe is empty
+      if (pipe.eof && !pipe.armed) pipe.fd.reset();
+      break;
+    }
+    case kOpTimer:
+      on_timer(slot, run, cqe->res);
+      break;
+    case kOpOom:
+      // The run's cgroup (v1) entered the OOM path: the run is over, as a
+      // whole. Recorded before the kill: the kernel signals the eventfd
+      // before its OOM killer picks a victim, so our SIGKILL often lands
+      // first and the cgroup's oom_kill counter stays 0
+      // (finish_container, CgroupStats::ceiling_oom).
+      run.oom_armed = false;
+      if (cqe->res > 0) {
+        run.end.oom_notified = true;
+        if (!run.exited) request_kill(slot, run, SIGKILL);
+      }
+      break;
+    case kOpWatch:
+    case kOpWrite:
+      break;  // handled above
+  }
+  maybe_finish(slot, run);
+}
+
+}  // namespace corral
