@@ -47,11 +47,13 @@ Json to_json(const AuditRecord& record) {
   for (const auto& [name, how] : record.enforcement) enforcement[name] = how;
   Json timings = Json::object();
   for (const auto& [name, seconds] : record.timings) timings[name] = seconds;
+  if (!timings.contains("exec")) timings["exec"] = nullptr;  // tier container: not measured (fixed keys)
   Json artifacts = Json::array();
   for (const auto& a : record.artifacts)
     artifacts.push_back(Json{{"name", a.name}, {"bytes", a.bytes}, {"sha256", a.sha256}});
 
   Json line = Json::object();
+  line["schema_version"] = kAuditSchemaVersion;
   line["time"] = record.time;
   line["run_id"] = record.run_id;
   line["id"] = record.id;

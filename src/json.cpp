@@ -205,23 +205,26 @@ Expected<Request> request_from_json(std::string_view text) {
   return std::move(job->request);
 }
 
+// Every key is present in every Result (schema/result.schema.json): one that
+// does not apply to this outcome is null, a list with nothing in it is [].
 std::string result_to_json(const Result& r, long line) {
   json j;
-  if (line > 0) {
-    j["line"] = line;
-    // The reason, without the limits the detail goes on to list.
-    if (r.outcome == Outcome::spawn_failed) j["error"] = to_utf8_lossy(r.detail.substr(0, r.detail.find("; ")));
-  }
-  if (!r.id.empty()) j["id"] = r.id;
+  j["schema_version"] = kResultSchemaVersion;
+  j["id"] = r.id.empty() ? json(nullptr) : json(r.id);
+  j["line"] = line > 0 ? json(line) : json(nullptr);
   j["run_id"] = r.run_id;
   j["outcome"] = std::string(to_string(r.outcome));
   j["exit_code"] = r.outcome == Outcome::exited ? json(r.exit_code) : json(nullptr);
   j["signal"] = r.signal > 0 ? json(r.signal) : json(nullptr);
-  if (r.outcome == Outcome::killed_resource) j["resource"] = r.resource;
-  if (r.outcome == Outcome::spawn_failed) {
-    j["spawn_stage"] = r.spawn_stage;
-    j["spawn_errno"] = r.spawn_errno;
-  }
+  // The limit that ended the run: killed_resource always names one,
+  // killed_oom memory_bytes.
+  bool limited = r.outcome == Outcome::killed_resource || (r.outcome == Outcome::killed_oom && !r.resource.empty());
+  j["resource"] = limited ? json(r.resource) : json(nullptr);
+  bool failed = r.outcome == Outcome::spawn_failed;
+  j["spawn_stage"] = failed ? json(r.spawn_stage) : json(nullptr);
+  j["spawn_errno"] = failed ? json(r.spawn_errno) : json(nullptr);
+  // The reason, without the limits the detail goes on to list.
+  j["error"] = failed ? json(to_utf8_lossy(r.detail.substr(0, r.detail.find("; ")))) : json(nullptr);
   auto stream = [&](const char* name, const CapturedStream& c) {
     std::string n(name);
     j[n] = to_utf8_lossy(c.text);
@@ -235,13 +238,11 @@ std::string result_to_json(const Result& r, long line) {
   j["cpu_seconds"] = r.cpu_seconds;
   j["max_rss_bytes"] = r.max_rss_bytes;
   json arts = json::array();
-  for (const auto& a : r.artifacts) {
-    json o{{"name", a.name}, {"bytes", a.bytes}, {"sha256", a.sha256}};
-    if (!a.path.empty()) o["path"] = a.path;
-    arts.push_back(std::move(o));
-  }
+  for (const auto& a : r.artifacts)
+    arts.push_back(json{{"name", a.name}, {"bytes", a.bytes}, {"sha256", a.sha256},
+                        {"path", a.path.empty() ? json(nullptr) : json(a.path)}});
   j["artifacts"] = std::move(arts);
-  if (!r.artifact_notes.empty()) j["artifact_notes"] = r.artifact_notes;
+  j["artifact_notes"] = r.artifact_notes;
   json limits = json::object();
   for (const auto& info : all_limits())
     if (auto v = r.limits.get(info.limit)) limits[std::string(info.name)] = *v;
@@ -251,6 +252,7 @@ std::string result_to_json(const Result& r, long line) {
   j["detail"] = r.detail;
   json timings = json::object();
   for (const auto& [name, seconds] : timing_fields(r.timings)) timings[name] = seconds;
+  if (!r.timings.exec) timings["exec"] = nullptr;  // tier container: not measured
   j["timings"] = std::move(timings);
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -266,7 +268,8 @@ std::string job_id_of(std::string_view text) {
 
 std::string error_to_json(std::string_view id, long line, std::string_view message) {
   json j;
-  if (!id.empty()) j["id"] = std::string(id);
+  j["schema_version"] = kResultSchemaVersion;
+  j["id"] = id.empty() ? json(nullptr) : json(std::string(id));
   j["line"] = line;
   j["outcome"] = "error";
   j["error"] = to_utf8_lossy(message);

@@ -31,6 +31,10 @@ struct AuditArtifact {
   std::string sha256;
 };
 
+// The version of the audit line's JSON shape (schema/audit.schema.json),
+// in every line as "schema_version"; same rule as kResultSchemaVersion.
+inline constexpr int kAuditSchemaVersion = 1;
+
 struct AuditRecord {
   std::string time;  // RFC 3339 UTC; record() fills it when empty
   std::string run_id;                    // the Result's run_id: ties the line to the run

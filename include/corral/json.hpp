@@ -27,17 +27,21 @@ Expected<Request> request_from_json(std::string_view text);
 // net, pass_env).
 Expected<Job> job_from_json(std::string_view text);
 
-// The Result as one line of JSON (no trailing newline). Captured output is
-// made valid UTF-8 (bad bytes become U+FFFD). `line` > 0 (a batch job's
-// line number) adds "line", and for a job that could not start, "error"
-// (the reason, as in error_to_json).
+// The Result as one line of JSON (no trailing newline), every key present
+// (schema/result.schema.json; "schema_version": kResultSchemaVersion): a key
+// that does not apply to the outcome is null, an empty list []. Captured
+// output is made valid UTF-8 (bad bytes become U+FFFD). `line` > 0 (a batch
+// job's line number) sets "line"; "error" is the reason a job could not
+// start (spawn_failed), as in error_to_json.
 std::string result_to_json(const Result& result, long line = 0);
 
 // The "id" of a job line (string or integer), or "" when the line is not a
 // JSON object with one: names the job in the error result of a refused line.
 std::string job_id_of(std::string_view text);
 
-// An error result for a job corral could not run: {"id", "line", "error"}.
+// An error result for a job corral could not run: {"schema_version", "id",
+// "line", "outcome": "error", "error"} (schema/result.schema.json, its
+// error form).
 std::string error_to_json(std::string_view id, long line, std::string_view message);
 
 }  // namespace corral

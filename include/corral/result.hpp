@@ -58,6 +58,12 @@ struct SetupTimings {
 // left out.
 std::vector<std::pair<std::string, double>> timing_fields(const SetupTimings& timings);
 
+// The version of the Result's JSON shape (schema/result.schema.json), in
+// every Result and batch error line as "schema_version". It goes up when a
+// key is removed, renamed or changes its type; a key added is not a new
+// version (readers ignore keys they do not know).
+inline constexpr int kResultSchemaVersion = 1;
+
 struct Result {
   std::string id;
   std::string run_id;

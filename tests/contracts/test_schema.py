@@ -1,0 +1,148 @@
+"""schema/*.json against real output: every outcome corral can report, from
+corral run --json and corral batch, the batch error line, and the audit
+lines of the same runs, validated with python3-jsonschema."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from conftest import BUILD, CLI, corral, schema
+
+RESULT = Draft202012Validator(schema("result.schema.json"))
+AUDIT = Draft202012Validator(schema("audit.schema.json"))
+JOB = Draft202012Validator(schema("job.schema.json"))
+
+
+def valid(validator, obj, what):
+    errors = sorted(validator.iter_errors(obj), key=lambda e: list(e.path))
+    assert not errors, f"{what} does not match its schema:\n" + "\n".join(
+        f"  at {'/'.join(map(str, e.path)) or '(top)'}: {e.message}" for e in errors[:8]) + f"\n{json.dumps(obj)[:2000]}"
+
+
+def run_json(*args):
+    p = corral("run", "--json", *args)
+    assert p.stdout.strip(), p.stderr
+    return json.loads(p.stdout)
+
+
+def root_container_or_skip(cli):
+    if os.geteuid() != 0:
+        pytest.skip("tier container's cgroup needs root here")
+    facts = corral("enforcement", "--tier", "container").stdout
+    if "memory_bytes" not in facts or "unsupported" in [l.split()[-1] for l in facts.splitlines()
+                                                         if l.startswith("memory_bytes")][:1]:
+        pytest.skip("no memory cgroup for tier container on this host")
+
+
+# (name, corral run args, expected outcome)
+RUNS = [
+    ("exited", ["--", "true"], "exited"),
+    ("exited non-zero with output", ["--", "sh", "-c", "echo out; echo err >&2; exit 3"], "exited"),
+    ("signaled", ["--", "sh", "-c", "kill -SEGV $$"], "signaled"),
+    ("killed_timeout", ["--limit", "wall_seconds=1", "--grace", "0", "--", "sleep", "30"], "killed_timeout"),
+    ("killed_resource file_bytes", ["--limit", "file_bytes=4096", "--", "sh", "-c",
+                                    "exec head -c 100000 /dev/zero > big"], "killed_resource"),
+    ("killed_resource stdout_bytes", ["--limit", "stdout_bytes=10", "--on-output-limit", "kill", "--",
+                                      "sh", "-c", "yes | head -c 100000; sleep 5"], "killed_resource"),
+    ("killed_resource cpu_seconds", ["--limit", "cpu_seconds=1", "--", "sh", "-c", "while :; do :; done"],
+     "killed_resource"),
+    ("spawn_failed", ["--", "/nonexistent/program"], "spawn_failed"),
+    ("tier none", ["--tier", "none", "--", "true"], "exited"),
+    ("not UTF-8 output", ["--", "printf", "\\377\\376 bytes"], "exited"),
+]
+
+
+@pytest.mark.parametrize("name,args,outcome", RUNS, ids=[r[0] for r in RUNS])
+def test_corral_run_json_matches_the_result_schema(cli, tmp_path, name, args, outcome):
+    audit = tmp_path / "audit.jsonl"
+    r = run_json("--audit", str(audit), *args)
+    assert r["outcome"] == outcome, r["detail"]
+    valid(RESULT, r, f"the Result of {name}")
+    lines = audit.read_text().splitlines()
+    assert len(lines) == 1
+    a = json.loads(lines[0])
+    valid(AUDIT, a, f"the audit line of {name}")
+    assert a["run_id"] == r["run_id"] and a["outcome"] == r["outcome"]
+
+
+def test_artifacts_with_and_without_a_copy(cli, tmp_path):
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    listed = run_json("--output", "*.txt", "--", "sh", "-c", "echo a > a.txt")
+    copied = run_json("--output", "*.txt", "--artifact-root", str(keep), "--", "sh", "-c", "echo a > a.txt")
+    skipped = run_json("--output", "*.txt", "--limit", "artifact_bytes=1", "--", "sh", "-c", "echo abc > a.txt")
+    for r in (listed, copied, skipped):
+        valid(RESULT, r, "a Result with outputs")
+    assert listed["artifacts"][0]["path"] is None and copied["artifacts"][0]["path"]
+    assert skipped["artifacts"] == [] and skipped["artifact_notes"], skipped
+
+
+def test_tier_container_and_killed_oom(cli, tmp_path):
+    root_container_or_skip(cli)
+    audit = tmp_path / "audit.jsonl"
+    ok = run_json("--audit", str(audit), "--tier", "container", "--", "true")
+    oom = run_json("--audit", str(audit), "--tier", "container", "--limit", "memory_bytes=33554432",
+                   "--ro-bind", f"{BUILD}/helpers:/helpers", "--", "/helpers/memhog", "grow")
+    assert ok["outcome"] == "exited", ok["detail"]
+    assert oom["outcome"] == "killed_oom", oom["detail"]
+    assert ok["timings"]["exec"] is None
+    for r in (ok, oom):
+        valid(RESULT, r, f"tier container {r['outcome']}")
+    for line in audit.read_text().splitlines():
+        valid(AUDIT, json.loads(line), "a tier container audit line")
+
+
+def test_batch_lines_error_lines_and_cancelled(cli, tmp_path):
+    jobs = [
+        {"id": "ok", "argv": ["echo", "hi"]},
+        {"id": 7, "argv": ["sh", "-c", "exit 2"], "limits": {"wall_seconds": 5}, "tier": "none"},
+        {"id": "missing", "argv": ["/nonexistent"]},
+        {"argv": ["true"]},
+    ]
+    for job in jobs:
+        valid(JOB, job, "a job line of this test")
+    lines = [json.dumps(j) for j in jobs] + ['{"id": "bad", "argv": ["x"], "bogus": 1}', "not json"]
+    audit = tmp_path / "audit.jsonl"
+    p = corral("batch", "--audit", str(audit), input="\n".join(lines) + "\n")
+    out = [json.loads(l) for l in p.stdout.splitlines()]
+    assert len(out) == 6, p.stdout + p.stderr
+    for r in out:
+        valid(RESULT, r, f"batch line {r.get('line')}")
+    by_line = {r["line"]: r for r in out}
+    assert by_line[5]["outcome"] == "error" and by_line[5]["id"] == "bad"
+    assert by_line[6]["outcome"] == "error" and by_line[6]["id"] is None
+    assert by_line[4]["id"] is None and by_line[2]["id"] == "7"
+    assert by_line[3]["outcome"] == "spawn_failed" and by_line[3]["error"]
+    for line in audit.read_text().splitlines():
+        valid(AUDIT, json.loads(line), "a batch audit line")
+
+    # cancelled: SIGTERM to a batch with runs in flight.
+    proc = subprocess.Popen([CLI, "batch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc.stdin.write(json.dumps({"id": "slow", "argv": ["sleep", "30"]}) + "\n")
+    proc.stdin.flush()
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    r = json.loads(out.splitlines()[0])
+    assert r["outcome"] == "cancelled", r
+    valid(RESULT, r, "a cancelled Result")
+
+
+def test_every_key_is_present_in_every_outcome(cli):
+    # Fixed keys: the keys of an exited and of a spawn_failed Result are the same.
+    a = run_json("--", "true")
+    b = run_json("--", "/nonexistent")
+    assert sorted(a) == sorted(b)
+    assert sorted(a) == sorted(schema("result.schema.json")["$defs"]["result"]["required"])
+
+
+def test_the_job_schema_refuses_what_corral_refuses(cli):
+    for bad in ({"argv": ["true"], "bogus": 1}, {"argv": "true"}, {"argv": ["true"], "tier": "vm"},
+                {"argv": ["true"], "limits": {"no_such": 1}}, {"argv": ["true"], "net": "all"}):
+        assert list(JOB.iter_errors(bad)), f"the schema accepts {bad}"
+        p = corral("batch", input=json.dumps(bad) + "\n")
+        assert json.loads(p.stdout)["outcome"] == "error", f"corral accepts {bad}"
