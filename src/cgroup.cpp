@@ -454,7 +454,7 @@ Expected<int> sweep_run_cgroups(const CgroupProbe& probe, const CgroupSpec& spec
   if (Status s = detail::validate_spec(spec, ""); !s) return std::move(s).error();
   std::vector<std::string> bases;
   if (probe.backend == CgroupVersion::v2) {
-    bases.push_back(spec.under_hierarchy_root ? probe.v2_mount : probe.v2_own_dir);
+    bases.push_back(detail::v2_run_base(probe, spec));
   } else if (probe.backend == CgroupVersion::v1) {
     for (int role : {probe.v1_memory, probe.v1_pids, probe.v1_cpuacct, probe.v1_freezer}) {
       if (role < 0) continue;

@@ -96,6 +96,16 @@ Status make_parent_chain(std::string_view who, const std::string& base, const st
 
 Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, const CgroupSpec& spec,
                                                    const std::string& name);
+// The v2 directory run cgroups go under (create_v2 and the sweeps agree on
+// it): the hierarchy root with under_hierarchy_root, else our own cgroup —
+// or, when our own cgroup is not the root and holds processes (so the
+// kernel refuses it domain controllers for children: "no internal
+// processes"), its parent, if that holds none and we may write its
+// cgroup.subtree_control and cgroup.procs. That is the layout of a
+// delegated unit (systemd Delegate=yes with DelegateSubgroup=, a container
+// runtime's cgroup namespace with the payload in a leaf): the runs go beside
+// corral, inside the delegation and its limits.
+std::string v2_run_base(const CgroupProbe& probe, const CgroupSpec& spec);
 Expected<std::unique_ptr<CgroupBackend>> create_v2(const CgroupProbe& probe, const CgroupSpec& spec,
                                                    const std::string& name);
 

@@ -173,12 +173,17 @@ CgroupProbe probe_cgroups(const CgroupProbeSources& sources) {
   }
 
   if (!p.v2_own_dir.empty()) {
-    p.v2_controllers = cgroupfs::word_list(read_or_empty(p.v2_own_dir + "/cgroup.controllers"));
-    p.v2_writable = writable_dir(p.v2_own_dir);
+    // What the runs can have is what the directory they go under offers:
+    // our own cgroup, or its delegated parent when we are a member of our
+    // own (detail::v2_run_base).
+    const std::string base = detail::v2_run_base(p, CgroupSpec{});
+    const bool base_is_root = base == p.v2_mount || (base == p.v2_own_dir && p.v2_own_is_root);
+    p.v2_controllers = cgroupfs::word_list(read_or_empty(base + "/cgroup.controllers"));
+    p.v2_writable = writable_dir(base);
     // cgroup.kill, cgroup.freeze and memory.peak exist only in non-root
     // cgroups; at the root, the kernel version has to answer.
     auto has_file = [&](const char* f, int ma, int mi) {
-      return p.v2_own_is_root ? kernel_at_least(ma, mi) : detail::file_exists(p.v2_own_dir + "/" + f);
+      return base_is_root ? kernel_at_least(ma, mi) : detail::file_exists(base + "/" + f);
     };
     p.v2_kill = has_file("cgroup.kill", 5, 14);
     p.v2_freeze = has_file("cgroup.freeze", 5, 2);

@@ -109,11 +109,28 @@ class V2Backend final : public CgroupBackend {
 
 }  // namespace
 
+std::string v2_run_base(const CgroupProbe& probe, const CgroupSpec& spec) {
+  if (spec.under_hierarchy_root) return probe.v2_mount;
+  const std::string& own = probe.v2_own_dir;
+  if (own.empty() || own == probe.v2_mount || probe.v2_own_is_root) return own;
+  auto members = read_procs(kWho, own);
+  if (!members || members->empty()) return own;  // process-free: it can hand controllers down
+  auto slash = own.rfind('/');
+  if (slash == std::string::npos || slash < probe.v2_mount.size()) return own;
+  std::string parent = own.substr(0, slash);
+  auto parent_members = read_procs(kWho, parent);
+  if (!parent_members || !parent_members->empty()) return own;
+  if (::access((parent + "/cgroup.subtree_control").c_str(), W_OK) != 0 ||
+      ::access((parent + "/cgroup.procs").c_str(), W_OK) != 0)
+    return own;
+  return parent;
+}
+
 Expected<std::unique_ptr<CgroupBackend>> create_v2(const CgroupProbe& probe, const CgroupSpec& spec,
                                                    const std::string& name) {
   if (probe.v2_own_dir.empty())
     return Error(ENOTSUP, std::string(kWho) + ": no cgroup2 mount shows our cgroup");
-  const std::string base = spec.under_hierarchy_root ? probe.v2_mount : probe.v2_own_dir;
+  const std::string base = v2_run_base(probe, spec);
   auto offered = read_text(kWho, base + "/cgroup.controllers");
   if (!offered) return std::move(offered).error();
   auto available = cgroupfs::word_list(*offered);
@@ -159,8 +176,9 @@ Expected<std::unique_ptr<CgroupBackend>> create_v2(const CgroupProbe& probe, con
         if (s.error().code() != EBUSY) return s;
         return Error(EBUSY, s.error().message() + " (" + dir +
                                 " holds processes, and a v2 cgroup that holds processes cannot hand "
-                                "controllers to children: run corral in a delegated cgroup of its own, "
-                                "e.g. systemd-run --scope -p Delegate=yes, or set under_hierarchy_root as root)");
+                                "controllers to children: run corral in a leaf of a delegated cgroup, "
+                                "e.g. a unit with Delegate=yes and DelegateSubgroup=supervisor, or set "
+                                "under_hierarchy_root as root)");
       }
       notes.push_back(*it + " not enabled (" + s.error().message() + ")");
       it = wanted.erase(it);
