@@ -7,7 +7,9 @@
 #   make bench      benchmarks (never fail the build)
 #   make install    PREFIX=/usr/local DESTDIR=: bin/corral, lib/libcorral.{so,a},
 #                   include/corral, lib/pkgconfig/corral{,-static}.pc, man 1 and 3,
-#                   share/doc/corral/examples
+#                   share/doc/corral/{examples,schema,LICENSE,CHANGELOG.md},
+#                   bash completion, and the Python package (PYTHON_PREFIX,
+#                   PYTHONDIR)
 #   make uninstall  (same PREFIX/DESTDIR) removes what install put there
 
 BUILD    ?= build
@@ -148,6 +150,18 @@ DOCDIR       ?= $(PREFIX)/share/doc/corral
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 HEADERS      := $(sort $(wildcard include/corral/*.h include/corral/*.hpp))
 EXAMPLES     := $(sort $(wildcard examples/*.c examples/*.cpp examples/*.py examples/*.toml))
+SCHEMAS      := $(sort $(wildcard schema/*.json))
+# Where bash-completion looks for a command's completion (loaded on demand).
+COMPLETIONSDIR ?= $(PREFIX)/share/bash-completion/completions
+# The corral Python package (python/corral: pure Python, no build step). In
+# Debian's layout under /usr it goes to lib/python3/dist-packages; under any
+# other prefix to lib/pythonX.Y/site-packages of the python3 on PATH (for
+# /usr/local on Debian: PYTHONDIR=/usr/local/lib/python3.11/dist-packages).
+PYTHON       ?= python3
+PYTHON_PREFIX ?= $(PREFIX)
+PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR    ?= $(if $(filter /usr,$(PYTHON_PREFIX)),$(PYTHON_PREFIX)/lib/python3/dist-packages,$(PYTHON_PREFIX)/lib/python$(PYTHON_VERSION)/site-packages)
+PY_SRCS      := $(sort $(wildcard python/corral/*.py))
 # ${prefix}-relative where they are below PREFIX, so redefining prefix moves them.
 pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
 # Written at install time (not cached in $(BUILD)): they name PREFIX.
@@ -172,6 +186,11 @@ install: $(STATIC_LIB) $(SHARED_LIB) $(CLI)
 	install -m 0644 man/corral.1 $(DESTDIR)$(MANDIR)/man1/corral.1
 	install -m 0644 man/corral.3 $(DESTDIR)$(MANDIR)/man3/corral.3
 	install -m 0644 $(EXAMPLES) $(DESTDIR)$(DOCDIR)/examples/
+	install -d $(DESTDIR)$(DOCDIR)/schema $(DESTDIR)$(COMPLETIONSDIR) $(DESTDIR)$(PYTHONDIR)/corral
+	install -m 0644 $(SCHEMAS) $(DESTDIR)$(DOCDIR)/schema/
+	install -m 0644 LICENSE CHANGELOG.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 completion/corral.bash $(DESTDIR)$(COMPLETIONSDIR)/corral
+	install -m 0644 $(PY_SRCS) $(DESTDIR)$(PYTHONDIR)/corral/
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 # Removes exactly what install put there (include/corral and share/doc/corral
@@ -184,6 +203,8 @@ uninstall:
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/corral
 	rm -f $(DESTDIR)$(MANDIR)/man1/corral.1 $(DESTDIR)$(MANDIR)/man3/corral.3
 	rm -rf $(DESTDIR)$(DOCDIR)
+	rm -f $(DESTDIR)$(COMPLETIONSDIR)/corral
+	rm -rf $(DESTDIR)$(PYTHONDIR)/corral
 
 clean:
 	rm -rf build

@@ -1,0 +1,214 @@
+"""The docs agree with the binary: every verb, option, job field, limit and
+Result key the code has appears in `--help`, corral(1) and README.md (and
+job fields in schema/job.schema.json), README has no repeated section, the
+man page renders JSON with its quotes, and the process tier has one
+spelling in output.
+
+The lists come from the code itself: the verb table (src/cli/commands.cpp),
+each verb's getopt_long table (src/cli/*.cpp), the job parser
+(src/json.cpp), the limit table (corral run --help), a real Result. A
+failure names what is missing and where, e.g.
+    --stdin (src/cli/run.cpp) is not in corral(1)
+so an option added without docs fails here by name.
+"""
+import glob
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import CLI, ROOT, corral, schema
+
+
+def read(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return f.read()
+
+
+def man_text():
+    # groff source with its escapes undone, as a reader searching it would see it.
+    return read("man/corral.1").replace("\\-", "-").replace("\\(dq", '"').replace("\\&", "")
+
+
+def rendered_man():
+    p = subprocess.run(["groff", "-man", "-Tutf8", "-P", "-cbou", os.path.join(ROOT, "man/corral.1")],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip("groff is not installed")
+    return p.stdout.replace("\u2010", "-").replace("\u2212", "-")
+
+
+def verbs():
+    """The verb table of the binary (src/cli/commands.cpp)."""
+    found = re.findall(r'\{"([a-z][a-z-]*)",\s*[a-z_]+_main\}', read("src/cli/commands.cpp"))
+    assert found, "no verb table found in src/cli/commands.cpp"
+    return found
+
+
+def option_tables():
+    """{source file: [long option names]} from every getopt_long table in src/cli."""
+    tables = {}
+    for path in sorted(glob.glob(os.path.join(ROOT, "src/cli/*.cpp"))):
+        names = re.findall(r'\{"([a-z][a-z0-9-]*)",\s*(?:no|required|optional)_argument', open(path).read())
+        if names:
+            tables[os.path.relpath(path, ROOT)] = sorted(set(names) - {"help"})
+    assert tables, "no getopt_long tables found in src/cli"
+    return tables
+
+
+def verb_help(verb):
+    p = corral(verb, "--help")
+    return p.stdout + p.stderr
+
+
+def job_fields():
+    """The keys the job parser accepts (src/json.cpp: key == "...")."""
+    fields = set(re.findall(r'key == "([a-z_0-9]+)"', read("src/json.cpp")))
+    assert "argv" in fields and "binds" in fields, "the job parser's keys were not found in src/json.cpp"
+    return sorted(fields)
+
+
+def limit_names():
+    text = corral("run", "--help").stdout
+    table = re.search(r"^limits \(.*?(?=\n\n|\Z)", text, re.M | re.S).group(0).splitlines()[1:]
+    names = [l.split()[0] for l in table if l.strip()]
+    assert "wall_seconds" in names
+    return names
+
+
+def section(text, start, end_pattern=r"\n#{1,3} "):
+    i = text.index(start)
+    m = re.search(end_pattern, text[i + len(start):])
+    return text[i: i + len(start) + (m.start() if m else len(text))]
+
+
+def missing(words, text):
+    return [w for w in words if not re.search(r"(?<![A-Za-z0-9_-])" + re.escape(w) + r"(?![A-Za-z0-9_])", text)]
+
+
+def test_every_verb_is_in_help_man_synopsis_man_commands_and_readme(cli):
+    top = subprocess.run([CLI, "--help"], capture_output=True, text=True).stdout
+    man = man_text()
+    synopsis = man[man.index(".SH SYNOPSIS"):man.index(".SH DESCRIPTION")]
+    commands = man[man.index(".SH COMMANDS"):man.index(".SH OPTIONS")]
+    readme = read("README.md")
+    problems = []
+    for verb in verbs():
+        if not re.search(rf"^  {verb}\b", top, re.M):
+            problems.append(f"verb {verb} is not in `corral --help`")
+        if not re.search(rf"^\.B corral {verb}\b", synopsis, re.M):
+            problems.append(f"verb {verb} is not in corral(1) SYNOPSIS (a '.B corral {verb}' line)")
+        if f'.SS "corral {verb}' not in commands and f".SS corral {verb}" not in commands:
+            problems.append(f"verb {verb} has no '.SS \"corral {verb} ...\"' under corral(1) COMMANDS")
+        if f"corral {verb}" not in readme:
+            problems.append(f"verb {verb} is not in README.md (as `corral {verb}`)")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_option_is_in_its_verbs_help_the_man_page_and_readme(cli):
+    man, readme = man_text(), read("README.md")
+    known = set(verbs())
+    problems = []
+    for path, names in option_tables().items():
+        verb = os.path.splitext(os.path.basename(path))[0]
+        helps = verb_help(verb) if verb in known else None
+        for name in names:
+            opt = f"--{name}"
+            if helps is not None and not missing([opt], helps) == []:
+                problems.append(f"{opt} ({path}) is not in `corral {verb} --help`")
+            if missing([opt], man):
+                problems.append(f"{opt} ({path}) is not in corral(1) (man/corral.1)")
+            if missing([opt], readme):
+                problems.append(f"{opt} ({path}) is not in README.md")
+    assert not problems, "options without docs:\n  " + "\n  ".join(problems)
+
+
+def test_every_option_in_help_is_accepted_by_the_binary(cli):
+    # The other direction: --help does not document an option the parser lacks.
+    problems = []
+    tables = option_tables()
+    for verb in verbs():
+        path = f"src/cli/{verb}.cpp"
+        if path not in tables:
+            continue
+        for opt in sorted(set(re.findall(r"(?<![\w-])--([a-z][a-z0-9-]+)", verb_help(verb)))):
+            if opt not in tables[path] and opt not in ("help", "opt"):  # --opt: "--opt=value" conventions
+                problems.append(f"`corral {verb} --help` names --{opt}, which {path} does not parse")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_job_field_is_in_the_man_page_readme_schema_and_python(cli):
+    fields = job_fields()
+    man = man_text()
+    man_batch = man[man.index('.SS "corral batch'):]
+    man_batch = man_batch[:man_batch.index("\n.SS ")]
+    readme_batch = section(read("README.md"), "### corral batch")
+    props = set(schema("job.schema.json")["properties"])
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import corral as pkg
+    problems = [f"job field {f} (src/json.cpp) is not in corral(1)'s corral batch section" for f in missing(fields, man_batch)]
+    problems += [f"job field {f} (src/json.cpp) is not in README.md's ### corral batch" for f in missing(fields, readme_batch)]
+    problems += [f"job field {f} (src/json.cpp) is not in schema/job.schema.json" for f in fields if f not in props]
+    problems += [f"schema/job.schema.json has {f}, which src/json.cpp does not parse" for f in sorted(props - set(fields))]
+    problems += [f"job field {f} (src/json.cpp) is not in `corral batch --help`" for f in missing(fields, verb_help("batch"))]
+    problems += [f"job field {f} (src/json.cpp) is not in the Python package's JOB_FIELDS" for f in fields
+                 if f not in pkg.JOB_FIELDS]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_limit_is_in_the_man_page_readme_and_job_schema(cli):
+    names = limit_names()
+    schema_names = schema("job.schema.json")["properties"]["limits"]["propertyNames"]["enum"]
+    problems = [f"limit {n} is not in corral(1)" for n in missing(names, man_text())]
+    problems += [f"limit {n} is not in README.md" for n in missing(names, read("README.md"))]
+    problems += [f"limit {n} is not in schema/job.schema.json limits" for n in names if n not in schema_names]
+    problems += [f"schema/job.schema.json names limit {n}, which corral run --help does not"
+                 for n in schema_names if n not in names]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_result_key_is_in_the_man_page_readme_and_schema(cli):
+    r = json.loads(corral("run", "--json", "--", "true").stdout)
+    man_json = man_text()
+    man_json = man_json[man_json.index(".SH JSON RESULT"):]
+    man_json = man_json[:man_json.index("\n.SH ", 1)]
+    readme = read("README.md")
+    required = schema("result.schema.json")["$defs"]["result"]["required"]
+    problems = [f"Result key {k} is not in corral(1) JSON RESULT" for k in missing(sorted(r), man_json)]
+    problems += [f"Result key {k} is not in README.md" for k in missing(sorted(r), readme)]
+    problems += [f"Result key {k} is not required by schema/result.schema.json" for k in r if k not in required]
+    assert not problems, "\n".join(problems)
+
+
+def test_readme_has_no_repeated_section():
+    heads = re.findall(r"^(#{1,4} .+)$", read("README.md"), re.M)
+    repeated = sorted({h for h in heads if heads.count(h) > 1})
+    assert not repeated, f"README.md repeats: {repeated}"
+
+
+def test_the_man_page_renders_json_with_its_quotes():
+    # groff eats '"' in macro arguments: every JSON fragment of the source must
+    # come out of groff as written.
+    source = read("man/corral.1").replace("\\(dq", '"').replace("\\-", "-").replace("\\ ", " ")
+    fragments = set()
+    for line in source.splitlines():
+        text = re.sub(r"^\.[A-Z]{1,2} ?", "", line)
+        text = re.sub(r"\\f[BIRP]", "", text)
+        fragments.update(re.findall(r'\{[^{}]*"[^{}]*\}', text))
+    assert fragments, "no JSON fragment found in man/corral.1"
+    out = re.sub(r"\s+", " ", rendered_man())
+    lost = [f for f in sorted(fragments) if re.sub(r"\s+", " ", f) not in out]
+    assert not lost, "groff drops the quotes of (write \\(dq in macro lines): " + ", ".join(lost)
+
+
+def test_one_spelling_of_the_process_tier_in_output(cli):
+    # `process` is accepted on input; output always says os_process, the ladder's name.
+    r = json.loads(corral("run", "--json", "--tier", "process", "--", "true").stdout)
+    assert r["tier"] == "os_process"
+    e = corral("enforcement", "--tier", "process").stdout
+    assert re.search(r"^tier os_process$", e, re.M) and not re.search(r"^tier process$", e, re.M), e
+    j = json.loads(corral("enforcement", "--tier", "process", "--json").stdout)
+    assert "process" not in json.dumps(j.get("tiers", j)).replace("os_process", "").split('"'), j.keys()
