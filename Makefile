@@ -153,14 +153,18 @@ EXAMPLES     := $(sort $(wildcard examples/*.c examples/*.cpp examples/*.py exam
 SCHEMAS      := $(sort $(wildcard schema/*.json))
 # Where bash-completion looks for a command's completion (loaded on demand).
 COMPLETIONSDIR ?= $(PREFIX)/share/bash-completion/completions
-# The corral Python package (python/corral: pure Python, no build step). In
-# Debian's layout under /usr it goes to lib/python3/dist-packages; under any
-# other prefix to lib/pythonX.Y/site-packages of the python3 on PATH (for
-# /usr/local on Debian: PYTHONDIR=/usr/local/lib/python3.11/dist-packages).
-PYTHON       ?= python3
+# The corral Python package (python/corral: pure Python, no build step),
+# for the python3 Debian ships (/usr/bin/python3 when present). Debian's
+# python looks in /usr/lib/python3/dist-packages and
+# /usr/local/lib/python3.X/dist-packages; others in lib/python3.X/site-packages
+# under their prefix. PYTHON_PREFIX (default PREFIX) picks the tree;
+# PYTHONDIR overrides the directory.
+PYTHON       ?= $(firstword $(wildcard /usr/bin/python3) python3)
 PYTHON_PREFIX ?= $(PREFIX)
-PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
-PYTHONDIR    ?= $(if $(filter /usr,$(PYTHON_PREFIX)),$(PYTHON_PREFIX)/lib/python3/dist-packages,$(PYTHON_PREFIX)/lib/python$(PYTHON_VERSION)/site-packages)
+PYTHONDIR    ?= $(shell $(PYTHON) -c 'import sys; p = "$(PYTHON_PREFIX)"; v = "%d.%d" % sys.version_info[:2]; \
+  deb = any(x.endswith("dist-packages") for x in sys.path); \
+  print(p + ("/lib/python3/dist-packages" if deb and p == "/usr" else \
+             "/lib/python%s/%s" % (v, "dist-packages" if deb else "site-packages")))' 2>/dev/null)
 PY_SRCS      := $(sort $(wildcard python/corral/*.py))
 # ${prefix}-relative where they are below PREFIX, so redefining prefix moves them.
 pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
