@@ -6,6 +6,7 @@ job lines into one `corral batch` and yields each Result line as it comes.
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -42,10 +43,16 @@ _FLAGS = {
     "user": ("--user", "str"),
     "loopback": ("--loopback", "bool"),
     "route": ("--route", "str"),
+    # Fields of corral versions newer than some CLIs: a CLI without the
+    # flag refuses it by name (CorralError, exit 2).
+    "chdir": ("--chdir", "str"),
+    "tmpfs": ("--tmpfs", "list"),
+    "dev_binds": ("--dev-bind", "list"),
+    "binary_output": ("--binary-output", "bool"),
 }
 # Fields of a job that run() handles itself (inputs, stdin) or that only a
 # batch line has.
-JOB_FIELDS = sorted(set(_FLAGS) | {"argv", "inputs", "stdin", "source", "interpreter", "provenance", "id"})
+JOB_FIELDS = sorted(set(_FLAGS) | {"argv", "inputs", "stdin", "stdin_b64", "source", "interpreter", "provenance", "id"})
 
 
 def job(argv: Sequence[str], **fields: Any) -> Dict[str, Any]:
@@ -55,7 +62,10 @@ def job(argv: Sequence[str], **fields: Any) -> Dict[str, Any]:
     unknown = sorted(set(fields) - set(JOB_FIELDS))
     if unknown:
         raise TypeError(f"unknown job field(s) {', '.join(unknown)} (fields: {', '.join(JOB_FIELDS)})")
-    return {"argv": list(argv), **{k: v for k, v in fields.items() if v is not None}}
+    line = {"argv": list(argv), **{k: v for k, v in fields.items() if v is not None}}
+    if isinstance(line.get("stdin"), (bytes, bytearray)):  # bytes travel as base64
+        line["stdin_b64"] = base64.b64encode(line.pop("stdin")).decode()
+    return line
 
 
 def _check_argv(argv: Sequence[str]) -> None:

@@ -37,6 +37,8 @@ class Result:
     stderr_bytes: int = 0
     stderr_truncated: bool = False
     stderr_sha256: str = ""
+    stdout_b64: Optional[str] = None  # the exact bytes, base64, when asked (binary_output)
+    stderr_b64: Optional[str] = None
     wall_seconds: float = 0.0
     cpu_seconds: float = 0.0
     max_rss_bytes: int = 0
@@ -48,6 +50,17 @@ class Result:
     detail: str = ""
     timings: Dict[str, Optional[float]] = field(default_factory=dict)
     extra: Dict[str, Any] = field(default_factory=dict)  # keys this package does not know yet
+
+    @property
+    def stdout_bytes_exact(self) -> Optional[bytes]:
+        """stdout as the program wrote it (within the cap), when binary_output was asked."""
+        import base64
+        return None if self.stdout_b64 is None else base64.b64decode(self.stdout_b64)
+
+    @property
+    def stderr_bytes_exact(self) -> Optional[bytes]:
+        import base64
+        return None if self.stderr_b64 is None else base64.b64decode(self.stderr_b64)
 
     @property
     def ok(self) -> bool:

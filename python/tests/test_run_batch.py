@@ -138,3 +138,10 @@ def test_pip_builds_and_installs_the_package_offline(tmp_path):
     wheel = backend.build_wheel(str(tmp_path))
     names = zipfile.ZipFile(tmp_path / wheel).namelist()
     assert "corral-0.1.0.dist-info/RECORD" in names and "corral/_preexec.py" in names
+
+
+def test_a_job_with_bytes_stdin_travels_as_base64():
+    line = corral.job(["wc", "-c"], stdin=b"\x00\xff\n")
+    assert "stdin" not in line and line["stdin_b64"] == "AP8K"
+    with pytest.raises(TypeError, match="unknown job field"):
+        corral.job(["true"], stdn="x")
