@@ -26,6 +26,7 @@
 #include "corral/enforcement.hpp"
 #include "corral/fd.hpp"
 #include "corral/json.hpp"
+#include "corral/shard.hpp"
 #include "corral/supervisor.hpp"
 #include "line_reader.hpp"
 #include "options.hpp"
@@ -65,6 +66,14 @@ const char kBatchHelp[] =
     "                           a longer line is an error result naming its line\n"
     "                           number and the cap, its bytes skipped unread into\n"
     "                           memory, and the batch goes on\n"
+    "      --shard I/N|auto[/N] run only shard I (0-based) of N: the k-th job of FILE\n"
+    "                           (blank lines not counted) is in shard k mod N. auto:\n"
+    "                           I and N from a Slurm array task (SLURM_ARRAY_TASK_ID,\n"
+    "                           SLURM_ARRAY_TASK_COUNT) or I from a Kubernetes Indexed\n"
+    "                           Job pod (JOB_COMPLETION_INDEX; N given: auto/N).\n"
+    "                           Needs FILE. Each result gets \"shard\" and \"jobs_sha256\"\n"
+    "                           (FILE's SHA-256); a last {\"shard_end\": ...} line says\n"
+    "                           the shard finished. corral merge joins the shards.\n"
     "\n"
     "Output: one JSON line per job on stdout as it finishes: the Result with its\n"
     "\"id\" and \"line\", or {\"id\", \"line\", \"outcome\": \"error\", \"error\"} for a line\n"
@@ -93,6 +102,8 @@ struct Options {
   std::string routes;        // --routes FILE
   bool untrusted = false;
   DoorPolicy policy;
+  std::optional<Shard> shard;  // --shard: only this slice of FILE
+  std::string jobs_sha256;     // FILE's fingerprint, with --shard
 };
 
 std::size_t default_parallel() {
@@ -101,7 +112,7 @@ std::size_t default_parallel() {
   return static_cast<std::size_t>(cpus > 0 ? cpus : 1) * 4;
 }
 
-enum : int { kRoutes = 256, kAllowHostPath, kMinTier, kUntrusted, kAudit, kMaxLineBytes };
+enum : int { kRoutes = 256, kAllowHostPath, kMinTier, kUntrusted, kAudit, kMaxLineBytes, kShard };
 
 const option kBatchOptions[] = {
     {"help", no_argument, nullptr, 'h'},
@@ -113,6 +124,7 @@ const option kBatchOptions[] = {
     {"untrusted", no_argument, nullptr, kUntrusted},
     {"audit", required_argument, nullptr, kAudit},
     {"max-line-bytes", required_argument, nullptr, kMaxLineBytes},
+    {"shard", required_argument, nullptr, kShard},
     {nullptr, 0, nullptr, 0},
 };
 
@@ -149,6 +161,12 @@ int parse(int argc, char** argv, Options& o) {
         o.max_line_bytes = static_cast<std::size_t>(*n);
         return -1;
       }
+      case kShard: {
+        auto shard = parse_shard(v, [](const char* name) -> const char* { return std::getenv(name); });
+        if (!shard) return say("%s", shard.error().message().c_str()), 2;
+        o.shard = *shard;
+        return -1;
+      }
     }
     return 2;
   }, operands);
@@ -157,6 +175,9 @@ int parse(int argc, char** argv, Options& o) {
     if (!o.file.empty()) return say("more than one FILE given (%s)", argv[i]), 2;
     o.file = argv[i];
   }
+  // Every shard must read the same bytes, and merge checks them again.
+  if (o.shard && (o.file.empty() || o.file == "-"))
+    return say("batch: --shard needs the job FILE (every shard reads the same file), not stdin"), 2;
   return -1;
 }
 
@@ -192,6 +213,11 @@ class Batch {
       : sup_(sup), in_(in_fd, max_line_bytes), parallel_(parallel), progress_(progress), options_(options),
         t0_(std::chrono::steady_clock::now()) {
     total_ = count_jobs(in_fd);
+    // Shard I of N holds the jobs k = I, I+N, I+2N, ...
+    if (total_ && options_.shard)
+      total_ = *total_ > options_.shard->index
+                   ? (*total_ - options_.shard->index + options_.shard->count - 1) / options_.shard->count
+                   : 0;
   }
 
   void stop(int sig) {
@@ -217,6 +243,7 @@ class Batch {
       draw(false);
     }
     unwatch();
+    end_shard();
     // The results still queued: written before exit (a SIGINT/SIGTERM stops
     // the wait; what is left is then lost).
     if (!broken_) out_.flush(&signal_);
@@ -227,6 +254,11 @@ class Batch {
     draw(true);
     err_.flush(&signal_);
     if (signal_) return 128 + signal_;
+    if (end_queued_ && out_.written() < end_queued_) {
+      ++lost_;
+      say("batch: shard %s: its end record was not written (merge will take it as unfinished)",
+          options_.shard->name().c_str());
+    }
     return (failed_loop_ || lost_ > 0 || input_error_) ? 1 : 0;
   }
 
@@ -240,6 +272,7 @@ class Batch {
       LineReader::Line got = in_.next(line);
       if (got == LineReader::Line::too_long) {
         ++line_no_;
+        if (!mine()) continue;
         ++jobs_seen_;
         refused("", line_no_,
                 "line " + std::to_string(line_no_) + " is longer than the --max-line-bytes cap of " +
@@ -248,7 +281,7 @@ class Batch {
       }
       if (got == LineReader::Line::ok) {
         ++line_no_;
-        if (!blank(line)) start(line);
+        if (!blank(line) && mine()) start(line);
         continue;
       }
       if (in_.eof()) break;
@@ -267,6 +300,20 @@ class Batch {
       }
       break;
     }
+  }
+
+  // Whether the next job (a non-blank or too-long line) is this batch's:
+  // with --shard, the k-th job is shard k mod N's (shard.hpp says why by
+  // place, not by id).
+  bool mine() { return !options_.shard || options_.shard->owns(job_ordinal_++); }
+
+  // A shard that read its whole file and wrote every result says so last;
+  // merge takes a stream without this line as not finished.
+  void end_shard() {
+    if (!options_.shard || stopping_ || input_error_ || failed_loop_ || broken_ || lost_ > 0 || !in_.exhausted())
+      return;
+    out_.write(shard_end_record(*options_.shard, options_.jobs_sha256, jobs_seen_, in_.max_line_bytes()) + "\n");
+    end_queued_ = out_.written() + out_.queued();
   }
 
   void readable() {
@@ -326,6 +373,7 @@ class Batch {
   // Lines are whole in the queue and written in order, so a reader never
   // sees half a line unless corral dies mid-write.
   void emit(std::string line, const std::string& id, long at) {
+    if (options_.shard) line = tag_shard_result(line, *options_.shard, options_.jobs_sha256);
     line += '\n';
     if (out_.error() != 0) {
       lost(id, at);
@@ -399,6 +447,8 @@ class Batch {
   std::chrono::steady_clock::time_point t0_, last_draw_{};
   std::optional<std::size_t> total_;
   long line_no_ = 0;
+  std::size_t job_ordinal_ = 0;  // jobs read so far, this shard's or not
+  std::uint64_t end_queued_ = 0;  // out_.written() once the shard's end record is out
   std::size_t jobs_seen_ = 0, written_ = 0, failed_ = 0, lost_ = 0;
   bool watching_ = false, stopping_ = false, broken_ = false;
   bool failed_loop_ = false, input_error_ = false;
@@ -422,6 +472,11 @@ int batch_main(int argc, char** argv) {
     file.reset(::open(o.file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
     if (!file) return say("batch: open %s: %s", o.file.c_str(), std::strerror(errno)), 2;
     in_fd = file.get();
+  }
+  if (o.shard) {
+    auto sha = job_file_sha256(in_fd);
+    if (!sha) return say("batch: %s: %s", o.file.c_str(), sha.error().message().c_str()), 2;
+    o.jobs_sha256 = *sha;
   }
   signal(SIGPIPE, SIG_IGN);  // a closed reader is a write error, handled
   SupervisorOptions sopts;

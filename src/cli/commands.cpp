@@ -7,6 +7,7 @@ int enforcement_main(int argc, char** argv);
 int check_main(int argc, char** argv);
 int batch_main(int argc, char** argv);
 int templates_main(int argc, char** argv);
+int merge_main(int argc, char** argv);
 
 std::span<const Command> commands() {
   static const Command kCommands[] = {
@@ -14,6 +15,7 @@ std::span<const Command> commands() {
       {"enforcement", enforcement_main},
       {"check", check_main},
       {"batch", batch_main},
+      {"merge", merge_main},
       {"templates", templates_main},
   };
   return kCommands;
