@@ -26,6 +26,8 @@ const char kUsage[] =
     "  check --routes FILE                   build every route of a routes file through the gate\n"
     "  batch [options] [FILE]                run JSON jobs through the gate, results as JSON\n"
     "                                        lines (corral batch --help)\n"
+    "  merge --jobs FILE RESULTS...          join corral batch --shard I/N results into\n"
+    "                                        one (corral merge --help)\n"
     "  templates [--clear]                   the container tier's namespace templates\n"
     "  --version                             print the version\n"
     "  --help                                this text\n"
