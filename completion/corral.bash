@@ -55,7 +55,8 @@ _corral() {
     --net) COMPREPLY=($(compgen -W "none host" -- "$cur")); return ;;
     --on-output-limit) COMPREPLY=($(compgen -W "truncate kill" -- "$cur")); return ;;
     --limit|-l) compopt -o nospace 2>/dev/null; COMPREPLY=($(compgen -W "$(_corral_limits)" -- "$cur")); return ;;
-    --routes|--audit|--input|--stdin) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --routes|--audit|--input|--stdin|--jobs|-J|--output|-o|--summary) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --shard) COMPREPLY=($(compgen -W "auto" -- "$cur")); return ;;
     --artifact-root|--cwd|--rootfs|--write-path|--allow-host-path|--bind|--ro-bind)
       COMPREPLY=($(compgen -d -- "$cur")); return ;;
   esac

@@ -153,7 +153,7 @@ std::string shard_end_record(const Shard& shard, std::string_view jobs_sha256, s
   double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   char at[64];
   std::snprintf(at, sizeof at, "%.6f", now);
-  return "{\"shard_end\":" + json_string(shard.name()) + ",\"jobs_sha256\":" + json_string(jobs_sha256) +
+  return "{\"schema_version\":1,\"shard_end\":" + json_string(shard.name()) + ",\"jobs_sha256\":" + json_string(jobs_sha256) +
          ",\"jobs\":" + std::to_string(jobs) + ",\"max_line_bytes\":" + std::to_string(max_line_bytes) +
          ",\"finished_at\":" + at + "}";
 }

@@ -61,9 +61,12 @@ inline std::map<long, JobView> job_views(const std::string& text, int* dups = nu
     if (line.empty()) continue;
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || j.contains("shard_end")) continue;
-    JobView v{j.value("id", ""), j.value("outcome", ""), j["exit_code"].is_number() ? j["exit_code"].get<int>() : -1,
-              j.value("stdout_sha256", "")};
-    if (!out.emplace(j.value("line", 0L), v).second && dups) ++*dups;
+    // Keys are always there; null where they do not apply (an error line's
+    // exit code, a job without an id).
+    auto text_of = [&](const char* key) { return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : ""; };
+    JobView v{text_of("id"), text_of("outcome"), j["exit_code"].is_number() ? j["exit_code"].get<int>() : -1,
+              text_of("stdout_sha256")};
+    if (!out.emplace(j["line"].is_number() ? j["line"].get<long>() : 0L, v).second && dups) ++*dups;
   }
   return out;
 }

@@ -65,7 +65,8 @@ Expected<std::string> job_file_sha256(int fd);
 // "jobs_sha256" added in front.
 std::string tag_shard_result(std::string_view result_line, const Shard& shard, std::string_view jobs_sha256);
 
-// The last line of a shard that ran to its end: {"shard_end": "I/N",
+// The last line of a shard that ran to its end: {"schema_version": 1,
+// "shard_end": "I/N",
 // "jobs_sha256", "jobs" (results written), "max_line_bytes",
 // "finished_at" (unix seconds)}. A stream without it did not finish
 // (killed, cancelled, a lost result) and merge will not take it.

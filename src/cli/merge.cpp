@@ -22,9 +22,9 @@ namespace {
 const char kMergeHelp[] =
     "usage: corral merge --jobs FILE [-o OUT] [--summary SUMMARY] RESULTS...\n"
     "\n"
-    "Join the results of corral batch --shard I/N runs of the job FILE into the\n"
-    "results one corral batch of FILE writes: one line per job, in FILE's order,\n"
-    "without the shard fields. Refused (exit 1, each problem named, nothing written)\n"
+    "Join the results of the shards I/N of a corral batch of the job FILE (see\n"
+    "corral batch --help) into the results one corral batch of FILE writes: one\n"
+    "line per job, in FILE's order, without the shard fields. Refused (exit 1, each problem named, nothing written)\n"
     "unless every shard 0/N .. N-1/N is there and finished (its {\"shard_end\"} line),\n"
     "all ran on FILE (its SHA-256), and every job line of FILE has exactly one\n"
     "result with the job's id. A RESULTS file may hold several shards, a shard may\n"

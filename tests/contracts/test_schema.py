@@ -146,3 +146,28 @@ def test_the_job_schema_refuses_what_corral_refuses(cli):
         assert list(JOB.iter_errors(bad)), f"the schema accepts {bad}"
         p = corral("batch", input=json.dumps(bad) + "\n")
         assert json.loads(p.stdout)["outcome"] == "error", f"corral accepts {bad}"
+
+
+def test_shard_lines_their_end_line_and_the_merge_match_the_result_schema(cli, tmp_path):
+    jobs = tmp_path / "jobs.jsonl"
+    lines = [json.dumps({"id": f"j{k}", "argv": ["sh", "-c", f"echo {k}; exit {k % 3}"]}) for k in range(6)]
+    lines.insert(2, '{"id": "broken", "argv": [')
+    jobs.write_text("\n".join(lines) + "\n")
+    files = []
+    for i in range(2):
+        p = corral("batch", "--shard", f"{i}/2", str(jobs))
+        assert p.returncode == 0, p.stderr
+        out = p.stdout.splitlines()
+        assert json.loads(out[-1])["shard_end"] == f"{i}/2"
+        for line in out:
+            valid(RESULT, json.loads(line), f"shard {i}/2 line")
+        f = tmp_path / f"shard-{i}.jsonl"
+        f.write_text(p.stdout)
+        files.append(str(f))
+    m = corral("merge", "--jobs", str(jobs), *files)
+    assert m.returncode == 0, m.stderr
+    merged = [json.loads(l) for l in m.stdout.splitlines()]
+    assert len(merged) == 7
+    for r in merged:
+        assert "shard" not in r and "jobs_sha256" not in r
+        valid(RESULT, r, "a merged line")
