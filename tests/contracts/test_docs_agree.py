@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from conftest import CLI, ROOT, corral, schema
+from contract_support import CLI, ROOT, cli, corral, schema  # noqa: F401 (cli: a fixture)
 
 
 def read(path):

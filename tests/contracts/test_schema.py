@@ -10,7 +10,7 @@ import time
 import pytest
 from jsonschema import Draft202012Validator
 
-from conftest import BUILD, CLI, corral, schema
+from contract_support import BUILD, CLI, cli, corral, schema  # noqa: F401 (cli: a fixture)
 
 RESULT = Draft202012Validator(schema("result.schema.json"))
 AUDIT = Draft202012Validator(schema("audit.schema.json"))

@@ -1,4 +1,6 @@
-"""Shared by the contract tests: the checkout, the built CLI, the schemas."""
+"""Shared by the contract tests: the checkout, the built CLI, the schemas.
+(Not named conftest.py: python/tests has one, and both suites may be
+collected in one pytest run.)"""
 import json
 import os
 import subprocess
