@@ -7,6 +7,7 @@ job lines into one `corral batch` and yields each Result line as it comes.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import subprocess
@@ -98,8 +99,13 @@ def _flag_args(fields: Mapping[str, Any]) -> List[str]:
     return args
 
 
+@functools.lru_cache(maxsize=None)
+def _run_help(cli: str) -> str:
+    return subprocess.run([cli, "run", "--help"], capture_output=True, text=True).stdout
+
+
 def _cli_has(cli: str, option: str) -> bool:
-    help_text = subprocess.run([cli, "run", "--help"], capture_output=True, text=True).stdout
+    help_text = _run_help(cli)
     return f"{option} " in help_text or f"{option}=" in help_text
 
 
