@@ -11,6 +11,10 @@ bool Supervisor::Impl::only_known_children() {
   if (tasks == nullptr) return false;
   bool known = true;
   char buf[4096];
+  // A pid is known when it is a run's (by_pid) or the guardian.
+  auto check = [&](pid_t pid) {
+    if (pid > 0 && !by_pid.count(pid) && !(guardian && pid == guardian->pid())) known = false;
+  };
   while (known) {
     dirent* e = readdir(tasks);
     if (e == nullptr) break;
@@ -21,18 +25,37 @@ bool Supervisor::Impl::only_known_children() {
       known = errno == ENOENT;  // a thread that just exited
       continue;
     }
-    ssize_t n = ::read(fd, buf, sizeof buf);
+    // Read to the end, however long: with hundreds of runs in flight the
+    // list passes one read (the kernel's seq_file hands out at most a page
+    // per read, so a single 4 KiB read made every exit look unknown and
+    // paid the uid kill's helper process every time). A later read resumes
+    // by position in the list: sound because nothing leaves it meanwhile
+    // (a child leaves our list only when reaped, and only this thread
+    // reaps) and what joins it is appended. A pid cut by a read's end
+    // carries over to the next one.
+    pid_t pid = 0;
+    for (;;) {
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        known = false;  // unreadable: do not guess
+        break;
+      }
+      if (n == 0) {
+        check(pid);
+        break;
+      }
+      for (ssize_t i = 0; i < n && known; ++i) {
+        if (buf[i] >= '0' && buf[i] <= '9') {
+          pid = pid * 10 + (buf[i] - '0');
+        } else {
+          check(pid);
+          pid = 0;
+        }
+      }
+      if (!known) break;
+    }
     ::close(fd);
-    if (n < 0 || n == static_cast<ssize_t>(sizeof buf)) {
-      known = false;  // unreadable, or more than one read's worth: do not guess
-      break;
-    }
-    for (ssize_t i = 0; i < n && known;) {
-      pid_t pid = 0;
-      while (i < n && buf[i] >= '0' && buf[i] <= '9') pid = pid * 10 + (buf[i++] - '0');
-      while (i < n && (buf[i] < '0' || buf[i] > '9')) ++i;
-      if (pid > 0 && !by_pid.count(pid) && !(guardian && pid == guardian->pid())) known = false;
-    }
   }
   closedir(tasks);
   return known;

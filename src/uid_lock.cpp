@@ -60,6 +60,16 @@ Expected<bool> UidLockFile::held_elsewhere(uid_t uid) const noexcept {
   return fl.l_type != F_UNLCK;
 }
 
+bool UidLockFile::left_clean(uid_t uid) const noexcept {
+  char byte = 0;
+  return ::pread(fd_.get(), &byte, 1, static_cast<off_t>(uid)) == 1 && byte == kUidClean;
+}
+
+bool UidLockFile::mark(uid_t uid, bool clean) noexcept {
+  const char byte = clean ? kUidClean : kUidDirty;
+  return ::pwrite(fd_.get(), &byte, 1, static_cast<off_t>(uid)) == 1;
+}
+
 namespace {
 
 struct KillArgs {

@@ -1,7 +1,6 @@
 // UidPool (privilege.hpp): one uid per run in flight, locally or host-wide.
 // Parent side only.
 #include <signal.h>
-#include <sys/random.h>
 
 #include <algorithm>
 #include <mutex>
@@ -61,6 +60,18 @@ struct UidPool::Lease::State {
     if (!file) return std::move(file).error().context("uid pool " + range());
     lock.emplace(std::move(*file));
     return {};
+  }
+
+  // The pool goes (its last lease too): every uid it still holds is let
+  // go, an idle one marked clean first (uid_lock.hpp) so the next holder,
+  // in this process or another, need not reap it. A lost one stays dirty.
+  ~State() {
+    if (!lock) return;
+    for (std::uint32_t off = 0; off < marks.size(); ++off) {
+      if (marks[off] == kNotOurs) continue;
+      if (marks[off] == kIdle) (void)lock->mark(first + off, true);
+      lock->unlock(first + off);
+    }
   }
 
   Status kill_uid(uid_t uid, int sig) {
@@ -144,16 +155,18 @@ Expected<UidPool::Lease> UidPool::acquire(Reap reap) {
     if (auto st = s.open_lock(); !st) return std::move(st).error();
     if (s.marks.empty()) {
       // Allocated once, where failing is allowed: release (noexcept) then
-      // never allocates. A random start spreads processes started side by
-      // side over the range, so they rarely contend for the same bytes.
+      // never allocates. The scan starts at the range's first uid, not at
+      // a random one: processes that run one after the other (a shell loop
+      // of `corral run`) then take the same few uids, left clean by the
+      // last one (no reap), whose user namespace templates already exist
+      // (ns_template.hpp). Processes side by side skip each other's uids
+      // at one fcntl each.
       try {
         s.marks.assign(s.count, kNotOurs);
         s.free.reserve(s.count);
       } catch (const std::bad_alloc&) {
         return Error(ENOMEM, "uid pool " + s.range() + ": out of memory");
       }
-      std::uint32_t rnd = 0;
-      if (::getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) == sizeof rnd) s.cursor = rnd % s.count;
     }
     if (!s.free.empty()) {
       offset = s.free.back();  // idle: still locked by us, and clean
@@ -167,13 +180,24 @@ Expected<UidPool::Lease> UidPool::acquire(Reap reap) {
         auto got = s.lock->try_lock(uid);
         if (!got) return std::move(got).error();
         if (!*got) continue;  // another run on the host holds it
-        // Ours now; a holder that died may have left processes of it behind.
-        if (reap == Reap::by_first_process) {
+        // Ours now. Unless its last holder let go of it marked clean, that
+        // holder may have died leaving processes of it behind: reap them.
+        // Then dirty until we let go of it clean (uid_lock.hpp), so a
+        // crash of ours makes the next holder reap.
+        if (s.lock->left_clean(uid)) {
+          // Nothing of it lives: no helper, no kill by the first process.
+        } else if (reap == Reap::by_first_process) {
           lease.first_reaps_ = true;
         } else if (auto reaped = s.kill_uid(uid, SIGKILL); !reaped) {
           s.lock->unlock(uid);
           return std::move(reaped).error().context("uid pool " + s.range() + ": reap uid " + std::to_string(uid) +
                                                     " before handing it out");
+        }
+        if (!s.lock->mark(uid, false)) {
+          int err = errno;
+          s.lock->unlock(uid);
+          return Error::from_errno(err, "uid pool " + s.range() + ": mark uid " + std::to_string(uid) + " in use in " +
+                                            s.lock_path);
         }
         offset = off;
         s.cursor = (off + 1) % s.count;

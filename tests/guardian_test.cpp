@@ -166,6 +166,45 @@ Test(guardian, escapees_die_at_the_end_of_the_run) {
   cr_assert_eq(h.leftovers(), 0u);
 }
 
+// The end-of-run check that spares the uid kill reads our children from
+// /proc/self/task/*/children, which the kernel hands out a page per read.
+// With ~900 runs in flight the list is several pages, and the escapees,
+// reparented to us last, sit past the first one: they must still count as
+// unknown (a check that stopped at the first page and called the rest
+// known would spare the kill and leave them running).
+Test(guardian, escapees_die_at_the_end_of_the_run_among_hundreds_of_runs) {
+  need_root();
+  corral_test::Harness h;
+  constexpr int kSleepers = 900;  // pids of 5+ digits and a space: past 4 KiB
+  std::vector<RunHandle> sleepers;
+  for (int i = 0; i < kSleepers; ++i) {
+    Request r;
+    r.tier = Tier::none;
+    r.argv = {"sleep", "60"};
+    auto handle = h.sup->submit(std::move(r), RunCallbacks{});
+    cr_assert(handle.ok(), "sleeper %d: %s", i, handle.ok() ? "" : handle.error().message().c_str());
+    sleepers.push_back(std::move(*handle));
+  }
+  std::size_t listed = 0;
+  for (const char* task : {"/proc/self/task"}) {
+    DIR* d = opendir(task);
+    while (dirent* e = d ? readdir(d) : nullptr)
+      if (e->d_name[0] != '.')
+        listed += corral_test::read_file(std::string(task) + "/" + e->d_name + "/children").size();
+    if (d) closedir(d);
+  }
+  cr_assert_gt(listed, 4096u, "the children lists hold %zu bytes: not past one page", listed);
+  Result res = h.run(escapees(100));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  auto pids = escapee_pids(res.stdout_capture.text);
+  cr_assert_eq(pids.size(), 2u, "stdout: %s", res.stdout_capture.text.c_str());
+  auto left = still_alive(pids, 1000);
+  kill_all(left);
+  for (auto& s : sleepers) s.cancel();
+  (void)h.sup->run_until_idle();
+  cr_assert(left.empty(), "%zu escapee(s) outlived the run", left.size());
+}
+
 Test(guardian, escapees_die_at_cancel) {
   need_root();
   corral_test::Harness h;

@@ -2,6 +2,7 @@
 // is not handed out while a process of it lives, and its lock goes with a
 // dead holder. Observed from outside: other processes, /proc.
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -24,6 +25,16 @@ void need_root() {
   if (!is_root_capable()) cr_skip_test("needs root (setresuid for the uid kill)");
 }
 
+// Until `pid` runs as `uid`: a loaded host may take longer than any fixed
+// sleep, and a kill of the uid sent before that would miss it.
+void wait_for_uid(pid_t pid, uid_t uid) {
+  const std::string want = std::to_string(uid) + "\t";
+  for (int i = 0; i < 500; ++i) {
+    if (corral_test::proc_status_field(std::to_string(pid), "Uid").rfind(want, 0) == 0) return;
+    usleep(10000);
+  }
+}
+
 // A process of `uid` that outlives its parent: fork, become uid, setsid
 // (an escapee of any group), pause. Returns its pid; reaped by us.
 pid_t start_as_uid(uid_t uid) {
@@ -34,7 +45,7 @@ pid_t start_as_uid(uid_t uid) {
     if (setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) _exit(99);
     for (;;) pause();
   }
-  usleep(20000);
+  wait_for_uid(p, uid);
   return p;
 }
 
@@ -166,6 +177,7 @@ Test(uid_lock, a_dead_holders_escapee_dies_before_its_uid_is_handed_out) {
   pid_t escapee = 0;
   cr_assert_eq(read(out[0], &escapee, sizeof escapee), (ssize_t)sizeof escapee);
   waitpid(holder, nullptr, 0);
+  wait_for_uid(escapee, 299200);
   cr_assert(alive(escapee), "the escapee should have outlived its holder");
   UidPool pool(299200, 1);
   pool.lock_host_wide(lock);
@@ -256,4 +268,100 @@ Test(uid_lock, supervisors_in_two_processes_never_run_as_the_same_uid) {
   }
   cr_assert(third.ok(), "%s", third.ok() ? "" : third.error().message().c_str());
   cr_assert_str_eq(third->stdout_capture.text.c_str(), "299500\n");
+}
+
+namespace {
+// The byte of `uid` in the lock file, as another process sees it.
+char lock_byte(const std::string& path, uid_t uid) {
+  char b = 0;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    if (pread(fd, &b, 1, static_cast<off_t>(uid)) != 1) b = 0;
+    close(fd);
+  }
+  return b;
+}
+}  // namespace
+
+// The mark that spares a fresh holder its reap (a helper process per
+// one-shot run): dirty while held, clean only when a holder let go of the
+// uid knowing nothing of it lives; a holder that dies leaves it dirty and
+// the next holder reaps its escapee.
+Test(uid_lock, a_uid_is_marked_clean_only_when_let_go_with_nothing_of_it_alive) {
+  need_root();
+  TempDir dir;
+  const std::string lock = dir / "uids.lock";
+  constexpr uid_t kUid = 299600;
+  int ready[2], go[2];
+  cr_assert_eq(pipe(ready), 0);
+  cr_assert_eq(pipe(go), 0);
+  // 1. A holder with an escapee, released (the escapee killed), then the
+  //    pool gone: clean.
+  pid_t p = fork();
+  if (p == 0) {
+    {
+      UidPool pool(kUid, 1);
+      pool.lock_host_wide(lock);
+      auto lease = pool.acquire();
+      if (!lease.ok()) _exit(1);
+      pid_t e = fork();
+      if (e == 0) {
+        setsid();
+        if (setresuid(kUid, kUid, kUid) != 0) _exit(99);
+        for (;;) pause();
+      }
+      wait_for_uid(e, kUid);
+      char c = 1;
+      (void)!write(ready[1], &c, 1);
+      (void)!read(go[0], &c, 1);
+      lease->release();
+      waitpid(e, nullptr, 0);
+    }
+    _exit(0);
+  }
+  char c;
+  cr_assert_eq(read(ready[0], &c, 1), 1);
+  cr_assert_eq(lock_byte(lock, kUid), kUidDirty, "a held uid must read dirty");
+  (void)!write(go[1], "x", 1);
+  int status = 0;
+  waitpid(p, &status, 0);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  cr_assert_eq(lock_byte(lock, kUid), kUidClean, "let go with its escapee reaped: clean");
+  // 2. A holder that dies holding it, with an escapee: dirty, and the next
+  //    holder reaps.
+  int out[2];
+  cr_assert_eq(pipe(out), 0);
+  pid_t holder = fork();
+  if (holder == 0) {
+    UidPool pool(kUid, 1);
+    pool.lock_host_wide(lock);
+    auto lease = pool.acquire();
+    if (!lease.ok()) _exit(1);
+    pid_t e = fork();
+    if (e == 0) {
+      close_range(3, ~0u, 0);
+      setsid();
+      if (setresuid(kUid, kUid, kUid) != 0) _exit(99);
+      for (;;) pause();
+    }
+    (void)!write(out[1], &e, sizeof e);
+    usleep(20000);
+    _exit(0);  // dies holding the lease
+  }
+  pid_t escapee = 0;
+  cr_assert_eq(read(out[0], &escapee, sizeof escapee), (ssize_t)sizeof escapee);
+  waitpid(holder, nullptr, 0);
+  wait_for_uid(escapee, kUid);
+  cr_assert_eq(lock_byte(lock, kUid), kUidDirty, "a holder that died must leave the uid dirty");
+  cr_assert(alive(escapee));
+  {
+    UidPool pool(kUid, 1);
+    pool.lock_host_wide(lock);
+    auto lease = pool.acquire();
+    cr_assert(lease.ok(), "%s", lease.ok() ? "" : lease.error().message().c_str());
+    cr_assert(gone_within(escapee, 1000), "a dirty uid was handed out with its escapee alive");
+  }
+  // The lease was clean (reaped at acquire, nothing started since) but never
+  // released by a kill: release() reaps it, then the pool marks it clean.
+  cr_assert_eq(lock_byte(lock, kUid), kUidClean);
 }

@@ -15,7 +15,23 @@
 // by the kernel when the last fd of the description closes — a holder that
 // dies (SIGKILL, OOM) leaves no stale lock. The byte is the uid itself, so
 // pools with different ranges still exclude each other where they overlap
-// (a lock past the end of a file is fine; the file stays empty).
+// (a lock past the end of a file is fine; the file is sparse: only the
+// bytes of uids ever held are written, see below).
+//
+// Why a byte that says "left clean": a fresh holder must reap a dead
+// holder's leftovers, and that reap is a process of its own (a clone and a
+// wait: most of a one-shot CLI's container run was that helper and the
+// user namespace template its random uid needed). So the holder of a lock
+// records in the locked byte itself whether the uid may hold processes:
+// kUidDirty when it hands the uid to a run, kUidClean only when it lets go
+// of the lock knowing nothing of the uid lives (every run of it was reaped
+// by a SIGKILL to the uid, or seen to have left nothing). Only a holder
+// writes the byte. A holder that dies leaves kUidDirty; a file that never
+// held a byte there, or any other value, reads as dirty too: the next
+// holder reaps, exactly as before. Clean means clean for the same reason
+// a pool reuses an idle uid of its own without a kill: a process of a
+// range uid is started only by a holder of its lock (root), and none of
+// the last holder's outlived its reaping.
 //
 // Why a kill: a lock says who holds the uid, not that nothing of its last
 // holder still runs (a setsid escapee of a supervisor that was SIGKILLed
@@ -39,6 +55,8 @@
 namespace corral {
 
 inline constexpr std::string_view kUidLockPath = "/run/corral/uids.lock";
+inline constexpr char kUidClean = 'c';
+inline constexpr char kUidDirty = 'd';
 
 class UidLockFile {
  public:
@@ -54,6 +72,12 @@ class UidLockFile {
   void unlock(uid_t uid) noexcept;
   // Whether some other open file description holds byte <uid> (F_OFD_GETLK).
   Expected<bool> held_elsewhere(uid_t uid) const noexcept;
+  // Holder only (under its lock). Whether the last holder of <uid> left it
+  // marked clean; anything unreadable or unknown is not clean.
+  bool left_clean(uid_t uid) const noexcept;
+  // Holder only: records whether <uid> may hold processes (see above).
+  // False when the byte could not be written (then the next holder reaps).
+  bool mark(uid_t uid, bool clean) noexcept;
 
   int fd() const noexcept { return fd_.get(); }
   const std::string& path() const noexcept { return path_; }
