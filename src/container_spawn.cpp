@@ -144,6 +144,10 @@ int program_steps_in_child(void* p, int ns_err) noexcept {
 }  // namespace
 
 Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
+  return spawn_container(plan, c, ignored_signal_mask());
+}
+
+Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c, std::uint64_t ignored_signals) {
   Spawner::Child child;
   UniqueFd out_write, err_write, error_read, error_write, report_write;
   if (auto st = make_child_pipe(child.stdout_read, out_write, "stdout", true); !st) return std::move(st).error();
@@ -162,7 +166,7 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
   args.sources[2] = plan.merge_output ? out_write.get() : err_write.get();
   args.error_fd = error_write.get();
   args.report_fd = report_write.get();
-  args.reset_mask = ignored_signal_mask();
+  args.reset_mask = ignored_signals;
 
   CloneSpec spec;
   spec.flags = c.ns.clone_flags() | CLONE_CLEAR_SIGHAND;

@@ -144,7 +144,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
                                                       SecretMasker(run.prep.secrets));
   ++s.in_flight;
 
-  auto child = run.prep.container ? spawn_container(run.prep.plan, *run.prep.container)
+  auto child = run.prep.container ? spawn_container(run.prep.plan, *run.prep.container, s.spawner->ignored_signals())
                                   : s.spawner->spawn(run.prep.plan);
   if (!child) {
     // corral's own failure (pipe, clone3): nothing runs; undo.

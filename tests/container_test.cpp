@@ -21,6 +21,22 @@ Test(container, no_capabilities_and_no_new_privs_inside) {
                                        {"Seccomp", "2"}}));
 }
 
+// A signal the supervisor's process ignores (the CLI ignores SIGPIPE) is
+// back to SIG_DFL in the program: the container spawn resets the set the
+// supervisor's Spawner read when it was made (not re-read per run).
+Test(container, signals_the_supervisor_ignores_are_default_in_the_program) {
+  SKIP_UNLESS_CONTAINER();
+  struct sigaction ign {}, old {};
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGUSR2, &ign, &old);
+  Harness h;
+  Result r = h.run(boxed({"/bin/grep", "SigIgn", "/proc/self/status"}));
+  sigaction(SIGUSR2, &old, nullptr);
+  cr_assert_eq(r.outcome, Outcome::exited, "%s", r.detail.c_str());
+  cr_assert(contains(r.stdout_capture.text, "SigIgn:\t0000000000000000"), "program's %s",
+            r.stdout_capture.text.c_str());
+}
+
 Test(container, as_root_the_program_has_no_supplementary_groups) {
   SKIP_UNLESS_CONTAINER();
   if (geteuid() != 0) cr_skip_test("not root: a rootless run keeps its creator's groups (setgroups is denied to it)");

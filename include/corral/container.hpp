@@ -118,6 +118,9 @@ Limits container_rlimit_limits(const Limits& limits);
 // a spawn stage (namespaces, cgroup, fds, rlimits, capabilities, seccomp,
 // execve) with the full message in c.failure.
 Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c);
+// The same, with the signals to reset to SIG_DFL in the child given
+// (Spawner::ignored_signals(): read once, not 29 sigaction calls per run).
+Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c, std::uint64_t ignored_signals);
 
 // Parent, once the run has ended (pid 1 reaped, so every writer of the pipe
 // is gone): the failure record, if the child wrote one, into end.report and

@@ -132,6 +132,8 @@ class Spawner {
   // set is read when the Spawner is created (29 sigaction calls are not
   // worth paying per spawn); call this after changing a disposition.
   void refresh_ignored_signals();
+  // That set (the container tier's spawn resets the same one).
+  std::uint64_t ignored_signals() const noexcept { return ignored_signals_; }
 
  private:
   Spawner() = default;
