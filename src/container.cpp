@@ -91,6 +91,13 @@ Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_
   if (auto st = check_container_request(req, inside); !st) return st;
 
   MountTreeSpec tree;
+  // Ceilings, not reservations: a tmpfs takes pages as files are written,
+  // and they count against the run's memory cgroup. Sized for ordinary work
+  // (CPython's suite: test_venv copies a standard library and pip into
+  // /tmp, ENOSPC at 64 MiB; a 64 MiB multiprocessing shared_memory segment
+  // died with SIGBUS at 16 MiB): /tmp as large as the default workspace,
+  // /dev/shm a quarter of it.
+  tree.tmp_bytes(kContainerWorkspaceBytes).shm_bytes(kContainerWorkspaceBytes / 4);
   if (run.workspace->on_tmpfs())
     tree.workspace_mount(run.workspace->dirfd(), std::string(kContainerWorkspace));
   else

@@ -331,11 +331,12 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   else if (container)
     add(kGuaranteeNetworkNone, h.user_namespaces ? "container" : "unsupported",
         h.root && h.landlock_abi >= 6
-            ? "the namespace template's empty network namespace, shared by runs: lo down, sockets but AF_UNIX "
-              "refused (seccomp no-network), abstract unix sockets scoped to the run (Landlock ABI 6); "
-              "--loopback: one of the run's own with lo up and sockets only AF_UNIX, AF_INET, AF_INET6 "
-              "(seccomp inet-only). Neither the host's network nor its loopback, nor vsock, netlink or packet"
-            : "empty network namespace of the run's own (loopback only), sockets only AF_UNIX, AF_INET, AF_INET6 "
+            ? "network empty_namespace: the namespace template's empty network namespace, shared by runs, no "
+              "interface up (socket(AF_INET) works, connect and sendto ENETUNREACH), "
+              "abstract unix sockets scoped to the run (Landlock ABI 6); --loopback (or binds): network loopback, "
+              "one of the run's own with lo up. Sockets only AF_UNIX, AF_INET, AF_INET6 (seccomp inet-only). "
+              "Neither the host's network nor its loopback, nor vsock, netlink or packet"
+            : "network loopback: an empty network namespace of the run's own (lo up), sockets only AF_UNIX, AF_INET, AF_INET6 "
               "(seccomp inet-only: vsock, which no network namespace isolates, netlink, packet and every other "
               "family refused): neither the host's network nor its loopback");
   else

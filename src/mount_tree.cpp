@@ -26,10 +26,28 @@ constexpr std::string_view kOldRoot = "/.oldroot";
 
 // The host entries a host-mode tree mirrors, as the host has them.
 constexpr std::string_view kSystemEntries[] = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"};
-// /etc files that are needed to run programs and say nothing secret.
-constexpr std::string_view kHostEtc[] = {"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives",
-                                         "localtime"};
-constexpr std::string_view kDevNodes[] = {"null", "zero", "full", "random", "urandom"};
+// /etc entries programs need and that say nothing secret, carried
+// read-only as the host has them: the loader's, the name-service tables
+// nsswitch.conf below names (services, protocols: getaddrinfo with a
+// service name, getprotobyname), time zone, MIME and magic databases, the
+// public CA certificates (not /etc/ssl/private), and the directories that
+// /usr's own symlinks point into (/usr/lib/jvm/*/conf/security/java.security
+// -> /etc/java-*, /usr/lib/python3.*/sitecustomize.py -> /etc/python3.*,
+// /usr/lib/ssl/certs -> /etc/ssl/certs). An allow-list, never a copy of /etc
+// minus a deny-list: shadow, gshadow, ssh host keys, sudoers, machine-id,
+// resolv.conf and whatever a site adds stay out.
+constexpr std::string_view kHostEtc[] = {
+    "ld.so.cache", "ld.so.conf",     "ld.so.conf.d",         "alternatives",    "localtime",      "timezone",
+    "services",    "protocols",      "rpc",                  "networks",        "ethertypes",     "host.conf",
+    "gai.conf",    "mime.types",     "magic",                "magic.mime",      "locale.alias",   "os-release",
+    "debian_version", "shells",      "inputrc",              "bash.bashrc",     "profile",        "terminfo",
+    "xml",         "sgml",           "groff",                "fonts",           "ca-certificates.conf",
+    "ssl/certs",   "ssl/openssl.cnf"};
+// /etc directories carried by name prefix (one per installed version).
+constexpr std::string_view kHostEtcPrefixes[] = {"java-", "python3"};
+// tty: a process with no controlling terminal gets ENXIO from it, one
+// with a pty as its terminal (login_tty after openpty) that pty.
+constexpr std::string_view kDevNodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
 // rootfs entries the tree provides itself (or never shows).
 constexpr std::string_view kRootfsSkipped[] = {"proc", "dev", "tmp", "sys", ".oldroot"};
 
@@ -236,10 +254,21 @@ Status add_host_system(Builder& b, const EtcIdentity& who) {
   b.write_file("/etc/nsswitch.conf",
                "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
                "protocols: files\nservices: files\n");
-  for (auto name : kHostEtc) {
-    std::string n(name);
-    if (auto st = mirror_entry(b, "/etc/" + n, "/etc/" + n, false); !st) return st;
+  std::vector<std::string> names(std::begin(kHostEtc), std::end(kHostEtc));
+  if (DIR* dir = ::opendir("/etc")) {
+    std::vector<std::string> versioned;
+    while (struct dirent* e = ::readdir(dir)) {
+      std::string_view n = e->d_name;
+      for (auto prefix : kHostEtcPrefixes)
+        if (n.size() > prefix.size() && n.substr(0, prefix.size()) == prefix) versioned.emplace_back(n);
+    }
+    ::closedir(dir);
+    // readdir's order is the directory's; the base tree's fingerprint is not.
+    std::sort(versioned.begin(), versioned.end());
+    names.insert(names.end(), versioned.begin(), versioned.end());
   }
+  for (const auto& n : names)
+    if (auto st = mirror_entry(b, "/etc/" + n, "/etc/" + n, false); !st) return st;
   return {};
 }
 
@@ -283,6 +312,16 @@ void add_dev(Builder& b, const MountTreeSpec& spec, Builder& fresh) {
   b.symlink("/proc/self/fd/0", "/dev/stdin");
   b.symlink("/proc/self/fd/1", "/dev/stdout");
   b.symlink("/proc/self/fd/2", "/dev/stderr");
+  // A devpts instance of the run's own (newinstance; bubblewrap's --dev
+  // does the same): its ptys are numbered from 0 and none of the host's
+  // terminals is in it. ptmxmode=0666 because the instance's ptmx node is
+  // the only way in; /dev/ptmx points at it. No gid= option: the host's tty
+  // group is not mapped in the user namespace, and a pty's slave then
+  // belongs to its opener's group, which is all a program needs.
+  b.mkdir("/dev/pts", 0755);
+  b.symlink("pts/ptmx", "/dev/ptmx");
+  fresh.mount("mount devpts on /dev/pts", "devpts", "/dev/pts", MS_NOSUID | MS_NOEXEC,
+              "newinstance,ptmxmode=0666,mode=0620");
   b.mkdir("/dev/shm", 01777);
   fresh.tmpfs("/dev/shm", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.shm_bytes()) + ",mode=1777");
   b.setattr("/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, "make /dev read-only");

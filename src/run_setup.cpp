@@ -1,6 +1,7 @@
 #include "corral/run_setup.hpp"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -58,6 +59,59 @@ std::vector<std::string> exec_candidates(const std::string& program, const std::
   return out;
 }
 
+// The tiers' seccomp filters are for x86_64 (seccomp.hpp): a 32-bit program
+// (i386, or x32, which is ELFCLASS32 too) would die of SIGSYS at its first
+// system call. Refused here, before anything runs, with the reason. Only a
+// path the host can read is looked at (a container's /workspace or rootfs
+// is not); a file that is not ELF is the kernel's to judge.
+Status refuse_32bit_program(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  unsigned char ident[5] = {0};
+  if (!fd || ::read(fd.get(), ident, sizeof ident) != static_cast<ssize_t>(sizeof ident)) return {};
+  if (std::memcmp(ident, "\x7f" "ELF", 4) != 0 || ident[4] != 1 /* ELFCLASS32 */) return {};
+  return Error(ENOEXEC, "could not start: '" + path +
+                            "' is a 32-bit program; the tier's seccomp filter covers x86_64 system calls only and "
+                            "would kill it (SIGSYS) at its first one (use --tier none, or a 64-bit build)");
+}
+
+// USER and LOGNAME for the clean environment (getpass.getuser(), many
+// shells and tools read them before any passwd lookup). The container's is
+// the name its generated /etc/passwd gives the run's uid; a run on a uid of
+// its own (tier process as root) has no passwd entry on the host, so the
+// name says which uid it is; otherwise the program runs as us, under our
+// name (our USER, else our passwd entry, looked up once per process).
+std::string run_user_name(bool container, const std::optional<WorkspaceOwner>& owner, bool own_uid) {
+  if (container) return EtcIdentity{}.user;
+  if (owner && own_uid) return "corral-" + std::to_string(owner->uid);
+  static const std::string ours = [] {
+    if (const char* v = find_env("USER"); v && *v) return std::string(v);
+    struct passwd pw, *found = nullptr;
+    char buf[4096];
+    if (::getpwuid_r(::geteuid(), &pw, buf, sizeof buf, &found) == 0 && found) return std::string(found->pw_name);
+    return std::to_string(::geteuid());
+  }();
+  if (owner) {
+    struct passwd pw, *found = nullptr;
+    char buf[4096];
+    if (::getpwuid_r(owner->uid, &pw, buf, sizeof buf, &found) == 0 && found) return found->pw_name;
+    return std::to_string(owner->uid);
+  }
+  return ours;
+}
+
+// The Result's enforcement["network"]: which network the run had. `host`
+// (the host's), `none` (tier process --net none: sockets but AF_UNIX
+// refused), `tcp_allowlist` (--net none with TCP ports allowed),
+// `empty_namespace` (a container in the template's shared namespace: no
+// interface up, socket() works, connect ENETUNREACH), `loopback` (a
+// container's namespace of its own, lo up).
+std::string run_network(const PreparedRun& run) {
+  const Request& req = run.request;
+  if (req.tier == Tier::container) return run.container && run.container->ns.in_template() ? "empty_namespace" : "loopback";
+  if (req.tier == Tier::none || req.net == NetworkAccess::host) return "host";
+  return req.tcp_connect_ports.empty() ? "none" : "tcp_allowlist";
+}
+
 Expected<UniqueFd> stdin_memfd(const std::string& text) {
   UniqueFd fd(memfd_create("corral-stdin", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) return Error::from_errno(errno, "stdin: memfd_create");
@@ -76,17 +130,19 @@ Expected<UniqueFd> stdin_memfd(const std::string& text) {
 
 // The tier's filter: `default` plus the network profile whose socket
 // families the run's network policy allows (seccomp.hpp): `no-network`
-// when the network is closed (and in a container's shared template
-// namespace), `tcp-only` when it is closed but for an allow-list of ports,
-// `inet-only` in a container's network namespace of its own (IP reaches
-// only its lo; a namespace does not isolate vsock, so the families still
-// need the allow-list), `host-network` on the host's network.
-Expected<std::shared_ptr<const SeccompProgram>> seccomp_for(const Request& req, MechanismCache* cache,
-                                                            bool shared_netns = false) {
+// when the network is closed, `tcp-only` when it is closed but for an
+// allow-list of ports, `inet-only` in a container (IP reaches only the
+// namespace's lo; a namespace does not isolate vsock, so the families still
+// need the allow-list), `host-network` on the host's network. A container in
+// the template's shared namespace, where lo is down, gets `inet-only` too: a
+// program's socket(AF_INET) succeeds and the network answers as one with no
+// interface up (connect and sendto: ENETUNREACH), so
+// a program sees "no network", not a refusal it cannot explain. A port bound
+// on 0.0.0.0 there occupies it for the other runs of the template, but no
+// packet can pass between them.
+Expected<std::shared_ptr<const SeccompProgram>> seccomp_for(const Request& req, MechanismCache* cache) {
   const char* net = "host-network";
-  if (shared_netns)
-    net = "no-network";
-  else if (req.tier == Tier::container)
+  if (req.tier == Tier::container)
     net = "inet-only";
   else if (req.net == NetworkAccess::none)
     net = req.tcp_connect_ports.empty() ? "no-network" : "tcp-only";
@@ -115,10 +171,8 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
                     : prepare_container(run, host, geteuid(), getegid());
     if (!st) return st;
     // `default` (io_uring, namespace creation, mount and the other host-wide
-    // calls denied) and `inet-only`; in the shared template's network
-    // namespace `no-network` instead: a port bound there would collide with
-    // another run's.
-    auto program = seccomp_for(req, cache, run.container->ns.in_template());
+    // calls denied) and `inet-only`, in the template's namespace too.
+    auto program = seccomp_for(req, cache);
     if (!program) return std::move(program).error();
     run.plan.seccomp = std::move(*program);
     return {};
@@ -167,6 +221,14 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
       spec.confine_writes(true);
       spec.allow_writes(run.workspace->path());
       spec.allow_writes("/dev/null");
+      // Pseudo-terminals are not the host's files to protect: opening
+      // /dev/ptmx makes a new pty, and its slave under /dev/pts belongs to
+      // the run's uid (another uid's terminal stays closed to it by its
+      // 0620 mode). Shells, `script`, expect and REPL drivers need them.
+      // /dev/tty is the caller's controlling terminal: a run has none (its
+      // own session) unless it made a pty its terminal.
+      for (const char* pty : {"/dev/ptmx", "/dev/pts", "/dev/tty"})
+        if (::access(pty, F_OK) == 0) spec.allow_writes(pty);
       if (req.cwd) spec.allow_writes(*req.cwd);
       for (const auto& p : req.write_paths) spec.allow_writes(p);
     } else {
@@ -329,6 +391,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   // In a container the workspace is at /workspace and /tmp is a private tmpfs.
   env["HOME"] = container ? std::string(kContainerWorkspace) + "/home" : w.home();
   env["TMPDIR"] = container ? std::string("/tmp") : w.tmp();
+  env["USER"] = env["LOGNAME"] = run_user_name(container, owner, run.uid_lease.has_value());
   for (const auto& [k, v] : req.env) env[k] = v;
   for (auto& [k, v] : secret_env) env[k] = v;
   for (const auto& [k, v] : env) {
@@ -339,6 +402,8 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   auto path_it = env.find("PATH");
   plan.exec_paths = exec_candidates(plan.argv_storage.front(), path_it == env.end() ? "" : path_it->second);
   run.program = tried_program(plan);  // the plan's strings are released after the spawn
+  if (req.tier != Tier::none && !req.rootfs && !(container && plan.exec_paths.front().rfind("/workspace/", 0) == 0))
+    if (auto st = refuse_32bit_program(plan.exec_paths.front()); !st) return who(st.error());
   plan.cwd = container ? "" : (req.cwd ? *req.cwd : w.path());  // container: the mount tree's chdir
   plan.merge_output = req.merge_output;
   if (req.stdin_text) {
@@ -511,6 +576,7 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   r.tier = std::string(to_string(run.request.tier));
   r.limits = run.limits;
   r.enforcement = run_enforcement(run.enforcement, run.request, run.limits);
+  r.enforcement["network"] = run_network(run);
   classify_outcome(end, run.limits, r);
   auto fill = [](CapturedStream& c, StreamCapture& cap) {
     c.text = cap.kept();

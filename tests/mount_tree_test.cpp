@@ -94,7 +94,7 @@ std::string check_filesystem(bool rootless) {
   auto s = run(spec_with(rootless, MountTreeSpec().workspace(ws.path())), filesystem_probe);
   std::string ldcache_flags = access("/etc/ld.so.cache", F_OK) == 0 ? "ro,nosuid,nodev" : "!ENOENT";
   return expect(s, {{"root", expected_root_listing()},
-                    {"dev", "fd,full,null,random,shm,stderr,stdin,stdout,urandom,zero"},
+                    {"dev", "fd,full,null,ptmx,pts,random,shm,stderr,stdin,stdout,tty,urandom,zero"},
                     {"stat /root", "ENOENT"},
                     {"stat /home", "ENOENT"},
                     {"stat /var", "ENOENT"},

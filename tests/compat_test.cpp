@@ -1,0 +1,158 @@
+// What ordinary programs expect of their environment, in the tiers that
+// change it (issue: real programs run unmodified): pseudo-terminals, the
+// public /etc files, a user name, sockets that fail the way a network
+// without interfaces does, POSIX semaphores, 32-bit programs. The helper is
+// tests/helpers/compat.c; `make compat` runs CPython's own suite on top.
+#define CONTAINER_TEST_STAGED 1  // boxed() stages the helper: root runs enter the template
+#include "container_support.hpp"
+
+using namespace container_test;
+
+namespace {
+
+Request in_process(std::vector<std::string> args) {
+  Request r;
+  r.tier = Tier::os_process;
+  r.argv = {corral_test::helper("compat")};
+  r.argv.insert(r.argv.end(), args.begin(), args.end());
+  return r;
+}
+
+// The container request built per run (a bind makes the tree the run's own,
+// with a network namespace of its own), where boxed() may enter the template.
+Request bound(std::vector<std::string> argv) {
+  Request r = boxed(std::move(argv));
+  r.binds.push_back(MountBind{helpers_dir(), "/helpers", false});
+  return r;
+}
+
+std::string ok_or(const Result& r, const std::map<std::string, std::string>& want) { return mismatches(r, want); }
+
+}  // namespace
+
+// A private devpts instance in every container: before it, /dev/ptmx was
+// missing and openpty failed ("out of pty devices").
+Test(compat, a_pty_round_trip_in_the_container_template_and_per_run) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  const std::map<std::string, std::string> want{
+      {"pty", "ok"}, {"pty_name", "/dev/pts/0"}, {"tty_no_ctty", "ENXIO"}, {"tty_with_pty", "ok"}};
+  EXPECT_EMPTY(ok_or(h.run(boxed({"/helpers/compat", "pty"})), want));
+  EXPECT_EMPTY(ok_or(h.run(bound({"/helpers/compat", "pty"})), want));
+}
+
+// Write confinement used to refuse /dev/ptmx (EACCES): a pty is not a host
+// file to protect.
+Test(compat, a_pty_round_trip_in_tier_process_with_confined_writes) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  if (host().landlock_abi < 1) cr_skip_test("no Landlock: write confinement is unsupported here");
+  Harness h;
+  Request r = in_process({"pty"});
+  r.confine_writes = true;
+  EXPECT_EMPTY(ok_or(h.run(std::move(r)), {{"pty", "ok"}, {"tty_no_ctty", "ENXIO"}, {"tty_with_pty", "ok"}}));
+}
+
+// The container's /etc carries the public name-service tables (getaddrinfo
+// with a service name, getprotobyname) and never the secret files.
+Test(compat, the_container_etc_has_public_files_and_never_secret_ones) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  std::map<std::string, std::string> want;
+  std::vector<std::string> args{"/helpers/compat", "files"};
+  for (const char* pub : {"/etc/services", "/etc/protocols", "/etc/ssl/certs", "/etc/mime.types"})
+    if (access(pub, R_OK) == 0) want[pub] = "ok", args.push_back(pub);
+  for (const char* secret : {"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssh/ssh_host_ed25519_key",
+                             "/etc/ssh/ssh_host_rsa_key", "/etc/ssl/private", "/etc/machine-id", "/etc/subuid"})
+    want[secret] = "ENOENT", args.push_back(secret);
+  cr_assert(want.size() > 8, "the host has none of the public files this test looks for");
+  EXPECT_EMPTY(ok_or(h.run(boxed(args)), want));
+}
+
+// USER and LOGNAME are in the clean environment (getpass.getuser()); the
+// container's user resolves through its generated /etc/passwd.
+Test(compat, the_clean_environment_names_the_user) {
+  Harness h;
+  Result c = h.run(in_process({"whoami"}));
+  auto seen = kv(c.stdout_capture.text);
+  cr_expect(seen["USER"] != "-" && seen["USER"] == seen["LOGNAME"], "process: %s", c.stdout_capture.text.c_str());
+  if (geteuid() == 0) cr_expect(seen["USER"].rfind("corral-2", 0) == 0, "process as root: %s", seen["USER"].c_str());
+  if (!host().user_namespaces || !host().pivot_root) return;
+  EXPECT_EMPTY(ok_or(h.run(boxed({"/helpers/compat", "whoami"})),
+                     {{"USER", "sandbox"}, {"LOGNAME", "sandbox"}, {"pw_name", "sandbox"}, {"HOME", "/workspace/home"}}));
+}
+
+// Without --loopback a container's socket(AF_INET) is made and fails where
+// a network with no interface up fails (it was EACCES at socket()); with
+// it, a program binds and connects to itself on 127.0.0.1. The Result says
+// which network the run had.
+Test(compat, container_sockets_fail_at_connect_and_loopback_works) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  Result closed = h.run(boxed({"/helpers/compat", "loopback"}));
+  if (in_template()) {
+    EXPECT_EMPTY(ok_or(closed, {{"socket", "ok"}, {"connect", "ENETUNREACH"}}));
+    cr_expect_eq(closed.enforcement.at("network"), "empty_namespace");
+  } else {
+    cr_expect_eq(closed.enforcement.at("network"), "loopback");
+  }
+  Request r = boxed({"/helpers/compat", "loopback"});
+  r.loopback = true;
+  Result open = h.run(std::move(r));
+  EXPECT_EMPTY(ok_or(open, {{"socket", "ok"}, {"bind", "ok"}, {"connect", "ok"}, {"roundtrip", "ok"}}));
+  cr_expect_eq(open.enforcement.at("network"), "loopback");
+}
+
+Test(compat, process_tier_network_is_named_in_the_result) {
+  Harness h;
+  Result host_net = h.run(in_process({"loopback"}));
+  cr_expect_eq(host_net.enforcement.at("network"), "host");
+  Request r = in_process({"loopback"});
+  r.net = NetworkAccess::none;
+  Result none = h.run(std::move(r));
+  cr_expect_eq(none.enforcement.at("network"), "none");
+  EXPECT_EMPTY(ok_or(none, {{"socket", "EACCES"}}));
+}
+
+// POSIX semaphores (Python's multiprocessing locks) live in /dev/shm: the
+// host's, outside the write set of --confine-writes unless named.
+Test(compat, semaphores_need_dev_shm_in_the_write_set_under_confined_writes) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  if (host().landlock_abi < 1) cr_skip_test("no Landlock: write confinement is unsupported here");
+  Harness h;
+  Request confined = in_process({"semaphore"});
+  confined.confine_writes = true;
+  EXPECT_EMPTY(ok_or(h.run(std::move(confined)), {{"sem_open", "EACCES"}}));
+  Request allowed = in_process({"semaphore"});
+  allowed.confine_writes = true;
+  allowed.write_paths.push_back("/dev/shm");
+  EXPECT_EMPTY(ok_or(h.run(std::move(allowed)), {{"sem_open", "ok"}}));
+  SKIP_UNLESS_CONTAINER();
+  EXPECT_EMPTY(ok_or(h.run(boxed({"/helpers/compat", "semaphore"})), {{"sem_open", "ok"}}));
+}
+
+// A 32-bit program used to die of SIGSYS at its first system call (the
+// filter is x86_64's; this host may not even run IA-32 code): now it is
+// refused before anything runs, naming why. The program here is an ELF32
+// header only: it is never executed.
+Test(compat, a_32bit_program_is_refused_naming_why) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  std::string prog = dir.path() + "/i386";
+  unsigned char elf[52] = {0x7f, 'E', 'L', 'F', 1 /* ELFCLASS32 */, 1, 1};
+  elf[16] = 2;  // ET_EXEC
+  elf[18] = 3;  // EM_386
+  int fd = open(prog.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0755);
+  cr_assert(fd >= 0 && write(fd, elf, sizeof elf) == static_cast<ssize_t>(sizeof elf));
+  close(fd);
+  Harness h;
+  Request r;
+  r.tier = Tier::os_process;
+  r.argv = {prog};
+  auto res = h.sup->run(std::move(r));
+  cr_assert(!res.ok(), "a 32-bit program ran: outcome %s", res.ok() ? std::string(to_string(res->outcome)).c_str() : "");
+  cr_expect(contains(res.error().message(), "32-bit program"), "%s", res.error().message().c_str());
+  Request none;
+  none.tier = Tier::none;  // no filter: the kernel decides
+  none.argv = {prog};
+  cr_expect(h.sup->run(std::move(none)).ok());
+}
