@@ -42,7 +42,10 @@ Json scrubbed(const Json& value, std::span<const std::string> secrets) {
 Json to_json(const AuditRecord& record) {
   Json limits = Json::object();
   for (const auto& info : all_limits())
-    if (auto value = record.limits.get(info.limit)) limits[std::string(info.name)] = *value;
+    if (auto value = record.limits.raw(info.limit)) {
+      if (*value % info.scale == 0) limits[std::string(info.name)] = *value / info.scale;  // as in a Result
+      else limits[std::string(info.name)] = *record.limits.seconds(info.limit);
+    }
   Json enforcement = Json::object();
   for (const auto& [name, how] : record.enforcement) enforcement[name] = how;
   Json timings = Json::object();

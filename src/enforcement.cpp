@@ -263,7 +263,12 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
     else
       add(name, std::move(how), std::move(note));
   };
-  rlimit("cpu_seconds", "hard", "RLIMIT_CPU: SIGXCPU at the limit, SIGKILL one second later");
+  rlimit("cpu_seconds", "hard",
+         std::string("RLIMIT_CPU: SIGXCPU at the limit, SIGKILL one second later; a fraction (0.25), which "
+                     "RLIMIT_CPU cannot count, is enforced by the supervisor reading ") +
+             (container ? "the run's cgroup CPU usage (a run's enforcement: supervisor_cgroup_cpu)"
+                        : "the program's CPU clock (a run's enforcement: supervisor_cpu_clock)") +
+             " and killing at the limit");
   if (container)
     add("memory_bytes", h.cgroup_memory ? "cgroup" : "unsupported",
         h.cgroup_memory ? std::string("memory cgroup (") + std::string(cgroup_version_name(h.cgroups.backend)) +
@@ -479,7 +484,7 @@ Status check_enforceable(const HostFacts& host, const Request& request, const Li
     if (asked && !acked) return refuse(info.name, *e);
     // The result's detail says what an acknowledgement let through.
     if (asked && acked)
-      warnings.push_back(std::string(info.name) + "=" + std::to_string(*request.limits.get(info.limit)) +
+      warnings.push_back(std::string(info.name) + "=" + request.limits.text(info.limit) +
                          " (acknowledged) is not enforced in tier " + std::string(to_string(request.tier)) + ": " +
                          e->note);
     if (!asked && defaults.has(info.limit) && !acked)

@@ -21,17 +21,28 @@ Expected<std::vector<std::string>> strings(const json& v, const char* field) {
   return out;
 }
 
+// Each value goes through the one limit parser (limits.hpp): a number is
+// written out as text first, so 0.25 and "0.25", 536870912 and "512MiB"
+// mean the same.
 Status parse_limits(const json& v, Limits& limits) {
-  if (!v.is_object()) return Error::invalid("field 'limits' must be an object of NAME: integer");
+  if (!v.is_object()) return Error::invalid("field 'limits' must be an object of NAME: number or \"text\"");
   for (const auto& [name, value] : v.items()) {
     std::string text;
     if (value.is_number_unsigned()) text = std::to_string(value.get<std::uint64_t>());
     else if (value.is_number_integer()) text = std::to_string(value.get<long long>());
     else if (value.is_string()) text = value.get<std::string>();
-    else return Error::invalid("limit " + name + ": value must be an integer");
+    else if (!value.is_number_float())
+      return Error::invalid("limit " + name + ": value must be a number or a string such as \"512MiB\"");
+    if (value.is_number_float()) {
+      auto limit = limit_from_name(name);
+      if (!limit) return std::move(parse_limit_assignment(name + "=0")).error();  // the unknown-name message
+      auto raw = parse_limit_number(limit_info(*limit), value.get<double>());
+      if (!raw) return std::move(raw).error();
+      text = limit_value_text(limit_info(*limit), *raw);
+    }
     auto parsed = parse_limit_assignment(name + "=" + text);
     if (!parsed) return std::move(parsed).error();
-    limits.set(parsed->first, parsed->second);
+    limits.set_raw(parsed->limit, parsed->raw);
   }
   return {};
 }
@@ -114,9 +125,19 @@ Expected<Job> parse_job(std::string_view text, bool door_fields) {
       auto s = strings(v, "outputs");
       if (!s) return std::move(s).error();
       r.outputs = std::move(*s);
-    } else if (key == "stdin") {
-      if (!v.is_string()) return Error::invalid("field 'stdin' must be a string");
-      r.stdin_text = v.get<std::string>();
+    } else if (key == "stdin" || key == "stdin_b64") {
+      if (!v.is_string()) return Error::invalid("field '" + key + "' must be a string");
+      if (r.stdin_text) return Error::invalid("give one of 'stdin' (text) and 'stdin_b64' (bytes, base64), not both");
+      if (key == "stdin") {
+        r.stdin_text = v.get<std::string>();
+      } else {
+        auto bytes = base64_decode(v.get<std::string>());
+        if (!bytes) return std::move(bytes).error().context("field 'stdin_b64'");
+        r.stdin_text = std::move(*bytes);
+      }
+    } else if (key == "binary_output") {
+      if (!v.is_boolean()) return Error::invalid("field 'binary_output' must be true or false");
+      r.binary_output = v.get<bool>();
     } else if (key == "source") {
       if (!v.is_string()) return Error::invalid("field 'source' must be a string");
       source = v.get<std::string>();
@@ -205,6 +226,51 @@ Expected<Request> request_from_json(std::string_view text) {
   return std::move(job->request);
 }
 
+std::string base64_encode(std::string_view bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  auto at = [&](std::size_t k) { return static_cast<unsigned char>(bytes[k]); };
+  for (; i + 3 <= bytes.size(); i += 3) {
+    std::uint32_t v = (at(i) << 16) | (at(i + 1) << 8) | at(i + 2);
+    out += {kAlphabet[v >> 18], kAlphabet[(v >> 12) & 63], kAlphabet[(v >> 6) & 63], kAlphabet[v & 63]};
+  }
+  if (std::size_t rest = bytes.size() - i; rest > 0) {
+    std::uint32_t v = at(i) << 16 | (rest == 2 ? at(i + 1) << 8 : 0);
+    out += {kAlphabet[v >> 18], kAlphabet[(v >> 12) & 63], rest == 2 ? kAlphabet[(v >> 6) & 63] : '=', '='};
+  }
+  return out;
+}
+
+Expected<std::string> base64_decode(std::string_view text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (text.size() % 4 != 0) return Error::invalid("not base64: the length is not a multiple of 4");
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  for (std::size_t i = 0; i < text.size(); i += 4) {
+    int pad = (text[i + 3] == '=') + (text[i + 2] == '=' && text[i + 3] == '=');
+    if (pad > 0 && i + 4 != text.size()) return Error::invalid("not base64: '=' before the end");
+    std::uint32_t v = 0;
+    for (int k = 0; k < 4; ++k) {
+      int d = k >= 4 - pad ? 0 : value(text[i + static_cast<std::size_t>(k)]);
+      if (d < 0) return Error::invalid("not base64: byte " + std::to_string(i + static_cast<std::size_t>(k) + 1));
+      v = v << 6 | static_cast<std::uint32_t>(d);
+    }
+    out += static_cast<char>(v >> 16);
+    if (pad < 2) out += static_cast<char>((v >> 8) & 0xff);
+    if (pad < 1) out += static_cast<char>(v & 0xff);
+  }
+  return out;
+}
+
 // Every key is present in every Result (schema/result.schema.json): one that
 // does not apply to this outcome is null, a list with nothing in it is [].
 std::string result_to_json(const Result& r, long line) {
@@ -228,6 +294,9 @@ std::string result_to_json(const Result& r, long line) {
   auto stream = [&](const char* name, const CapturedStream& c) {
     std::string n(name);
     j[n] = to_utf8_lossy(c.text);
+    // The kept bytes exactly (secrets already masked as ***), for a judge
+    // that compares bytes: the text above replaces invalid UTF-8.
+    if (r.binary_output) j[n + "_b64"] = base64_encode(c.text);
     j[n + "_bytes"] = c.bytes;
     j[n + "_truncated"] = c.truncated;
     j[n + "_sha256"] = c.sha256;
@@ -236,6 +305,8 @@ std::string result_to_json(const Result& r, long line) {
   stream("stderr", r.stderr_capture);
   j["wall_seconds"] = r.wall_seconds;
   j["cpu_seconds"] = r.cpu_seconds;
+  j["cpu_wait_seconds"] = r.cpu_wait_seconds ? json(*r.cpu_wait_seconds) : json(nullptr);
+  j["cpu_starved"] = r.cpu_starved();
   j["max_rss_bytes"] = r.max_rss_bytes;
   json arts = json::array();
   for (const auto& a : r.artifacts)
@@ -245,7 +316,12 @@ std::string result_to_json(const Result& r, long line) {
   j["artifact_notes"] = r.artifact_notes;
   json limits = json::object();
   for (const auto& info : all_limits())
-    if (auto v = r.limits.get(info.limit)) limits[std::string(info.name)] = *v;
+    if (auto v = r.limits.raw(info.limit)) {
+      // Whole values stay integers (what readers of "wall_seconds": 600
+      // expect); a fraction is a number of seconds (0.25).
+      if (*v % info.scale == 0) limits[std::string(info.name)] = *v / info.scale;
+      else limits[std::string(info.name)] = *r.limits.seconds(info.limit);
+    }
   j["limits"] = std::move(limits);
   j["enforcement"] = r.enforcement;
   j["tier"] = r.tier;

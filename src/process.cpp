@@ -1,5 +1,6 @@
 #include "corral/process.hpp"
 
+#include <fcntl.h>
 #include <linux/sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -7,7 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <string>
 
 #include "corral/syscalls.hpp"
 
@@ -77,6 +81,28 @@ Expected<Pidfd> Pidfd::open(pid_t pid) {
 int Pidfd::send_signal(int sig) const noexcept {
   if (!fd_.valid()) return ESRCH;
   return sys::error_of(sys::call(SYS_pidfd_send_signal, fd_.get(), sig, 0, 0));
+}
+
+Expected<double> process_cpu_seconds(pid_t pid) {
+  clockid_t clock;
+  if (int err = clock_getcpuclockid(pid, &clock); err != 0)
+    return Error::from_errno(err, "clock_getcpuclockid(" + std::to_string(pid) + ")");
+  timespec ts{};
+  if (clock_gettime(clock, &ts) != 0) return Error::from_errno(errno, "clock_gettime(cpu clock of " + std::to_string(pid) + ")");
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+Expected<double> runqueue_wait_seconds(pid_t pid) {
+  std::string path = "/proc/" + std::to_string(pid) + "/schedstat";
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return Error::from_errno(errno, "open " + path);
+  char buf[128];
+  ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
+  if (n <= 0) return Error::from_errno(n < 0 ? errno : EIO, "read " + path);
+  buf[n] = '\0';
+  unsigned long long on_cpu = 0, waiting = 0;
+  if (std::sscanf(buf, "%llu %llu", &on_cpu, &waiting) != 2) return Error(EIO, path + ": unexpected format");
+  return static_cast<double>(waiting) / 1e9;
 }
 
 double ExitStatus::cpu_seconds() const {

@@ -108,8 +108,8 @@ Status validate_request(const Request& r) {
   if (r.artifact_root) check(path("artifact_root", *r.artifact_root));
   for (const auto& a : r.acknowledged) check(text("acknowledge", a));
   for (const auto& info : all_limits())
-    if (auto v = r.limits.get(info.limit); v && *v > info.max)
-      check(Error(ERANGE, limit_too_large(info, std::to_string(*v))));
+    if (auto v = r.limits.raw(info.limit); v && *v > info.max * info.scale)  // no wrap: scale > 1 only below 2^40
+      check(Error(ERANGE, limit_too_large(info, limit_value_text(info, *v))));
   return st;
 }
 

@@ -154,11 +154,11 @@ Expected<Route> Router::add(RouteSpec spec, const TierCapabilities& tier,
 
   // Limits the host cannot enforce on this tier.
   for (const auto& info : all_limits()) {
-    auto value = spec.limits.get(info.limit);
-    if (!value) continue;
+    if (!spec.limits.has(info.limit)) continue;
+    std::string value = spec.limits.text(info.limit);
     std::string how(enforcement.how(spec.tier, info.limit));
     if (!is_enforced(how)) {
-      std::string what = "limit " + std::string(info.name) + "=" + std::to_string(*value) +
+      std::string what = "limit " + std::string(info.name) + "=" + value +
                          " is " + (how.empty() ? "of unknown enforcement" : "unsupported") +
                          " on " + gate.tier_name() + " here";
       if (!spec.acknowledged_unenforced.count(info.limit))

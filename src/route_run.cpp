@@ -29,18 +29,18 @@ Expected<Limits> tightened(const RouteSpec& spec, const Limits& asked, const std
   Limits out = spec.limits;
   Limits defaults = default_limits();
   for (const auto& info : all_limits()) {
-    auto want = asked.get(info.limit);
+    auto want = asked.raw(info.limit);
     if (!want) continue;
-    auto own = spec.limits.get(info.limit);
-    auto bound = own ? own : defaults.get(info.limit);
+    auto own = spec.limits.raw(info.limit);
+    auto bound = own ? own : defaults.raw(info.limit);
     if (bound && *want > *bound) {
       std::string name(info.name);
-      return Error::invalid(who + "limit " + name + "=" + std::to_string(*want) + " is looser than the route's " +
-                            name + "=" + std::to_string(*bound) +
+      return Error::invalid(who + "limit " + name + "=" + limit_value_text(info, *want) + " is looser than the route's " +
+                            name + "=" + limit_value_text(info, *bound) +
                             (own ? "" : " (corral's default; the route sets none)") +
                             "; a route's limits may be tightened, never loosened");
     }
-    out.set(info.limit, *want);
+    out.set_raw(info.limit, *want);
   }
   return out;
 }

@@ -146,9 +146,16 @@ Status read_limits(const Reader& r, const toml::node& node, Limits& limits) {
     auto limit = limit_from_name(key->str());
     if (!limit) return r.unknown(*key, "limits.", limit_names());
     std::string k = "limits." + std::string(key->str());
-    auto n = r.count(*value, k, false);
-    if (!n) return std::move(n).error();
-    if (Status st = limits.set_checked(*limit, *n); !st) return r.invalid(*value, k, st.error().message());
+    // The one limit parser (limits.hpp), as for --limit and a job's limits:
+    // 1.5 and "1.5", "512MiB" and 536870912 mean the same here.
+    const LimitInfo& info = limit_info(*limit);
+    Expected<std::uint64_t> raw = Error::invalid("");
+    if (auto* i = value->as_integer()) raw = parse_limit_quantity(info, std::to_string(i->get()));
+    else if (auto* f = value->as_floating_point()) raw = parse_limit_number(info, f->get());
+    else if (auto* s = value->as_string()) raw = parse_limit_quantity(info, s->get());
+    else return r.wrong_type(*value, k, "a number or a string such as \"512MiB\"");
+    if (!raw) return r.invalid(*value, k, raw.error().message());
+    if (Status st = limits.set_raw_checked(*limit, *raw); !st) return r.invalid(*value, k, st.error().message());
   }
   return {};
 }

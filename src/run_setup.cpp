@@ -406,7 +406,11 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
     if (auto st = refuse_32bit_program(plan.exec_paths.front()); !st) return who(st.error());
   plan.cwd = container ? "" : (req.cwd ? *req.cwd : w.path());  // container: the mount tree's chdir
   plan.merge_output = req.merge_output;
-  if (req.stdin_text) {
+  if (req.stdin_fd >= 0) {
+    UniqueFd fd(fcntl(req.stdin_fd, F_DUPFD_CLOEXEC, 3));
+    if (!fd) return who(Error::from_errno(errno, "stdin: duplicate the caller's fd " + std::to_string(req.stdin_fd)));
+    plan.stdin_fd = std::move(fd);
+  } else if (req.stdin_text) {
     auto fd = stdin_memfd(*req.stdin_text);
     if (!fd) return who(std::move(fd).error());
     plan.stdin_fd = std::move(*fd);
@@ -457,8 +461,17 @@ void classify_outcome(const RunEnd& end, const Limits& limits, Result& r) {
     r.signal = SIGKILL;
     return;
   }
+  if (end.cpu_limit_hit) {
+    // The supervisor's CPU watch (a fractional cpu_seconds) killed it.
+    r.outcome = Outcome::killed_resource;
+    r.resource = "cpu_seconds";
+    r.exit_code = -1;
+    r.signal = SIGKILL;
+    return;
+  }
   if (end.timed_out) {
     r.outcome = Outcome::killed_timeout;
+    r.cpu_wait_seconds = end.runqueue_seconds;
     return;
   }
   if (!end.status || end.status->exited) {
@@ -466,7 +479,7 @@ void classify_outcome(const RunEnd& end, const Limits& limits, Result& r) {
     return;
   }
   int sig = end.status->signal;
-  auto cpu_limit = limits.get(Limit::cpu_seconds);
+  auto cpu_limit = limits.seconds(Limit::cpu_seconds);
   if (sig == SIGKILL && end.oom_killed) {
     // Evidence from the tier (the cgroup's counters, the OOM eventfd), not a
     // guess from the signal: a plain SIGKILL stays `signaled`.
@@ -478,7 +491,7 @@ void classify_outcome(const RunEnd& end, const Limits& limits, Result& r) {
   } else if (sig == SIGXFSZ && limits.has(Limit::file_bytes)) {
     r.outcome = Outcome::killed_resource;
     r.resource = "file_bytes";
-  } else if (sig == SIGKILL && cpu_limit && end.status->cpu_seconds() + 0.05 >= static_cast<double>(*cpu_limit)) {
+  } else if (sig == SIGKILL && cpu_limit && end.status->cpu_seconds() + 0.05 >= *cpu_limit) {
     // The hard RLIMIT_CPU (soft + 1) ends a program that ignored SIGXCPU.
     r.outcome = Outcome::killed_resource;
     r.resource = "cpu_seconds";
@@ -493,7 +506,16 @@ std::string describe_end(const Result& r, const std::string& program) {
   switch (r.outcome) {
     case Outcome::exited: return "exited with " + std::to_string(r.exit_code);
     case Outcome::signaled: return std::string("killed by signal ") + sigabbrev_np(r.signal);
-    case Outcome::killed_timeout: return "killed: wall_seconds deadline passed";
+    case Outcome::killed_timeout:
+      // A quarter of the deadline spent waiting for a CPU: the host's load
+      // (more runs than CPUs), not the program, used up the wall time.
+      if (r.cpu_starved()) {
+        char waited[32];
+        std::snprintf(waited, sizeof waited, "%.2f", *r.cpu_wait_seconds);
+        return std::string("killed: wall_seconds deadline passed while the program waited ") + waited +
+               " s of it for a CPU (cpu_starved: more runs than CPUs; lower --parallel or raise wall_seconds)";
+      }
+      return "killed: wall_seconds deadline passed";
     case Outcome::killed_oom: return "killed: out of memory under memory_bytes";
     case Outcome::killed_resource:
       return "killed: " + r.resource + " limit (SIG" + (sigabbrev_np(r.signal) ? sigabbrev_np(r.signal) : "?") + ")";
@@ -575,8 +597,12 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   r.run_id = run.run_id;
   r.tier = std::string(to_string(run.request.tier));
   r.limits = run.limits;
+  r.binary_output = run.request.binary_output;
   r.enforcement = run_enforcement(run.enforcement, run.request, run.limits);
   r.enforcement["network"] = run_network(run);
+  if (!run.cpu_enforcer.empty()) r.enforcement["cpu_seconds"] = run.cpu_enforcer;
+  else if (run.limits.fractional(Limit::cpu_seconds) && r.enforcement.count("cpu_seconds"))
+    r.enforcement["cpu_seconds"] += "_rounded_up";  // RLIMIT_CPU alone: whole seconds
   classify_outcome(end, run.limits, r);
   auto fill = [](CapturedStream& c, StreamCapture& cap) {
     c.text = cap.kept();

@@ -189,8 +189,9 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
     io_uring_sqe_set_data64(e, Impl::user_data(slot, run.gen, kOpOom));
     run.oom_armed = true;
   }
-  if (auto wall = limits.get(Limit::wall_seconds))
-    s.arm_timer(slot, run, TimerPhase::deadline, static_cast<double>(*wall));
+  if (auto wall = limits.seconds(Limit::wall_seconds))
+    s.arm_timer(slot, run, TimerPhase::deadline, *wall);
+  s.start_cpu_watch(slot, run);
   io_uring_submit(&s.ring);
   return RunHandle(this, Impl::token(slot, run.gen));
 }

@@ -39,7 +39,10 @@ struct StreamQueue {
 
 namespace supervision {
 
-enum Op : std::uint8_t { kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4, kOpWatch = 5, kOpOom = 6, kOpWrite = 7 };
+enum Op : std::uint8_t {
+  kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4, kOpWatch = 5, kOpOom = 6, kOpWrite = 7,
+  kOpCpu = 8,  // the CPU watch's next look (supervisor_cpu.cpp)
+};
 // What a run holds while its child runs: the pidfd and the stdout/stderr
 // read ends. The workspace holds none (its root fd is released after the
 // spawn and reopened for collection; the base fd is shared), the plan's
@@ -116,6 +119,12 @@ struct Run {
   bool retiring = false;  // delivered; its slot is freed at the end of the loop turn
   bool cancel_requested = false;
   bool output_paused = false;  // RunHandle::pause_output: pipes not read while the leader lives
+  // The CPU watch (supervisor_cpu.cpp): a fractional cpu_seconds, which
+  // RLIMIT_CPU's whole seconds cannot hold, enforced by reading the run's
+  // CPU time on a timer of its own.
+  bool cpu_armed = false;
+  double cpu_limit = 0;
+  __kernel_timespec cpu_ts{};
 };
 
 inline __kernel_timespec to_timespec(double seconds) {
@@ -277,7 +286,7 @@ struct Supervisor::Impl {
   }
   void remove_op(std::uint32_t slot, Run& run, Op op) {
     io_uring_sqe* e = sqe();
-    if (op == kOpTimer)
+    if (op == kOpTimer || op == kOpCpu)
       io_uring_prep_timeout_remove(e, user_data(slot, run.gen, op), 0);
     else
       io_uring_prep_poll_remove(e, user_data(slot, run.gen, op));
@@ -427,6 +436,7 @@ struct Supervisor::Impl {
     switch (fired) {
       case TimerPhase::deadline:
         if (run.exited || run.end.oom_notified) break;  // already killed for the OOM
+        if (!run.end.cpu_limit_hit) note_runqueue_wait(run);
         run.end.timed_out = true;
         request_kill(slot, run, SIGTERM);
         arm_timer(slot, run, TimerPhase::grace, run.prep.request.grace_seconds);
@@ -445,7 +455,7 @@ struct Supervisor::Impl {
   }
 
   bool ops_pending(const Run& run) const {
-    return run.pid_armed || run.oom_armed || run.timer_armed || run.out.armed || run.err.armed;
+    return run.pid_armed || run.oom_armed || run.timer_armed || run.cpu_armed || run.out.armed || run.err.armed;
   }
 
   void maybe_finish(std::uint32_t slot, Run& run) {
@@ -471,6 +481,7 @@ struct Supervisor::Impl {
     run.retiring = true;
     if (run.pid_armed) remove_op(slot, run, kOpPid);
     if (run.timer_armed) remove_op(slot, run, kOpTimer);
+    if (run.cpu_armed) remove_op(slot, run, kOpCpu);
     if (run.oom_armed) remove_op(slot, run, kOpOom);
     for (auto [pipe, op] : {std::pair{&run.out, kOpOut}, std::pair{&run.err, kOpErr}})
       if (pipe->armed && !pipe->removing) remove_op(slot, run, op);
@@ -524,6 +535,16 @@ struct Supervisor::Impl {
   }
 
   void handle_cqe(io_uring_cqe* cqe);
+
+  // The CPU watch (supervisor_cpu.cpp). start_cpu_watch at submit names
+  // the enforcer in run.prep.cpu_enforcer (empty: none needed or none
+  // possible); on_cpu_check runs at each look.
+  void start_cpu_watch(std::uint32_t slot, Run& run);
+  void arm_cpu_check(std::uint32_t slot, Run& run, double seconds);
+  void on_cpu_check(std::uint32_t slot, Run& run, int res);
+  Expected<double> run_cpu_seconds(Run& run);
+  // At the deadline: how long the program waited for a CPU (process tiers).
+  void note_runqueue_wait(Run& run);
 
   void arm_watch(std::uint32_t index) {
     FdWatch& w = watches[index];

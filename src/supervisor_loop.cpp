@@ -104,6 +104,9 @@ void Supervisor::Impl::handle_cqe(io_uring_cqe* cqe) {
     case kOpTimer:
       on_timer(slot, run, cqe->res);
       break;
+    case kOpCpu:
+      on_cpu_check(slot, run, cqe->res);
+      break;
     case kOpOom:
       // The run's cgroup (v1) entered the OOM path: the run is over, as a
       // whole. Recorded before the kill: the kernel signals the eventfd

@@ -2,6 +2,8 @@
 
 #include <sys/resource.h>
 
+#include <cstring>
+
 #include "support.hpp"
 
 using namespace corral;
@@ -12,8 +14,72 @@ Test(limits, parses_integers_with_separators) {
   cr_assert_eq(*v, 1073741824ULL);
   auto a = parse_limit_assignment("cpu_seconds=2");
   cr_assert(a.ok());
-  cr_assert_eq(a->first, Limit::cpu_seconds);
-  cr_assert_eq(a->second, 2u);
+  cr_assert_eq(a->limit, Limit::cpu_seconds);
+  cr_assert_eq(a->raw, 2000u);  // stored in milliseconds
+}
+
+// One parser for every front end: seconds to the millisecond, bytes with SI
+// (K M G T: 1000^n) and IEC (Ki Mi Gi Ti, KiB ...: 1024^n) units, counts
+// whole. Before, "1.5" and "512M" were "not a non-negative integer".
+Test(limits, units_and_fractions) {
+  struct Case {
+    const char* text;
+    Limit limit;
+    std::uint64_t raw;
+  } cases[] = {
+      {"wall_seconds=1.5", Limit::wall_seconds, 1500},      {"cpu_seconds=0.25", Limit::cpu_seconds, 250},
+      {"cpu_seconds=250ms", Limit::cpu_seconds, 250},       {"wall_seconds=2s", Limit::wall_seconds, 2000},
+      {"wall_seconds=0.001", Limit::wall_seconds, 1},       {"wall_seconds=1_000", Limit::wall_seconds, 1000000},
+      {"memory_bytes=512M", Limit::memory_bytes, 512000000}, {"memory_bytes=512MB", Limit::memory_bytes, 512000000},
+      {"memory_bytes=512MiB", Limit::memory_bytes, 536870912}, {"memory_bytes=512Mi", Limit::memory_bytes, 536870912},
+      {"file_bytes=1G", Limit::file_bytes, 1000000000},     {"file_bytes=1GiB", Limit::file_bytes, 1073741824},
+      {"file_bytes=1.5K", Limit::file_bytes, 1500},          {"file_bytes=0.5KiB", Limit::file_bytes, 512},
+      {"stdout_bytes=10k", Limit::stdout_bytes, 10000},      {"file_bytes=7B", Limit::file_bytes, 7},
+      {"memory_bytes=2T", Limit::memory_bytes, 2000000000000}, {"open_files=64", Limit::open_files, 64},
+  };
+  for (const auto& c : cases) {
+    auto a = parse_limit_assignment(c.text);
+    cr_assert(a.ok(), "%s: %s", c.text, a.ok() ? "" : a.error().message().c_str());
+    cr_assert_eq(a->limit, c.limit, "%s", c.text);
+    cr_assert_eq(a->raw, c.raw, "%s: %llu", c.text, static_cast<unsigned long long>(a->raw));
+  }
+  for (const char* bad : {"memory_bytes=512X", "memory_bytes=512m", "wall_seconds=1.0005", "wall_seconds=0.0001",
+                          "process_count=1.5", "open_files=1K", "file_bytes=1.0001K", "wall_seconds=1.", "wall_seconds=.5",
+                          "wall_seconds=1.5.1", "memory_bytes=1 GiB", "cpu_seconds=0ms", "wall_seconds=1h"}) {
+    auto a = parse_limit_assignment(bad);
+    cr_assert(!a.ok(), "accepted '%s'", bad);
+    std::string name(bad, std::strchr(bad, '=') - bad);
+    cr_assert(a.error().message().find("limit " + name) != std::string::npos, "%s: %s", bad,
+              a.error().message().c_str());
+  }
+  auto unit = parse_limit_assignment("memory_bytes=512X");
+  cr_assert(unit.error().message().find("'512X': unknown unit 'X'") != std::string::npos, "%s",
+            unit.error().message().c_str());
+  // A JSON or TOML number is its shortest text: 0.1 is 100 ms, not a
+  // "finer than a millisecond" 0.10000000000000001.
+  auto tenth = parse_limit_number(limit_info(Limit::wall_seconds), 0.1);
+  cr_assert(tenth.ok());
+  cr_assert_eq(*tenth, 100u);
+  cr_assert(!parse_limit_number(limit_info(Limit::wall_seconds), 0.0001).ok());
+  cr_assert_eq(*parse_limit_number(limit_info(Limit::file_bytes), 1e9), 1000000000u);
+}
+
+Test(limits, fractional_seconds_are_exact_and_round_up_only_for_whole_second_consumers) {
+  auto l = parse_limit_list("cpu_seconds=0.25,wall_seconds=1.5,memory_bytes=1KiB");
+  cr_assert(l.ok());
+  cr_assert_eq(*l->raw(Limit::cpu_seconds), 250u);
+  cr_assert_eq(*l->seconds(Limit::cpu_seconds), 0.25);
+  cr_assert_eq(*l->get(Limit::cpu_seconds), 1u);  // RLIMIT_CPU's backstop: rounded up
+  cr_assert(l->fractional(Limit::cpu_seconds));
+  cr_assert_eq(*l->get(Limit::memory_bytes), 1024u);
+  std::string described = l->describe();
+  cr_assert_str_eq(described.c_str(), "cpu_seconds=0.25, memory_bytes=1024, wall_seconds=1.5");
+  Limits whole;
+  whole.set(Limit::wall_seconds, 5);
+  cr_assert_eq(*whole.raw(Limit::wall_seconds), 5000u);
+  cr_assert(!whole.fractional(Limit::wall_seconds));
+  std::string text = whole.text(Limit::wall_seconds);
+  cr_assert_str_eq(text.c_str(), "5");
 }
 
 Test(limits, refuses_negative_with_the_limit_named) {

@@ -15,7 +15,8 @@ namespace corral {
 // One JSON object → Request. Unknown fields, wrong types and invalid
 // limits are refused with a message naming the field. Fields: id, argv,
 // env, pass_env, secret_env, limits, tier, inputs[{name, bytes|host_path}],
-// outputs, stdin, source + interpreter, cwd, merge_output, confine_writes,
+// outputs, stdin (text) or stdin_b64 (bytes), binary_output, source +
+// interpreter, cwd, merge_output, confine_writes,
 // write_paths, net, acknowledge, grace_seconds, artifact_root.
 // A line that is not JSON is refused with the byte offset of the fault.
 // `route` and `provenance` are refused here: they ask something of the door.
@@ -34,6 +35,12 @@ Expected<Job> job_from_json(std::string_view text);
 // job's line number) sets "line"; "error" is the reason a job could not
 // start (spawn_failed), as in error_to_json.
 std::string result_to_json(const Result& result, long line = 0);
+
+// Standard base64 (RFC 4648, '+' '/', '=' padding): stdin_b64 in a job,
+// stdout_b64/stderr_b64 in a Result. Decoding refuses anything else,
+// naming the offending byte.
+std::string base64_encode(std::string_view bytes);
+Expected<std::string> base64_decode(std::string_view text);
 
 // The "id" of a job line (string or integer), or "" when the line is not a
 // JSON object with one: names the job in the error result of a refused line.

@@ -41,11 +41,14 @@ struct LimitInfo {
   std::string_view unit;   // "seconds", "bytes", "count"
   int rlimit_resource;     // RLIMIT_* or -1 when no rlimit backs it
   bool zero_allowed;       // 0 is a meaningful value (e.g. "no output kept")
-  // The largest value the mechanism behind it holds without wrapping:
-  // seconds become a double and then a timespec (exact up to 2^53) or an
-  // rlim_t; bytes and counts an rlim_t or a uint64 counter. Larger values
-  // are refused by name, never wrapped.
+  // The largest value the mechanism behind it holds without wrapping, in
+  // whole units: seconds become a double and then a timespec (exact up to
+  // 2^53) or an rlim_t; bytes and counts an rlim_t or a uint64 counter.
+  // Larger values are refused by name, never wrapped.
   std::uint64_t max;
+  // Stored units per unit: seconds limits are kept in milliseconds (1000),
+  // everything else as is (1). Limits::raw() is in stored units.
+  std::uint64_t scale;
 };
 
 // Seconds limits: 10^9 s (~31 years) is beyond any run and exact as a
@@ -63,38 +66,100 @@ std::optional<Limit> limit_from_name(std::string_view name);
 
 // Parse a non-negative integer with optional '_' separators ("1_000_000").
 // Refuses a sign, an empty string, other characters, misplaced '_' and
-// values of 2^63 or more; the message names `name`.
+// values of 2^63 or more; the message names `name`. (Plain counts such as
+// --parallel; a limit's value goes through parse_limit_quantity.)
 Expected<std::uint64_t> parse_limit_value(std::string_view name, std::string_view text);
+
+// The one parser of a limit's value, whoever wrote it (--limit,
+// CORRAL_LIMITS, a batch job's "limits", a routes file's [limits]):
+//   seconds  a decimal with at most 3 fractional digits ("1.5", "0.25",
+//            "2"), optionally followed by "s" or "ms" ("250ms", "1.5s");
+//            millisecond precision, so at least 0.001
+//   bytes    an integer or a decimal with a unit: K M G T are powers of
+//            1000 (SI: "512M" = 512,000,000; "KB", "MB", ... the same),
+//            Ki Mi Gi Ti (or KiB MiB GiB TiB) powers of 1024 ("512MiB" =
+//            536,870,912); "B" or no unit: bytes. The result must be a
+//            whole number of bytes ("1.5K" = 1500 is; "1.0005K" is not)
+//   count    an integer
+// '_' may separate digits. Returns the value in stored units (milliseconds
+// for seconds limits; LimitInfo::scale). Errors name the limit and the text.
+Expected<std::uint64_t> parse_limit_quantity(const LimitInfo& info, std::string_view text);
+// A number from JSON or TOML: written out in its shortest round-trip form
+// ("0.1", "1.5", "3") and parsed as text, so 0.25 and "0.25" mean the same.
+Expected<std::uint64_t> parse_limit_number(const LimitInfo& info, double value);
+
+// A stored value as text in the limit's unit: "1.5", "0.25", "600" for
+// seconds; the integer for bytes and counts.
+std::string limit_value_text(const LimitInfo& info, std::uint64_t raw);
 
 // "limit NAME: VALUE is more than the maximum MAX (UNIT)".
 std::string limit_too_large(const LimitInfo& info, std::string_view value);
 
-// "NAME=VALUE" -> (limit, value); unknown names are refused by name, and
-// values above the limit's max (LimitInfo::max) too.
-Expected<std::pair<Limit, std::uint64_t>> parse_limit_assignment(std::string_view text);
+// "NAME=VALUE" -> the limit and its value in stored units (raw: seconds
+// limits in milliseconds); unknown names are refused by name, and values
+// above the limit's max (LimitInfo::max) too.
+struct LimitAssignment {
+  Limit limit;
+  std::uint64_t raw;
+};
+Expected<LimitAssignment> parse_limit_assignment(std::string_view text);
 
-// A set of optional limits.
+// A set of optional limits. Values are kept in stored units (raw():
+// milliseconds for the seconds limits, LimitInfo::scale); get() and set()
+// speak whole units, seconds() the exact value.
 class Limits {
  public:
+  // Whole units; a fractional seconds value is rounded UP (cpu_seconds=0.25
+  // is 1 here): for a facility that counts whole units only (RLIMIT_CPU),
+  // as a backstop behind an exact enforcer. Exact consumers use raw() or
+  // seconds().
   std::optional<std::uint64_t> get(Limit limit) const {
-    return values_[static_cast<std::size_t>(limit)];
+    auto raw = values_[static_cast<std::size_t>(limit)];
+    if (!raw) return std::nullopt;
+    std::uint64_t scale = limit_info(limit).scale;
+    return *raw / scale + (*raw % scale != 0);
   }
-  bool has(Limit limit) const { return get(limit).has_value(); }
+  // The exact value in the limit's unit (seconds for the seconds limits).
+  std::optional<double> seconds(Limit limit) const {
+    auto raw = values_[static_cast<std::size_t>(limit)];
+    if (!raw) return std::nullopt;
+    return static_cast<double>(*raw) / static_cast<double>(limit_info(limit).scale);
+  }
+  std::optional<std::uint64_t> raw(Limit limit) const { return values_[static_cast<std::size_t>(limit)]; }
+  // Whether a seconds value has a fraction (e.g. cpu_seconds=0.25).
+  bool fractional(Limit limit) const {
+    auto raw = values_[static_cast<std::size_t>(limit)];
+    return raw && *raw % limit_info(limit).scale != 0;
+  }
+  bool has(Limit limit) const { return raw(limit).has_value(); }
+  // Whole units.
   Limits& set(Limit limit, std::uint64_t value) {
-    values_[static_cast<std::size_t>(limit)] = value;
+    // Saturates: a value past the max stays past it (set_checked and
+    // validate_request refuse it by name) instead of wrapping.
+    std::uint64_t scale = limit_info(limit).scale;
+    values_[static_cast<std::size_t>(limit)] = value > UINT64_MAX / scale ? UINT64_MAX : value * scale;
     return *this;
   }
+  // Stored units (milliseconds for seconds limits).
+  Limits& set_raw(Limit limit, std::uint64_t raw) {
+    values_[static_cast<std::size_t>(limit)] = raw;
+    return *this;
+  }
+  // The value as text in the limit's unit ("0.25"); "" when unset.
+  std::string text(Limit limit) const;
   Limits& clear(Limit limit) {
     values_[static_cast<std::size_t>(limit)].reset();
     return *this;
   }
-  // Validates the value against the limit (0 where not allowed).
+  // Validates the value (whole units) against the limit (0 where not allowed).
   Status set_checked(Limit limit, std::uint64_t value);
+  // The same in stored units.
+  Status set_raw_checked(Limit limit, std::uint64_t raw);
 
   // Values present in `over` replace ours.
   Limits& merge(const Limits& over);
   bool empty() const;
-  // "cpu_seconds=2, wall_seconds=10" in enum order; "" when empty.
+  // "cpu_seconds=0.25, wall_seconds=10" in enum order; "" when empty.
   std::string describe() const;
 
   bool operator==(const Limits&) const = default;

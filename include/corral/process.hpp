@@ -57,6 +57,19 @@ struct ExitStatus {
 // the process has not exited yet.
 Expected<std::optional<ExitStatus>> wait_exit(const Pidfd& child, bool block = true);
 
+// CPU time (user + system, every thread, nanosecond resolution) the live
+// process `pid` has used so far: its process CPU clock
+// (clock_getcpuclockid(3), CLOCK_PROCESS_CPUTIME_ID of another process).
+// Not its children's. Call only while the process is not yet reaped (the
+// pid names it until then). Parent side.
+Expected<double> process_cpu_seconds(pid_t pid);
+
+// How long the main thread of the live process `pid` has been runnable but
+// waiting for a CPU (/proc/PID/schedstat, second field, ns; kernel built
+// with CONFIG_SCHED_INFO). How a run starved of CPU by the host's load is
+// told from one that slept.
+Expected<double> runqueue_wait_seconds(pid_t pid);
+
 // SIGNAL the child's process group and the child itself. The child made
 // itself a session leader, so its pgid is its pid; killpg reaches what it
 // forked, pidfd_send_signal reaches the leader even if it left the group.

@@ -96,7 +96,16 @@ struct Request {
   std::vector<Input> inputs;
   std::vector<std::string> outputs;        // globs relative to the workspace
   std::optional<ProgramPayload> payload;
-  std::optional<std::string> stdin_text;   // otherwise stdin is /dev/null
+  // The program's stdin, any bytes (a memfd: the program may seek it). When
+  // neither this nor stdin_fd is given, stdin is /dev/null.
+  std::optional<std::string> stdin_text;
+  // Or an fd of the caller's (e.g. a pipe's read end corral run feeds from
+  // its own stdin): duplicated when the run is prepared, so the caller may
+  // close its copy once submit() returns. -1: none.
+  int stdin_fd = -1;
+  // The Result's JSON also carries stdout_b64/stderr_b64: the kept bytes
+  // exactly (secrets masked), where stdout/stderr replace invalid UTF-8.
+  bool binary_output = false;
   Limits limits;                           // merged over the defaults
   Tier tier = Tier::os_process;
   std::optional<std::string> cwd;          // run here instead of the workspace

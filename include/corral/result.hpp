@@ -76,10 +76,22 @@ struct Result {
   CapturedStream stdout_capture, stderr_capture;
   double wall_seconds = 0;
   double cpu_seconds = 0;
+  // killed_timeout in the process tiers: how long the program's main thread
+  // had been runnable but waiting for a CPU when the deadline passed
+  // (/proc/PID/schedstat). Unset otherwise.
+  std::optional<double> cpu_wait_seconds;
+  // A wall kill of a run that spent at least a quarter of its wall_seconds
+  // waiting for a CPU: the host was oversubscribed (more runs than CPUs),
+  // the program may well have been within its limits.
+  bool cpu_starved() const {
+    auto wall = limits.seconds(Limit::wall_seconds);
+    return outcome == Outcome::killed_timeout && cpu_wait_seconds && wall && *cpu_wait_seconds >= 0.25 * *wall;
+  }
   std::uint64_t max_rss_bytes = 0;
   std::vector<ArtifactInfo> artifacts;
   std::vector<std::string> artifact_notes;  // skipped outputs and why
   Limits limits;                             // the limits in force
+  bool binary_output = false;                // Request::binary_output: JSON adds stdout_b64/stderr_b64
   std::map<std::string, std::string> enforcement;  // limit/guarantee -> how
   std::string tier;
   std::string detail;        // one line a reader of exit 1 can use

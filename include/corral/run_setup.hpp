@@ -59,6 +59,10 @@ struct PreparedRun {
   std::shared_ptr<ContainerRun> container;     // tier container only (container.hpp)
   std::map<std::string, std::string> enforcement;
   std::vector<std::string> warnings;           // defaults this host cannot enforce
+  // What enforces a fractional cpu_seconds (the supervisor's CPU watch:
+  // "supervisor_cpu_clock", "supervisor_cgroup_cpu"); "" when RLIMIT_CPU
+  // holds the limit as it is. The Result's enforcement map says it.
+  std::string cpu_enforcer;
   std::chrono::steady_clock::time_point started;
   double plan_seconds = 0;
 };
@@ -84,6 +88,13 @@ struct RunEnd {
   // evidence (finish_container: CgroupStats::ceiling_oom). classify_outcome
   // makes a SIGKILL death killed_oom only with it.
   bool oom_killed = false;
+  // The supervisor's CPU watch found the run at its cpu_seconds and killed
+  // it (SIGKILL): killed_resource, resource cpu_seconds.
+  bool cpu_limit_hit = false;
+  // At a wall_seconds kill, how long the program had waited for a CPU
+  // (runqueue_wait_seconds; process tiers): a run starved by the host's
+  // load, not one that hung.
+  std::optional<double> runqueue_seconds;
   double clone_seconds = 0;                 // Spawner::Child's (the container's: its exec report's)
   std::optional<double> exec_seconds;       // Spawner::Child's; unknown in tier container
   std::chrono::steady_clock::time_point spawned;  // the spawn returned (the program running, or on its way)

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -48,8 +50,11 @@ const char kBatchHelp[] =
     "of --routes FILE) and \"provenance\" (\"trusted\" or \"untrusted\"; untrusted is\n"
     "refused below tier container). Blank lines are skipped.\n"
     "\n"
-    "  -p, --parallel N         runs in flight at once (default: CPUs x 4; at most\n"
-    "                           what the fd limit allows)\n"
+    "  -p, --parallel N         runs in flight at once (default: CPUs x 4, and of\n"
+    "                           the jobs with a cpu_seconds limit at most CPUs at\n"
+    "                           once, so none waits out its wall_seconds queued\n"
+    "                           for a CPU; at most what the fd limit allows). A\n"
+    "                           given N applies to every job as it is\n"
     "      --routes FILE        the routes a job may name with \"route\" (it then runs\n"
     "                           under that route's tier, limits, network, env, secrets\n"
     "                           and outputs, and is refused where the route refuses)\n"
@@ -78,7 +83,11 @@ const char kBatchHelp[] =
     "Output: one JSON line per job on stdout as it finishes: the Result with its\n"
     "\"id\" and \"line\", or {\"id\", \"line\", \"outcome\": \"error\", \"error\"} for a line\n"
     "corral refused (malformed JSON, unknown field, invalid limit, a host path not\n"
-    "allowed, a gate refusal, ...). On a terminal a progress line is drawn on stderr.\n"
+    "allowed, a gate refusal, ...). On stderr: on a terminal a progress bar (done,\n"
+    "rate, ETA, in flight, failed); otherwise one summary line at the end:\n"
+    "\"corral: batch: N jobs in S s (R jobs/s): exited A, killed_timeout B, ...\".\n"
+    "A wall kill of a run that waited a quarter of its wall_seconds or more for a\n"
+    "CPU has \"cpu_starved\": true (the host, not the program, used up the time).\n"
     "\n"
     "Exit: 0 when every job's result was written (whatever the jobs' outcomes); 1 when\n"
     "some could not be (each named on stderr by job id and line); 2 usage error; 130/143 on SIGINT/SIGTERM (runs in flight are\n"
@@ -96,7 +105,7 @@ constexpr unsigned long long kMaxLineBytesCeiling = 1ull << 32;  // 4 GiB
 
 struct Options {
   std::size_t max_line_bytes = kDefaultMaxLineBytes;
-  std::size_t parallel = 0;  // 0: CPUs x 4
+  std::size_t parallel = 0;  // 0: CPUs x 4, and CPU-limited jobs at most CPUs at once
   std::string file;          // "" or "-": stdin
   std::string audit;         // --audit FILE: one line per job
   std::string routes;        // --routes FILE
@@ -106,11 +115,19 @@ struct Options {
   std::string jobs_sha256;     // FILE's fingerprint, with --shard
 };
 
-std::size_t default_parallel() {
+std::size_t usable_cpus() {
   cpu_set_t set;
   long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
-  return static_cast<std::size_t>(cpus > 0 ? cpus : 1) * 4;
+  return static_cast<std::size_t>(cpus > 0 ? cpus : 1);
 }
+
+// Most jobs wait on something (I/O, a child, a sleep): four per CPU keeps
+// the CPUs busy. A job with a cpu_seconds limit is one that computes: more
+// of them than CPUs share the CPUs, and each one's wall_seconds runs out
+// while it waits for its turn (16 on 2 CPUs: 18 of 20 cpu_seconds=1 jobs
+// with wall_seconds=2 came back killed_timeout). By default those run at
+// most one per CPU; --parallel N says otherwise on purpose.
+std::size_t default_parallel() { return usable_cpus() * 4; }
 
 enum : int { kRoutes = 256, kAllowHostPath, kMinTier, kUntrusted, kAudit, kMaxLineBytes, kShard };
 
@@ -208,10 +225,11 @@ std::optional<std::size_t> count_jobs(int fd) {
 
 class Batch {
  public:
-  Batch(Supervisor& sup, int in_fd, std::size_t max_line_bytes, std::size_t parallel, bool progress,
-        const Options& options)
-      : sup_(sup), in_(in_fd, max_line_bytes), parallel_(parallel), progress_(progress), options_(options),
-        t0_(std::chrono::steady_clock::now()) {
+  // cpu_parallel: jobs with a cpu_seconds limit in flight at most.
+  Batch(Supervisor& sup, int in_fd, std::size_t max_line_bytes, std::size_t parallel, std::size_t cpu_parallel,
+        bool progress, const Options& options)
+      : sup_(sup), in_(in_fd, max_line_bytes), parallel_(parallel), cpu_parallel_(cpu_parallel),
+        progress_(progress), options_(options), t0_(std::chrono::steady_clock::now()) {
     total_ = count_jobs(in_fd);
     // Shard I of N holds the jobs k = I, I+N, I+2N, ...
     if (total_ && options_.shard)
@@ -247,11 +265,17 @@ class Batch {
     // The results still queued: written before exit (a SIGINT/SIGTERM stops
     // the wait; what is left is then lost).
     if (!broken_) out_.flush(&signal_);
+    if (pending_) {
+      refused(pending_->id, pending_->line, "cancelled before it started");
+      pending_.reset();
+      if (!broken_) out_.flush(&signal_);
+    }
     settle_output();
     for (const Queued& q : queued_) lost(q.id, q.line);
     queued_.clear();
     if (lost_ > kLostNamed) say("batch: %zu results in all were not written", lost_);
     draw(true);
+    if (!progress_) summary();
     err_.flush(&signal_);
     if (signal_) return 128 + signal_;
     if (end_queued_ && out_.written() < end_queued_) {
@@ -269,6 +293,14 @@ class Batch {
     // No new job while the results queue is over its high water: the
     // intake waits for the reader, the runs in flight do not.
     while (!stopping_ && sup_.in_flight() < parallel_ && !out_.over()) {
+      if (pending_) {
+        // A CPU-limited job waits for a CPU-limited one to finish.
+        if (cpu_in_flight_ >= cpu_parallel_) break;
+        Pending p = std::move(*pending_);
+        pending_.reset();
+        submit(std::move(p.request), p.id, p.line);
+        continue;
+      }
       LineReader::Line got = in_.next(line);
       if (got == LineReader::Line::too_long) {
         ++line_no_;
@@ -350,20 +382,33 @@ class Batch {
       return;
     }
     std::string id = req->id;
+    if (req->limits.has(Limit::cpu_seconds) && cpu_in_flight_ >= cpu_parallel_) {
+      pending_ = Pending{std::move(*req), id, at};  // feed() starts it when a CPU is free
+      return;
+    }
+    submit(std::move(*req), id, at);
+  }
+
+  void submit(Request req, const std::string& id, long at) {
+    const bool cpu = req.limits.has(Limit::cpu_seconds);
     RunCallbacks cb;
-    cb.on_result = [this, at](const Result& r) {
+    cb.on_result = [this, at, cpu](const Result& r) {
+      if (cpu) --cpu_in_flight_;
       if (r.outcome != Outcome::exited || r.exit_code != 0) ++failed_;
+      ++outcomes_[static_cast<std::size_t>(r.outcome)];
       emit(result_to_json(r, at), r.id, at);
     };
-    auto handle = sup_.submit(std::move(*req), std::move(cb));
+    auto handle = sup_.submit(std::move(req), std::move(cb));
     if (!handle) {
       refused(id, at, handle.error().message());
       return;
     }
+    if (cpu) ++cpu_in_flight_;
     handle->detach();  // the result comes through on_result
   }
 
   void refused(const std::string& id, long line, const std::string& why) {
+    ++errors_;
     ++failed_;
     emit(error_to_json(id, line, why), id, line);
   }
@@ -409,22 +454,54 @@ class Batch {
     watching_ = false;
   }
 
-  // The progress line, redrawn in place at most ten times a second.
+  // The progress bar, redrawn in place at most ten times a second:
+  // "corral: batch [#####.....] 120/500 24% 35.2 jobs/s ETA 11s, 16 in
+  // flight, 3 failed" (no bar, % or ETA while the total is unknown).
   void draw(bool final) {
     if (!progress_) return;
     auto now = std::chrono::steady_clock::now();
     if (!final && now - last_draw_ < std::chrono::milliseconds(100)) return;
     last_draw_ = now;
     double elapsed = std::chrono::duration<double>(now - t0_).count();
-    char done[64];
-    if (total_) std::snprintf(done, sizeof done, "%zu/%zu", written_, *total_);
-    else std::snprintf(done, sizeof done, "%zu", written_);
+    double rate = elapsed > 0 ? static_cast<double>(written_) / elapsed : 0.0;
+    char done[160];
+    if (total_ && *total_ > 0) {
+      constexpr int kWidth = 20;
+      std::size_t total = *total_;
+      int filled = static_cast<int>(std::min<std::size_t>(written_, total) * kWidth / total);
+      std::string bar = std::string(static_cast<std::size_t>(filled), '#') + std::string(kWidth - filled, '.');
+      char eta[32] = "";
+      if (!final && rate > 0 && written_ < total)
+        std::snprintf(eta, sizeof eta, " ETA %.0fs", static_cast<double>(total - written_) / rate);
+      std::snprintf(done, sizeof done, "[%s] %zu/%zu %zu%% %.1f jobs/s%s", bar.c_str(), written_, total,
+                    std::min<std::size_t>(written_, total) * 100 / total, rate, eta);
+    } else {
+      std::snprintf(done, sizeof done, "%zu done %.1f jobs/s", written_, rate);
+    }
     char line[256];
-    std::snprintf(line, sizeof line, "\r\033[Kcorral: batch %s done, %zu in flight, %zu failed, %.1f jobs/s, %.1fs%s",
-                  done, sup_.in_flight(), failed_, elapsed > 0 ? static_cast<double>(written_) / elapsed : 0.0,
-                  elapsed, final ? "\n" : "");
+    std::snprintf(line, sizeof line, "\r\033[Kcorral: batch %s, %zu in flight, %zu failed, %.1fs%s", done,
+                  sup_.in_flight(), failed_, elapsed, final ? "\n" : "");
     // A frame is skipped while the last one is still being written.
     if (final || err_.queued() == 0) err_.write(line);
+  }
+
+  // Not a terminal: one line at the end, for a log or a CI step.
+  void summary() {
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    std::size_t jobs = errors_;
+    for (std::size_t n : outcomes_) jobs += n;
+    char head[128];
+    std::snprintf(head, sizeof head, "corral: batch: %zu jobs in %.1f s (%.1f jobs/s)", jobs, elapsed,
+                  elapsed > 0 ? static_cast<double>(jobs) / elapsed : 0.0);
+    std::string line = head;
+    const char* sep = ": ";
+    for (std::size_t i = 0; i < outcomes_.size(); ++i) {
+      if (outcomes_[i] == 0) continue;
+      line += sep + std::string(to_string(static_cast<Outcome>(i))) + " " + std::to_string(outcomes_[i]);
+      sep = ", ";
+    }
+    if (errors_ > 0) line += sep + std::string("error ") + std::to_string(errors_);
+    err_.write(line + "\n");
   }
 
   static constexpr std::size_t kLostNamed = 20;  // lost results named one by one
@@ -442,6 +519,16 @@ class Batch {
   std::deque<Queued> queued_;
   LineReader in_;
   std::size_t parallel_;
+  std::size_t cpu_parallel_;
+  std::size_t cpu_in_flight_ = 0;
+  struct Pending {
+    Request request;
+    std::string id;
+    long line;
+  };
+  std::optional<Pending> pending_;  // a CPU-limited job admitted, waiting for a CPU
+  std::array<std::size_t, 7> outcomes_{};  // results by Outcome
+  std::size_t errors_ = 0;                 // lines refused (outcome "error")
   bool progress_;
   const Options& options_;
   std::chrono::steady_clock::time_point t0_, last_draw_{};
@@ -497,7 +584,10 @@ int batch_main(int argc, char** argv) {
   }
   if (parallel == 0) return say("batch: the fd limit leaves no room for a run"), 1;
 
-  Batch batch(s, in_fd, o.max_line_bytes, parallel, isatty(2) == 1, o);
+  // Explicit --parallel: as given for every job. Default: CPU-limited jobs
+  // at most one per CPU (see default_parallel).
+  std::size_t cpu_parallel = o.parallel ? parallel : std::min(parallel, usable_cpus());
+  Batch batch(s, in_fd, o.max_line_bytes, parallel, cpu_parallel, isatty(2) == 1, o);
   auto st = s.watch_signals({SIGINT, SIGTERM, SIGHUP}, [&batch](int sig) { batch.stop(sig); });
   if (!st) return say("%s", st.error().message().c_str()), 1;
   return batch.run();

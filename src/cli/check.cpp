@@ -50,7 +50,7 @@ void print_route(const Route& route, const HostEnforcementView& view) {
   line("floor", std::string(to_string(route.effective_floor)) + " (" + route.floor_source + ")");
   for (const auto& [limit, how] : route.enforcement) {
     std::string note(view.note(spec.tier, limit));
-    line("limit", std::string(limit_name(limit)) + "=" + std::to_string(*spec.limits.get(limit)) + ": " +
+    line("limit", std::string(limit_name(limit)) + "=" + spec.limits.text(limit) + ": " +
                       how + (note.empty() || how == "unsupported" ? "" : " (" + note + ")"));
   }
   line("egress", egress_text(route));

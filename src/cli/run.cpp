@@ -1,5 +1,8 @@
 // corral run [options] [--] PROGRAM [ARGS...]
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include "corral/supervisor.hpp"
 #include "options.hpp"
 #include "output.hpp"
+#include "stdin_pump.hpp"
 
 namespace corral::cli {
 namespace {
@@ -33,7 +37,8 @@ const char kRunHelp[] =
     "\n"
     "Run PROGRAM (looked up in PATH like execvp when it has no slash; never a shell\n"
     "string) in a fresh 0700 workspace that is its cwd, HOME and TMPDIR, with a clean\n"
-    "environment, stdin from /dev/null, and the limits below. Flags are off unless\n"
+    "environment, the limits below, and stdin from /dev/null: corral's own stdin\n"
+    "is NOT passed on unless --stdin - says so. Flags are off unless\n"
     "given; options marked (repeatable) may be given more than once. Options take\n"
     "--opt=value or --opt value; the first operand is PROGRAM ('--' before it is\n"
     "optional, and needed when PROGRAM starts with '-').\n"
@@ -85,6 +90,14 @@ const char kRunHelp[] =
     "  --grace SECONDS                SIGTERM to SIGKILL after the deadline, 0-3600,\n"
     "                                 fractions allowed (default: 2)\n"
     "  --stdin-text TEXT              the program's stdin (default: /dev/null)\n"
+    "  --stdin FILE|-                 stream FILE, or corral's own stdin (-), to the\n"
+    "                                 program's stdin through a pipe, bytes as they\n"
+    "                                 are (default: /dev/null)\n"
+    "  --stdin-max-bytes N            --stdin passes at most N bytes (units as for\n"
+    "                                 bytes limits: 64MiB, 1G; default: 1 GiB), then\n"
+    "                                 the program's stdin ends and corral says so\n"
+    "  --binary-output                with --json: stdout_b64 and stderr_b64 too, the\n"
+    "                                 kept bytes exactly (secrets masked as ***)\n"
     "  --on-output-limit truncate|kill  past stdout_bytes/stderr_bytes: keep the\n"
     "                                 first bytes and go on (truncate, default), or\n"
     "                                 end the run as killed_resource, exit 137 (kill)\n"
@@ -117,7 +130,12 @@ std::string human_value(std::uint64_t v, std::string_view unit) {
 
 std::string run_help() {
   std::string text = kRunHelp;
-  text += "\nlimits (--limit NAME=VALUE; integers, '_' separators allowed, no negatives):\n";
+  text +=
+      "\nlimits (--limit NAME=VALUE; the same values in CORRAL_LIMITS, a batch job's \"limits\"\n"
+      "and a routes file): seconds take a decimal, millisecond precision, optionally 's'\n"
+      "or 'ms' (1.5, 0.25, 250ms); bytes take K M G T (powers of 1000; KB, MB, ...) or\n"
+      "Ki Mi Gi Ti (KiB, MiB, ...: powers of 1024): 512M = 512000000, 512MiB = 536870912;\n"
+      "counts are integers; '_' may separate digits; no negatives:\n";
   const Limits defaults = default_limits();
   for (const LimitInfo& info : all_limits()) {
     auto d = defaults.get(info.limit);
@@ -135,6 +153,8 @@ std::string run_help() {
 struct Options {
   Request request;
   bool json = false;
+  std::string stdin_file;                  // --stdin FILE or "-"
+  std::uint64_t stdin_max = 1ull << 30;    // --stdin-max-bytes
   std::string routes_file, audit_path;
   Ask ask;  // --untrusted, --route NAME, and the route-owned flags given
 };
@@ -150,7 +170,7 @@ bool split_kv(const std::string& text, std::string& k, std::string& v) {
 enum : int {
   kUntrusted = 256, kAcknowledge, kConfineWrites, kWritePath, kNet, kLoopback, kPassEnv, kSecretEnv, kInput,
   kOutput, kArtifactRoot, kCwd, kUser, kRootfs, kRoBind, kBind, kGrace, kStdinText, kMergeOutput, kRoutes,
-  kRoute, kAudit, kOnOutputLimit,
+  kRoute, kAudit, kOnOutputLimit, kStdin, kStdinMax, kBinaryOutput,
 };
 
 const option kRunOptions[] = {
@@ -182,6 +202,9 @@ const option kRunOptions[] = {
     {"route", required_argument, nullptr, kRoute},
     {"audit", required_argument, nullptr, kAudit},
     {"on-output-limit", required_argument, nullptr, kOnOutputLimit},
+    {"stdin", required_argument, nullptr, kStdin},
+    {"stdin-max-bytes", required_argument, nullptr, kStdinMax},
+    {"binary-output", no_argument, nullptr, kBinaryOutput},
     {nullptr, 0, nullptr, 0},
 };
 
@@ -205,7 +228,7 @@ int option_value(Options& o, Limits& from_flags, int opt, const char* v) {
     case 'l': {
       auto l = parse_limit_assignment(v);
       if (!l) return say("--limit: %s", l.error().message().c_str()), 2;
-      from_flags.set(l->first, l->second);
+      from_flags.set_raw(l->limit, l->raw);
       return -1;
     }
     case kAcknowledge: r.acknowledged.insert(v); return -1;
@@ -253,6 +276,19 @@ int option_value(Options& o, Limits& from_flags, int opt, const char* v) {
     case kArtifactRoot: r.artifact_root = v; return -1;
     case kCwd: r.cwd = v; return -1;
     case kStdinText: r.stdin_text = v; return -1;
+    case kStdin:
+      if (v[0] == '\0') return say("--stdin: give a FILE or - (corral's own stdin)"), 2;
+      o.stdin_file = v;
+      return -1;
+    case kStdinMax: {
+      LimitInfo bytes = limit_info(Limit::stdout_bytes);  // the bytes units
+      bytes.name = "--stdin-max-bytes";
+      auto n = parse_limit_quantity(bytes, v);
+      if (!n) return say("%s", n.error().message().c_str()), 2;
+      o.stdin_max = *n;
+      return -1;
+    }
+    case kBinaryOutput: r.binary_output = true; return -1;
     case kUser: {
       auto uid = parse_run_user(v);
       if (!uid) return say("--user: %s", uid.error().message().c_str()), 2;
@@ -297,6 +333,8 @@ int parse(int argc, char** argv, Options& o) {
     return 2;
   }
   for (; i < argc; ++i) o.request.argv.push_back(argv[i]);
+  if (!o.stdin_file.empty() && o.request.stdin_text)
+    return say("--stdin and --stdin-text both name the program's stdin: give one"), 2;
   o.request.limits = from_env;
   o.request.limits.merge(from_flags);
   return -1;
@@ -334,6 +372,18 @@ void report_lost(const char* what, const RingWriter& w) {
   say("writing %s: %s; %llu bytes lost", what, std::strerror(w.error()), static_cast<unsigned long long>(w.lost()));
 }
 
+// `printf 'a\nb\n' | corral run -- wc -l` printed 0 with no word why: a
+// pipe or file on corral's stdin with bytes waiting, and no --stdin, gets
+// one line saying they are not passed on. (A terminal or /dev/null: no
+// line; nothing is read either way.)
+void hint_unpassed_stdin() {
+  struct stat st {};
+  if (fstat(0, &st) != 0 || !(S_ISFIFO(st.st_mode) || (S_ISREG(st.st_mode) && st.st_size > 0))) return;
+  pollfd p{0, POLLIN, 0};
+  if (S_ISFIFO(st.st_mode) && (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))) return;
+  say("note: corral's stdin is not passed to the program (its stdin is /dev/null); use --stdin - to pass it");
+}
+
 void report_end(const Result& r) {
   if (std::getenv("CORRAL_QUIET") == nullptr || std::strcmp(std::getenv("CORRAL_QUIET"), "1") != 0)
     for (const auto& w : r.warnings) say("not enforced: %s", w.c_str());
@@ -361,6 +411,22 @@ int run_main(int argc, char** argv) {
   if (!admitted) return say("%s", admitted.error().message().c_str()), exit_code_for_error(admitted.error().code());
   o.request = std::move(*admitted);
   signal(SIGPIPE, SIG_IGN);
+  // --stdin FILE: opened before anything runs, so a missing file is a
+  // usage error naming it.
+  UniqueFd stdin_file;
+  int stdin_source = -1;
+  if (o.stdin_file == "-") {
+    stdin_source = 0;
+  } else if (!o.stdin_file.empty()) {
+    stdin_file.reset(::open(o.stdin_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+    if (!stdin_file) return say("--stdin: open %s: %s", o.stdin_file.c_str(), std::strerror(errno)), 2;
+    stdin_source = stdin_file.get();
+  } else if (!o.request.stdin_text) {
+    hint_unpassed_stdin();
+  }
+  // Destroyed after the supervisor (declared first): a write of the pump's
+  // that the ring still holds reads the pump's buffer until the ring is gone.
+  std::unique_ptr<StdinPump> pump;
   SupervisorOptions sopts;
   if (const char* base = std::getenv("CORRAL_WORKSPACE_BASE")) sopts.workspace_base = base;
   // One run needs a handful of ring entries; the default 4096 (sized for a
@@ -377,6 +443,12 @@ int run_main(int argc, char** argv) {
     return 125;
   }
   Supervisor& s = **sup;
+  if (stdin_source >= 0) {
+    auto made = StdinPump::create(s, stdin_source, o.stdin_max);
+    if (!made) return say("%s", made.error().message().c_str()), 125;
+    pump = std::move(*made);
+    o.request.stdin_fd = pump->program_end();
+  }
   int got_signal = 0;
   (void)s.watch_signals({SIGINT, SIGTERM, SIGHUP}, [&](int sig) {
     got_signal = sig;
@@ -415,6 +487,8 @@ int run_main(int argc, char** argv) {
     return exit_code_for_error(submitted.error().code());
   }
   handle = std::move(*submitted);
+  if (pump)
+    if (auto st = pump->start(); !st) say("%s", st.error().message().c_str());
   while (!result) {
     auto more = s.run_once(-1);
     if (!more) {
@@ -427,6 +501,13 @@ int run_main(int argc, char** argv) {
     }
   }
   const Result& r = *result;
+  if (pump) {
+    pump->stop();
+    if (pump->cut())
+      say("stdin cut at %llu bytes (--stdin-max-bytes): the program's stdin ended there",
+          static_cast<unsigned long long>(pump->passed()));
+    if (pump->error()) say("--stdin: reading %s: %s", o.stdin_file.c_str(), std::strerror(pump->error()));
+  }
   if (o.json) out.write(result_to_json(r) + "\n");
   bool out_ok = out.flush(&got_signal);
   err.flush(&got_signal);

@@ -1,0 +1,96 @@
+// The supervisor's CPU watch: a cpu_seconds limit with a fraction
+// (cpu_seconds=0.25) enforced to the millisecond. RLIMIT_CPU counts whole
+// seconds (the kernel checks it at tick granularity against a limit in
+// seconds), so it holds 0.25 only as 1: it stays, rounded up, as a
+// backstop, and the supervisor reads the run's CPU time on a timer of the
+// run's own and kills the run (SIGKILL to the group, as the output-limit
+// kill does) once it reaches the limit.
+//
+// What is read: in the process tiers the program's process CPU clock (the
+// leader's threads, as RLIMIT_CPU counts them; clock_getcpuclockid); in
+// tier container the run's cgroup CPU usage (v1 cpuacct.usage, v2 cpu.stat:
+// the whole tree, as the Result's cpu_seconds counts it there). A container
+// without a cgroup has no watch: RLIMIT_CPU rounded up is what holds, and
+// the Result's enforcement map says so.
+//
+// When to look: CPU time grows at most as fast as wall time times the CPUs
+// the host has, so the next look is the remaining CPU time divided by the
+// CPU count (never sooner than kMinLook): a few looks per run, geometric
+// towards the limit, and an overshoot of at most kMinLook per CPU.
+#include <unistd.h>
+
+#include "supervisor_impl.hpp"
+
+namespace corral {
+namespace {
+
+constexpr double kMinLook = 0.002;  // seconds between looks near the limit
+
+double online_cpus() {
+  static const double cpus = [] {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? static_cast<double>(n) : 1.0;
+  }();
+  return cpus;
+}
+
+}  // namespace
+
+void Supervisor::Impl::start_cpu_watch(std::uint32_t slot, Run& run) {
+  const Limits& limits = run.prep.limits;
+  if (!limits.fractional(Limit::cpu_seconds)) return;  // whole seconds: RLIMIT_CPU holds it exactly
+  if (run.prep.container && !run.prep.container->cgroup) return;  // nothing to read: RLIMIT_CPU rounded up
+  run.prep.cpu_enforcer = run.prep.container ? "supervisor_cgroup_cpu" : "supervisor_cpu_clock";
+  run.cpu_limit = *limits.seconds(Limit::cpu_seconds);
+  arm_cpu_check(slot, run, run.cpu_limit / online_cpus());
+}
+
+void Supervisor::Impl::arm_cpu_check(std::uint32_t slot, Run& run, double seconds) {
+  run.cpu_ts = to_timespec(seconds < kMinLook ? kMinLook : seconds);
+  io_uring_sqe* e = sqe();
+  io_uring_prep_timeout(e, &run.cpu_ts, 0, 0);
+  io_uring_sqe_set_data64(e, user_data(slot, run.gen, kOpCpu));
+  run.cpu_armed = true;
+  io_uring_submit(&ring);  // the kernel reads cpu_ts at submission
+}
+
+Expected<double> Supervisor::Impl::run_cpu_seconds(Run& run) {
+  if (run.prep.container) {
+    auto stats = run.prep.container->cgroup->stats();
+    if (!stats) return std::move(stats).error();
+    if (!stats->cpu_usage_ns) return Error(ENOTSUP, "the run's cgroup has no CPU accounting");
+    return static_cast<double>(*stats->cpu_usage_ns) / 1e9;
+  }
+  return process_cpu_seconds(run.pidfd.pid());
+}
+
+void Supervisor::Impl::on_cpu_check(std::uint32_t slot, Run& run, int res) {
+  run.cpu_armed = false;
+  if (res != -ETIME) return;  // removed (the run is retiring)
+  // Over already (exited, or a deadline, cancel or other limit decided it):
+  // nothing left to watch, and the pid may no longer name the leader.
+  if (run.exited || run.end.timed_out || run.end.cancelled || !run.end.output_limit.empty() ||
+      run.end.oom_notified || run.end.cpu_limit_hit)
+    return;
+  auto used = run_cpu_seconds(run);
+  if (!used) {
+    // Unreadable (a process that just exited): look again soon; the
+    // pidfd's exit completion ends the watch.
+    arm_cpu_check(slot, run, kMinLook);
+    return;
+  }
+  double left = run.cpu_limit - *used;
+  if (left > 0) {
+    arm_cpu_check(slot, run, left / online_cpus());
+    return;
+  }
+  run.end.cpu_limit_hit = true;
+  request_kill(slot, run, SIGKILL);
+}
+
+void Supervisor::Impl::note_runqueue_wait(Run& run) {
+  if (run.prep.container || !run.pidfd.valid()) return;  // pid 1 of a container is not the program
+  if (auto wait = runqueue_wait_seconds(run.pidfd.pid())) run.end.runqueue_seconds = *wait;
+}
+
+}  // namespace corral

@@ -1,0 +1,299 @@
+// What a programming-contest judge needs of corral, end to end through the
+// CLI: limits with units and fractions (run, batch, routes), a fractional
+// cpu_seconds enforced to the millisecond, stdin streamed in (binary-safe),
+// output bytes exactly, CPU-limited jobs kept off each other's CPUs by
+// default, and batch's summary line on a pipe.
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "support.hpp"
+
+using namespace corral_test;
+using json = nlohmann::json;
+
+namespace {
+
+struct Ran {
+  int code = -1;
+  std::string out, err;
+};
+
+// A shell line with stdout/stderr captured to files; `line` may pipe into
+// corral or redirect its stdin.
+Ran shell(const std::string& line) {
+  TempDir dir;
+  std::string cmd = "(" + line + ") >" + (dir / "out") + " 2>" + (dir / "err");
+  int status = std::system(cmd.c_str());
+  Ran r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(dir / "out");
+  r.err = read_file(dir / "err");
+  return r;
+}
+
+std::string corral() { return build_dir() + "/bin/corral"; }
+
+bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+std::vector<json> lines_of(const std::string& out) {
+  std::vector<json> v;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) v.push_back(json::parse(line));
+  return v;
+}
+
+}  // namespace
+
+// RLIMIT_CPU counts whole seconds: cpu_seconds=0.25 was 1 s of CPU (or
+// refused as "not a non-negative integer"). The supervisor's CPU watch ends
+// it at 0.25 s of CPU, measured by the kernel's rusage, and says so.
+Test(judge_io, a_fractional_cpu_limit_ends_the_run_within_50_ms_of_it) {
+  for (const char* tier : {"none", "process"}) {
+    Ran r = shell(corral() + " run --json --tier " + tier + " --limit cpu_seconds=0.25 --limit wall_seconds=60 -- " +
+                  helper("hostile") + " spin");
+    cr_assert_eq(r.code, 137, "%s: exit %d: %s", tier, r.code, r.err.c_str());
+    json j = json::parse(r.out);
+    cr_assert_eq(j["outcome"], "killed_resource", "%s", r.out.c_str());
+    cr_assert_eq(j["resource"], "cpu_seconds");
+    double cpu = j["cpu_seconds"].get<double>();
+    cr_assert(cpu >= 0.25 - 0.05 && cpu <= 0.25 + 0.05, "%s: measured CPU %.3f s for cpu_seconds=0.25", tier, cpu);
+    cr_assert_eq(j["limits"]["cpu_seconds"].get<double>(), 0.25);
+    cr_assert_eq(j["enforcement"]["cpu_seconds"], "supervisor_cpu_clock", "%s", j["enforcement"].dump().c_str());
+    cr_assert(has(j["detail"].get<std::string>(), "cpu_seconds=0.25"), "%s", j["detail"].dump().c_str());
+  }
+}
+
+Test(judge_io, a_whole_cpu_limit_stays_with_rlimit_cpu) {
+  Ran r = shell(corral() + " run --json --limit cpu_seconds=1 --limit wall_seconds=60 -- true");
+  cr_assert_eq(r.code, 0, "%s", r.err.c_str());
+  json j = json::parse(r.out);
+  cr_assert_eq(j["enforcement"]["cpu_seconds"], "hard");
+  cr_assert(j["limits"]["cpu_seconds"].is_number_integer());
+}
+
+// The same text means the same limit on the command line, in CORRAL_LIMITS,
+// in a job line (as text or as a JSON number) and in a routes file.
+Test(judge_io, units_and_fractions_parse_the_same_in_run_batch_and_routes) {
+  const char* want = R"({"cpu_seconds":0.25,"file_bytes":1000000000,"memory_bytes":536870912,"wall_seconds":1.5})";
+  auto pick = [](const json& limits) -> std::string {
+    json out;
+    for (const char* k : {"cpu_seconds", "file_bytes", "memory_bytes", "wall_seconds"}) out[k] = limits[k];
+    return out.dump();
+  };
+  Ran run = shell(corral() + " run --json -l wall_seconds=1.5 -l cpu_seconds=250ms -l memory_bytes=512MiB " +
+                  "-l file_bytes=1G -- true");
+  cr_assert_eq(run.code, 0, "%s", run.err.c_str());
+  std::string got = pick(json::parse(run.out)["limits"]);
+  cr_assert_str_eq(got.c_str(), want);
+
+  Ran env = shell("CORRAL_LIMITS=wall_seconds=1.5,cpu_seconds=0.25,memory_bytes=512Mi,file_bytes=1GB " + corral() +
+                  " run --json -- true");
+  cr_assert_eq(env.code, 0, "%s", env.err.c_str());
+  got = pick(json::parse(env.out)["limits"]);
+  cr_assert_str_eq(got.c_str(), want);
+
+  TempDir dir;
+  write_file(dir / "jobs",
+             R"({"id":"text","argv":["true"],"limits":{"wall_seconds":"1.5","cpu_seconds":"0.25","memory_bytes":"512MiB","file_bytes":"1G"}})"
+             "\n"
+             R"({"id":"numbers","argv":["true"],"limits":{"wall_seconds":1.5,"cpu_seconds":0.25,"memory_bytes":536870912,"file_bytes":1e9}})"
+             "\n");
+  Ran batch = shell(corral() + " batch " + (dir / "jobs"));
+  cr_assert_eq(batch.code, 0, "%s", batch.err.c_str());
+  auto results = lines_of(batch.out);
+  cr_assert_eq(results.size(), 2u, "%s", batch.out.c_str());
+  for (const json& r : results) {
+    got = pick(r["limits"]);
+    cr_assert_str_eq(got.c_str(), want, "%s", r.dump().c_str());
+  }
+
+  write_file(dir / "routes.toml",
+             "[host]\ntrusted_floor = \"none\"\n[[route]]\nname = \"judge\"\nprovenance = \"trusted\"\ntier = \"none\"\nacknowledge_network_egress = true\n"
+             "limits = { wall_seconds = 1.5, cpu_seconds = \"250ms\", memory_bytes = \"512MiB\", file_bytes = \"1G\" }\n");
+  Ran routed = shell(corral() + " run --json --routes " + (dir / "routes.toml") + " --route judge -- true");
+  cr_assert_eq(routed.code, 0, "%s", routed.err.c_str());
+  got = pick(json::parse(routed.out)["limits"]);
+  cr_assert_str_eq(got.c_str(), want);
+}
+
+Test(judge_io, a_bad_unit_is_refused_naming_the_limit_and_the_text) {
+  struct Case {
+    std::string args, expect;
+  } cases[] = {
+      {"-l memory_bytes=512X", "limit memory_bytes: '512X': unknown unit 'X'"},
+      {"-l wall_seconds=1.0005", "limit wall_seconds: '1.0005': finer than a millisecond"},
+      {"-l process_count=1.5", "limit process_count: '1.5'"},
+      {"-l file_bytes=1.0000005K", "limit file_bytes: '1.0000005K' is not a whole number of bytes"},
+      {"-l cpu_seconds=0ms", "limit cpu_seconds: must be at least 0.001"},
+  };
+  for (const auto& c : cases) {
+    Ran r = shell(corral() + " run " + c.args + " -- true");
+    cr_assert_eq(r.code, 2, "%s: exit %d", c.args.c_str(), r.code);
+    cr_assert(has(r.err, c.expect), "%s: %s", c.args.c_str(), r.err.c_str());
+  }
+  TempDir dir;
+  write_file(dir / "jobs", R"({"id":"bad","argv":["true"],"limits":{"memory_bytes":"1 GiB"}})" "\n");
+  Ran batch = shell(corral() + " batch " + (dir / "jobs"));
+  auto results = lines_of(batch.out);
+  cr_assert_eq(results.size(), 1u);
+  cr_assert(has(results[0]["error"].get<std::string>(), "limit memory_bytes: '1 GiB'"), "%s", batch.out.c_str());
+}
+
+// 10 MB of random bytes through the program's stdin and back out as a
+// digest: every byte arrives, NULs and all, from a file and from a pipe.
+Test(judge_io, stdin_streams_10_mb_of_binary_data_intact) {
+  TempDir dir;
+  Ran made = shell("head -c 10000000 /dev/urandom > " + (dir / "in") + " && sha256sum < " + (dir / "in"));
+  cr_assert_eq(made.code, 0);
+  std::string digest = made.out.substr(0, 64);
+  Ran file = shell(corral() + " run --stdin " + (dir / "in") + " -- sha256sum");
+  cr_assert_eq(file.code, 0, "%s", file.err.c_str());
+  std::string got = file.out.substr(0, 64);
+  cr_assert_str_eq(got.c_str(), digest.c_str());
+  Ran piped = shell("cat " + (dir / "in") + " | " + corral() + " run --stdin - -- sha256sum");
+  cr_assert_eq(piped.code, 0, "%s", piped.err.c_str());
+  got = piped.out.substr(0, 64);
+  cr_assert_str_eq(got.c_str(), digest.c_str());
+  Ran json_run = shell(corral() + " run --json --stdin - -- wc -c < " + (dir / "in"));
+  cr_assert_eq(json_run.code, 0, "%s", json_run.err.c_str());
+  got = json::parse(json_run.out)["stdout"].get<std::string>();
+  cr_assert_str_eq(got.c_str(), "10000000\n");
+}
+
+Test(judge_io, stdin_is_capped_and_said_so) {
+  Ran r = shell("head -c 100000 /dev/zero | " + corral() + " run --stdin - --stdin-max-bytes 1KiB -- wc -c");
+  cr_assert_eq(r.code, 0, "%s", r.err.c_str());
+  cr_assert_str_eq(r.out.c_str(), "1024\n");
+  cr_assert(has(r.err, "corral: stdin cut at 1024 bytes (--stdin-max-bytes)"), "%s", r.err.c_str());
+}
+
+// Without --stdin the program's stdin is /dev/null, as before; what changed
+// is that corral says so instead of printing 0 with no word why.
+Test(judge_io, piped_stdin_without_the_flag_is_not_passed_and_corral_says_so) {
+  Ran r = shell("printf 'a\\nb\\n' | " + corral() + " run -- wc -l");
+  cr_assert_eq(r.code, 0, "%s", r.err.c_str());
+  cr_assert_str_eq(r.out.c_str(), "0\n");
+  cr_assert(has(r.err, "corral: note: corral's stdin is not passed to the program"), "%s", r.err.c_str());
+  Ran passed = shell("printf 'a\\nb\\n' | " + corral() + " run --stdin - -- wc -l");
+  cr_assert_str_eq(passed.out.c_str(), "2\n", "%s", passed.err.c_str());
+  cr_assert_str_eq(passed.err.c_str(), "");
+  Ran missing = shell(corral() + " run --stdin /nonexistent/input -- true");
+  cr_assert_eq(missing.code, 2);
+  cr_assert(has(missing.err, "--stdin: open /nonexistent/input"), "%s", missing.err.c_str());
+}
+
+// Bytes that are not UTF-8 came back as U+FFFD only; with binary_output the
+// Result also has them exactly, and a secret is still ***.
+Test(judge_io, binary_output_gives_the_bytes_exactly_with_secrets_masked) {
+  Ran r = shell("TOKEN=hunter2 " + corral() +
+                " run --json --binary-output --secret-env TOKEN -- sh -c 'printf \"\\377\\000x$TOKEN\"; printf \"\\376\" >&2'");
+  cr_assert_eq(r.code, 0, "%s", r.err.c_str());
+  json j = json::parse(r.out);
+  std::string out_b64 = j["stdout_b64"].get<std::string>(), err_b64 = j["stderr_b64"].get<std::string>();
+  cr_assert_str_eq(out_b64.c_str(), "/wB4Kioq");  // ff 00 'x' '*' '*' '*'
+  cr_assert_str_eq(err_b64.c_str(), "/g==");
+  Ran plain = shell(corral() + " run --json -- printf x");
+  cr_assert(!json::parse(plain.out).contains("stdout_b64"));
+
+  TempDir dir;
+  // "AAEC/w==" is 00 01 02 ff: the job's stdin as bytes, echoed back by cat.
+  write_file(dir / "jobs", R"({"id":"b","argv":["cat"],"stdin_b64":"AAEC/w==","binary_output":true})" "\n");
+  Ran batch = shell(corral() + " batch " + (dir / "jobs"));
+  auto results = lines_of(batch.out);
+  cr_assert_eq(results.size(), 1u, "%s %s", batch.out.c_str(), batch.err.c_str());
+  std::string echoed = results[0]["stdout_b64"].get<std::string>();
+  cr_assert_str_eq(echoed.c_str(), "AAEC/w==", "%s", batch.out.c_str());
+  write_file(dir / "bad", R"({"id":"b","argv":["cat"],"stdin_b64":"AA*C"})" "\n");
+  auto bad = lines_of(shell(corral() + " batch " + (dir / "bad")).out);
+  cr_assert(has(bad.at(0)["error"].get<std::string>(), "field 'stdin_b64'"), "%s", bad.at(0).dump().c_str());
+}
+
+Test(judge_io, batch_on_a_pipe_ends_with_one_summary_line) {
+  TempDir dir;
+  write_file(dir / "jobs", R"({"id":"ok","argv":["true"]})" "\n" R"({"id":"no","argv":["false"]})" "\n"
+                           R"({"id":"slow","argv":["sleep","5"],"limits":{"wall_seconds":0.2}})" "\n"
+                           "not json\n");
+  Ran r = shell(corral() + " batch " + (dir / "jobs") + " | cat");
+  cr_assert_eq(r.code, 0, "%s", r.err.c_str());
+  cr_assert_eq(lines_of(r.out).size(), 4u);
+  std::string expected_tail = ": exited 2, killed_timeout 1, error 1\n";
+  cr_assert(r.err.rfind("corral: batch: 4 jobs in ", 0) == 0, "%s", r.err.c_str());
+  cr_assert(r.err.size() > expected_tail.size() &&
+                r.err.compare(r.err.size() - expected_tail.size(), expected_tail.size(), expected_tail) == 0,
+            "%s", r.err.c_str());
+  cr_assert(has(r.err, " jobs/s)"), "%s", r.err.c_str());
+  cr_assert_eq(std::count(r.err.begin(), r.err.end(), '\n'), 1, "%s", r.err.c_str());
+}
+
+// Each job notes itself in a directory while it runs and prints how many
+// notes it saw: the most any saw is how many ran at once. By default
+// CPU-limited jobs run at most one per CPU; others (and an explicit
+// --parallel) as many as asked.
+Test(judge_io, cpu_limited_jobs_run_at_most_one_per_cpu_by_default) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+  TempDir dir;
+  auto jobs = [&](bool cpu_limit) {
+    std::string text;
+    for (int i = 0; i < 8; ++i) {
+      std::string id = std::to_string(i);
+      text += R"({"id":")" + id + R"(","tier":"none","argv":["sh","-c","touch )" + (dir / "on") + "/" + id +
+              "; sleep 0.4; ls " + (dir / "on") + " | wc -l; rm " + (dir / "on") + "/" + id + R"("])" +
+              (cpu_limit ? R"(,"limits":{"cpu_seconds":5,"wall_seconds":60}})" : "}") + "\n";
+    }
+    return text;
+  };
+  auto most_at_once = [&](const std::string& args, bool cpu_limit) {
+    shell("mkdir -p " + (dir / "on"));
+    write_file(dir / "jobs", jobs(cpu_limit));
+    Ran r = shell(corral() + " batch " + args + " " + (dir / "jobs"));
+    cr_assert_eq(r.code, 0, "%s", r.err.c_str());
+    long most = 0;
+    for (const json& j : lines_of(r.out)) most = std::max(most, std::stol(j["stdout"].get<std::string>()));
+    return most;
+  };
+  long limited = most_at_once("", true);
+  cr_assert_leq(limited, cpus, "%ld CPU-limited jobs ran at once on %ld CPUs", limited, cpus);
+  long explicit_parallel = most_at_once("--parallel 8", true);
+  cr_assert_gt(explicit_parallel, cpus, "--parallel 8 ran only %ld at once", explicit_parallel);
+  long unlimited = most_at_once("", false);
+  cr_assert_gt(unlimited, cpus, "jobs without a CPU limit ran only %ld at once", unlimited);
+}
+
+// Six spinners sharing one CPU (corral and its children pinned to CPU 0)
+// each wait most of their wall_seconds for it: the wall kill says the run
+// was starved, with the runqueue wait the kernel counted. A sleeper killed
+// at its deadline was not starved.
+Test(judge_io, a_wall_kill_of_a_cpu_starved_run_says_so) {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 6; ++i)
+    text += R"({"id":"spin)" + std::to_string(i) + R"(","tier":"none","argv":[")" + helper("hostile") +
+            R"(","spin"],"limits":{"wall_seconds":1}})" + "\n";
+  text += R"({"id":"sleep","tier":"none","argv":["sleep","5"],"limits":{"wall_seconds":1}})" "\n";
+  write_file(dir / "jobs", text);
+  Ran r = shell("taskset -c 0 " + corral() + " batch --parallel 7 " + (dir / "jobs"));
+  cr_assert_eq(r.code, 0, "%s", r.err.c_str());
+  auto results = lines_of(r.out);
+  cr_assert_eq(results.size(), 7u, "%s", r.out.c_str());
+  for (const json& j : results) {
+    cr_assert_eq(j["outcome"], "killed_timeout", "%s", j.dump().c_str());
+    if (j["id"] == "sleep") {
+      cr_assert_eq(j["cpu_starved"], false, "%s", j.dump().c_str());
+      continue;
+    }
+    cr_assert_eq(j["cpu_starved"], true, "%s", j.dump().c_str());
+    cr_assert_geq(j["cpu_wait_seconds"].get<double>(), 0.25, "%s", j.dump().c_str());
+    cr_assert(has(j["detail"].get<std::string>(), "waited"), "%s", j["detail"].dump().c_str());
+  }
+}
