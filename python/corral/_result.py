@@ -41,6 +41,8 @@ class Result:
     stderr_b64: Optional[str] = None
     wall_seconds: float = 0.0
     cpu_seconds: float = 0.0
+    cpu_wait_seconds: Optional[float] = None  # killed_timeout: time spent waiting for a CPU (process tiers)
+    cpu_starved: bool = False  # a wall kill of a run that waited >= 1/4 of wall_seconds for a CPU
     max_rss_bytes: int = 0
     artifacts: List[Artifact] = field(default_factory=list)
     artifact_notes: List[str] = field(default_factory=list)

@@ -131,11 +131,12 @@ std::string human_value(std::uint64_t v, std::string_view unit) {
 std::string run_help() {
   std::string text = kRunHelp;
   text +=
-      "\nlimits (--limit NAME=VALUE; the same values in CORRAL_LIMITS, a batch job's \"limits\"\n"
-      "and a routes file): seconds take a decimal, millisecond precision, optionally 's'\n"
-      "or 'ms' (1.5, 0.25, 250ms); bytes take K M G T (powers of 1000; KB, MB, ...) or\n"
+      "\nLimit values, the same in --limit, CORRAL_LIMITS, a batch job's \"limits\" and a\n"
+      "routes file: seconds take a decimal, millisecond precision, optionally 's' or\n"
+      "'ms' (1.5, 0.25, 250ms); bytes take K M G T (powers of 1000; KB, MB, ...) or\n"
       "Ki Mi Gi Ti (KiB, MiB, ...: powers of 1024): 512M = 512000000, 512MiB = 536870912;\n"
-      "counts are integers; '_' may separate digits; no negatives:\n";
+      "counts are integers; '_' may separate digits; no negatives.\n"
+      "\nlimits (--limit NAME=VALUE):\n";
   const Limits defaults = default_limits();
   for (const LimitInfo& info : all_limits()) {
     auto d = defaults.get(info.limit);
