@@ -5,6 +5,8 @@
 #   make demo       install, build, run the demonstration
 #   make asan       build and run the tests under AddressSanitizer + UBSan
 #   make bench      benchmarks (never fail the build)
+#   make compat     CPython's regression suite directly and under every tier
+#                   (scripts/compat, tests/compat/); `make test` runs its quick subset
 #   make install    PREFIX=/usr/local DESTDIR=: bin/corral, lib/libcorral.{so,a},
 #                   include/corral, lib/pkgconfig/corral{,-static}.pc, man 1 and 3,
 #                   share/doc/corral/{examples,schema,LICENSE,CHANGELOG.md},
@@ -49,7 +51,7 @@ STATIC_LIB := $(BUILD)/lib/libcorral.a
 SHARED_LIB := $(BUILD)/lib/libcorral.so
 CLI        := $(BUILD)/bin/corral
 
-.PHONY: all deps test demo asan bench clean install uninstall
+.PHONY: all deps test demo asan bench compat clean install uninstall
 .DEFAULT_GOAL := all
 
 all: $(STATIC_LIB) $(SHARED_LIB) $(CLI) $(TEST_BINS) $(HELPER_BINS) $(BENCH_BINS)
@@ -122,6 +124,12 @@ $(BUILD)/bench/%: tests/bench/%.cpp $(STATIC_LIB)
 test: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) scripts/run-tests
+
+# Real programs, unmodified: tests/compat/modules.txt run directly and under
+# each tier; a failure tests/compat/allow.txt does not explain fails it.
+compat: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) scripts/compat
 
 demo: deps
 	@$(MAKE) --no-print-directory all
