@@ -14,6 +14,7 @@
 #include "corral/audit.hpp"
 #include "corral/capabilities.hpp"
 #include "corral/container.hpp"
+#include "corral/session.hpp"
 #include "corral/landlock.hpp"
 #include "corral/names.hpp"
 #include "corral/rlimits.hpp"
@@ -167,8 +168,10 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
   // Namespaces, mount tree, cgroup, seccomp; the host id is the run's own
   // uid when root, ours when rootless.
   if (req.tier == Tier::container) {
-    auto st = owner ? prepare_container(run, host, owner->uid, owner->gid)
-                    : prepare_container(run, host, geteuid(), getegid());
+    // A session exec's container part was made with its workspace (prepare_session_exec).
+    auto st = run.container ? Status{}
+              : owner       ? prepare_container(run, host, owner->uid, owner->gid)
+                            : prepare_container(run, host, geteuid(), getegid());
     if (!st) return st;
     // `default` (io_uring, namespace creation, mount and the other host-wide
     // calls denied) and `inet-only`, in the template's namespace too.
@@ -330,7 +333,10 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   // One uid per run in flight when we can: RLIMIT_NPROC then binds per run
   // and runs cannot signal or read each other.
   std::optional<WorkspaceOwner> owner;
-  if (container && host.root) {
+  // A session exec (session.hpp) runs as the session's uid, in its workspace.
+  const bool session = !req.session.empty();
+  if (session && !container) return who(Error::invalid("session " + req.session + ": an exec is tier container"));
+  if (container && host.root && !session) {
     // The host id the sandbox's uid maps to (request.user is the inside uid).
     if (!ctx.uids) return who(Error::invalid("tier container as root needs a uid pool for the runs' host ids"));
     auto lease = ctx.uids->acquire();
@@ -362,12 +368,18 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
     if (!run.limits.has(Limit::workspace_bytes)) run.limits.set(Limit::workspace_bytes, kContainerWorkspaceBytes);
     wopts.tmpfs_bytes = run.limits.get(Limit::workspace_bytes);
   }
-  auto ws = Workspace::create(wopts);
-  if (!ws) return who(std::move(ws).error());
-  run.workspace.emplace(std::move(*ws));
-  Workspace& w = *run.workspace;
+  if (session) {
+    // The session's /workspace; inputs, outputs and a payload are refused there.
+    if (auto st = prepare_session_exec(run, host); !st) return who(st.error());
+  } else {
+    auto ws = Workspace::create(wopts);
+    if (!ws) return who(std::move(ws).error());
+    run.workspace.emplace(std::move(*ws));
+  }
+  Workspace* wp = run.workspace ? &*run.workspace : nullptr;
 
   for (const auto& in : req.inputs) {
+    Workspace& w = *wp;
     Status st = in.bytes ? w.stage_bytes(in.name, *in.bytes, in.mode)
                          : (in.host_path ? w.stage_file(*in.host_path, in.name, in.resolved)
                                          : Status(Error::invalid("input " + in.name + ": needs bytes or a host path")));
@@ -377,7 +389,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   ChildPlan& plan = run.plan;
   plan.argv_storage.clear();
   if (req.payload) {
-    if (auto st = w.stage_bytes(req.payload->filename, req.payload->source, 0644); !st) return who(st.error());
+    if (auto st = wp->stage_bytes(req.payload->filename, req.payload->source, 0644); !st) return who(st.error());
     plan.argv_storage = req.payload->interpreter;
     plan.argv_storage.push_back(req.payload->filename);
   }
@@ -389,8 +401,8 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   for (const auto& name : req.pass_env)
     if (const char* v = find_env(name.c_str())) env[name] = v;
   // In a container the workspace is at /workspace and /tmp is a private tmpfs.
-  env["HOME"] = container ? std::string(kContainerWorkspace) + "/home" : w.home();
-  env["TMPDIR"] = container ? std::string("/tmp") : w.tmp();
+  env["HOME"] = container ? std::string(kContainerWorkspace) + "/home" : wp->home();
+  env["TMPDIR"] = container ? std::string("/tmp") : wp->tmp();
   env["USER"] = env["LOGNAME"] = run_user_name(container, owner, run.uid_lease.has_value());
   for (const auto& [k, v] : req.env) env[k] = v;
   for (auto& [k, v] : secret_env) env[k] = v;
@@ -402,9 +414,10 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   auto path_it = env.find("PATH");
   plan.exec_paths = exec_candidates(plan.argv_storage.front(), path_it == env.end() ? "" : path_it->second);
   run.program = tried_program(plan);  // the plan's strings are released after the spawn
-  if (req.tier != Tier::none && !req.rootfs && !(container && plan.exec_paths.front().rfind("/workspace/", 0) == 0))
+  // A session exec runs the session's files, not the host's: not checked here.
+  if (!session && req.tier != Tier::none && !req.rootfs && !(container && plan.exec_paths.front().rfind("/workspace/", 0) == 0))
     if (auto st = refuse_32bit_program(plan.exec_paths.front()); !st) return who(st.error());
-  plan.cwd = container ? "" : (req.cwd ? *req.cwd : w.path());  // container: the mount tree's chdir
+  if (!session) plan.cwd = container ? "" : (req.cwd ? *req.cwd : wp->path());  // container: the mount tree's chdir
   plan.merge_output = req.merge_output;
   if (req.stdin_fd >= 0) {
     UniqueFd fd(fcntl(req.stdin_fd, F_DUPFD_CLOEXEC, 3));

@@ -29,6 +29,7 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -91,6 +92,9 @@ struct ContainerRun {
   // records (its set-up time just before execve, a failure after it) wait
   // in this pipe until the run ends (read_container_exec_report).
   UniqueFd exec_report;
+  // A session exec (session.hpp): the live session it joins; spawned by
+  // spawn_session_exec instead of building namespaces.
+  std::shared_ptr<struct SessionJoin> session{};
 };
 
 // Parent, from prepare_run: the mount tree (workspace at /workspace, the

@@ -140,6 +140,9 @@ struct Request {
   // resolved secrets so that it can keep a file whose name holds one off
   // the host's disk; finish_run masks them in the Result afterwards.
   std::function<void(const Workspace&, Result&, const SecretSet&)> on_workspace;
+  // Run inside this live session (session.hpp) instead of a sandbox of its
+  // own; tier container. Set by session_exec_request.
+  std::string session{};
 };
 
 // The request's own consistency, whoever built it (prepare_run calls it;

@@ -30,6 +30,7 @@
 #include "corral/json.hpp"
 #include "corral/shard.hpp"
 #include "corral/supervisor.hpp"
+#include "batch_session.hpp"
 #include "line_reader.hpp"
 #include "options.hpp"
 #include "output.hpp"
@@ -67,6 +68,8 @@ const char kBatchHelp[] =
     "                           default: none)\n"
     "      --untrusted          every job is untrusted (refused below container)\n"
     "      --audit FILE         append one JSON audit line per job to FILE (never a secret)\n"
+    "      --keep-sessions      keep the sessions jobs opened with \"session\": {\"scope\",\n"
+    "                           \"thread\"} (default: disposed at the end of the batch)\n"
     "  -j, --json               accepted for symmetry: the output is always JSON lines\n"
     "      --max-line-bytes N   longest job line read (default: 16 MiB, at most 4 GiB);\n"
     "                           a longer line is an error result naming its line\n"
@@ -111,6 +114,7 @@ struct Options {
   std::string audit;         // --audit FILE: one line per job
   std::string routes;        // --routes FILE
   bool untrusted = false;
+  bool keep_sessions = false;
   DoorPolicy policy;
   std::optional<Shard> shard;  // --shard: only this slice of FILE
   std::string jobs_sha256;     // FILE's fingerprint, with --shard
@@ -130,7 +134,7 @@ std::size_t usable_cpus() {
 // most one per CPU; --parallel N says otherwise on purpose.
 std::size_t default_parallel() { return usable_cpus() * 4; }
 
-enum : int { kRoutes = 256, kAllowHostPath, kMinTier, kUntrusted, kAudit, kMaxLineBytes, kShard };
+enum : int { kRoutes = 256, kAllowHostPath, kMinTier, kUntrusted, kAudit, kMaxLineBytes, kShard, kKeepSessions };
 
 const option kBatchOptions[] = {
     {"help", no_argument, nullptr, 'h'},
@@ -143,6 +147,7 @@ const option kBatchOptions[] = {
     {"audit", required_argument, nullptr, kAudit},
     {"max-line-bytes", required_argument, nullptr, kMaxLineBytes},
     {"shard", required_argument, nullptr, kShard},
+    {"keep-sessions", no_argument, nullptr, kKeepSessions},
     {nullptr, 0, nullptr, 0},
 };
 
@@ -171,6 +176,7 @@ int parse(int argc, char** argv, Options& o) {
         return -1;
       }
       case kUntrusted: o.untrusted = true; return -1;
+      case kKeepSessions: o.keep_sessions = true; return -1;
       case kAudit: o.audit = v; return -1;
       case kMaxLineBytes: {
         auto n = parse_limit_value("--max-line-bytes", v);
@@ -250,8 +256,9 @@ class Batch {
   int run() {
     for (;;) {
       feed();
+      if (!stopping_) sessions_.pump();  // the next job of each session whose last one ended
       settle_output();
-      if (sup_.in_flight() == 0 && (stopping_ || in_.exhausted())) break;
+      if (sup_.in_flight() == 0 && (stopping_ || (in_.exhausted() && sessions_.queued() == 0))) break;
       auto more = sup_.run_once(progress_ ? 0.1 : -1);
       if (!more) {
         say("batch: %s", more.error().message().c_str());
@@ -263,6 +270,7 @@ class Batch {
     }
     unwatch();
     end_shard();
+    if (!options_.keep_sessions) sessions_.dispose_opened();
     // The results still queued: written before exit (a SIGINT/SIGTERM stops
     // the wait; what is left is then lost).
     if (!broken_) out_.flush(&signal_);
@@ -367,9 +375,15 @@ class Batch {
     return n;
   }
 
-  void start(const std::string& line) {
+  void start(const std::string& text) {
     ++jobs_seen_;
     long at = line_no_;
+    std::string line = text;
+    auto session_key = take_session_field(line);
+    if (!session_key) {
+      refused(job_id_of(line), at, session_key.error().message());
+      return;
+    }
     auto job = job_from_json(line);
     if (!job) {
       refused(job_id_of(line), at, job.error().message());
@@ -383,6 +397,20 @@ class Batch {
       return;
     }
     std::string id = req->id;
+    if (*session_key) {
+      // In a warm session: opened with this job's container options on
+      // first use; its jobs one at a time, in the order they came.
+      if (req->tier != Tier::container) return refused(job_id, at, "session: a session job is tier container");
+      auto sid = sessions_.session_for(**session_key, *req);
+      if (!sid) return refused(job_id, at, sid.error().message());
+      Request r = session_exec_request(*sid, std::move(*req));
+      r.binds.clear();  // the session's, given when it was opened
+      r.rootfs.reset();
+      r.cwd.reset();
+      r.loopback = false;
+      sessions_.run_or_queue(*sid, [this, r = std::move(r), id, at, sid = *sid]() mutable { submit(std::move(r), id, at, sid); });
+      return;
+    }
     if (req->limits.has(Limit::cpu_seconds) && cpu_in_flight_ >= cpu_parallel_) {
       pending_ = Pending{std::move(*req), id, at};  // feed() starts it when a CPU is free
       return;
@@ -390,18 +418,21 @@ class Batch {
     submit(std::move(*req), id, at);
   }
 
-  void submit(Request req, const std::string& id, long at) {
+  // `session`: the warm session the job runs in (its next job starts when this one ends).
+  void submit(Request req, const std::string& id, long at, const std::string& session = "") {
     const bool cpu = req.limits.has(Limit::cpu_seconds);
     RunCallbacks cb;
-    cb.on_result = [this, at, cpu](const Result& r) {
+    cb.on_result = [this, at, cpu, session](const Result& r) {
       if (cpu) --cpu_in_flight_;
       if (r.outcome != Outcome::exited || r.exit_code != 0) ++failed_;
       ++outcomes_[static_cast<std::size_t>(r.outcome)];
       emit(result_to_json(r, at), r.id, at);
+      if (!session.empty()) sessions_.finished(session);
     };
     auto handle = sup_.submit(std::move(req), std::move(cb));
     if (!handle) {
       refused(id, at, handle.error().message());
+      if (!session.empty()) sessions_.finished(session);
       return;
     }
     if (cpu) ++cpu_in_flight_;
@@ -518,6 +549,7 @@ class Batch {
   RingWriter out_{sup_, 1, kResultsHighWater};
   RingWriter err_{sup_, 2, 1u << 20};
   std::deque<Queued> queued_;
+  BatchSessions sessions_;
   LineReader in_;
   std::size_t parallel_;
   std::size_t cpu_parallel_;

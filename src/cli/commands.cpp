@@ -8,6 +8,8 @@ int check_main(int argc, char** argv);
 int batch_main(int argc, char** argv);
 int templates_main(int argc, char** argv);
 int merge_main(int argc, char** argv);
+int session_main(int argc, char** argv);
+int conformance_main(int argc, char** argv);
 
 std::span<const Command> commands() {
   static const Command kCommands[] = {
@@ -17,6 +19,8 @@ std::span<const Command> commands() {
       {"batch", batch_main},
       {"merge", merge_main},
       {"templates", templates_main},
+      {"session", session_main},
+      {"conformance", conformance_main},
   };
   return kCommands;
 }

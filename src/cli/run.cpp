@@ -21,12 +21,16 @@
 #include "corral/json.hpp"
 #include "corral/route_run.hpp"
 #include "corral/routes_file.hpp"
+#include "corral/session.hpp"
 #include "corral/supervisor.hpp"
 #include "options.hpp"
 #include "output.hpp"
 #include "stdin_pump.hpp"
 
 namespace corral::cli {
+
+int run_main_in_session(int argc, char** argv, const std::string& session);
+
 namespace {
 
 // Options, then the limit table (built from all_limits() and
@@ -394,9 +398,13 @@ void report_end(const Result& r) {
 
 }  // namespace
 
-int run_main(int argc, char** argv) {
+int run_main(int argc, char** argv) { return run_main_in_session(argc, argv, ""); }
+
+// `corral session exec ID ...` (session.cpp): the same run, in a live session.
+int run_main_in_session(int argc, char** argv, const std::string& session) {
   Options o;
   if (int rc = parse(argc, argv, o); rc >= 0) return rc;
+  if (!session.empty()) o.request = session_exec_request(session, std::move(o.request));
   if (o.routes_file.empty() != o.ask.route.empty())
     return say("--routes FILE and --route NAME go together"), 2;
   // The operator's own paths; the gate (provenance, route, network) is the door's.

@@ -1,0 +1,77 @@
+// corral batch's sessions (batch_session.hpp).
+#include "batch_session.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace corral::cli {
+
+Expected<std::optional<SessionKey>> take_session_field(std::string& line) {
+  if (line.find("\"session\"") == std::string::npos) return std::optional<SessionKey>{};
+  auto j = nlohmann::json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("session")) return std::optional<SessionKey>{};
+  const auto& s = j["session"];
+  if (!s.is_object()) return Error::invalid("session: expected an object {\"scope\", \"thread\"[, \"agent\"]}");
+  SessionKey key;
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    if (!it.value().is_string()) return Error::invalid("session." + it.key() + ": expected a string");
+    if (it.key() == "scope") key.scope = it.value().get<std::string>();
+    else if (it.key() == "thread") key.thread = it.value().get<std::string>();
+    else if (it.key() == "agent") key.agent = it.value().get<std::string>();
+    else return Error::invalid("session: unknown field '" + it.key() + "' (scope, thread, agent)");
+  }
+  if (key.scope.empty() || key.thread.empty()) return Error::invalid("session: scope and thread are required");
+  j.erase("session");
+  line = j.dump();
+  return std::optional<SessionKey>(std::move(key));
+}
+
+Expected<std::string> BatchSessions::session_for(const SessionKey& key, const Request& job) {
+  // Opened by this batch already: its first job's options hold for all.
+  if (std::string id = session_id_for(key); opened_.count(id)) return id;
+  SessionSpec spec;
+  spec.base.tier = Tier::container;
+  spec.base.binds = job.binds;
+  spec.base.rootfs = job.rootfs;
+  spec.base.user = job.user;
+  spec.base.cwd = job.cwd;
+  for (Limit l : {Limit::memory_bytes, Limit::process_count, Limit::workspace_bytes})
+    if (auto v = job.limits.get(l)) spec.base.limits.set(l, *v);
+  auto s = acquire_session(key, spec);
+  if (!s) return std::move(s).error();
+  opened_.insert(s->id);
+  return s->id;
+}
+
+void BatchSessions::run_or_queue(const std::string& id, std::function<void()> start) {
+  if (busy_.insert(id).second) {
+    start();
+    return;
+  }
+  waiting_[id].push_back(std::move(start));
+  ++queued_;
+}
+
+void BatchSessions::pump() {
+  while (!ready_.empty()) {
+    std::string id = std::move(ready_.front());
+    ready_.pop_front();
+    auto it = waiting_.find(id);
+    if (it == waiting_.end() || it->second.empty()) {
+      busy_.erase(id);
+      continue;
+    }
+    auto next = std::move(it->second.front());
+    it->second.pop_front();
+    --queued_;
+    next();
+  }
+}
+
+int BatchSessions::dispose_opened() {
+  int n = 0;
+  for (const auto& id : opened_) n += static_cast<bool>(dispose_session(id));
+  opened_.clear();
+  return n;
+}
+
+}  // namespace corral::cli

@@ -1,0 +1,49 @@
+// corral batch's "session" job field (session.hpp): a job may run in a warm
+// session named by {scope, thread[, agent]}; the session is opened on first
+// use with that job's container options, jobs of one session run one at a
+// time in the order they came, and the sessions a batch opened are disposed
+// at its end unless --keep-sessions.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "corral/request.hpp"
+#include "corral/session.hpp"
+#include "corral/status.hpp"
+
+namespace corral::cli {
+
+// Takes the "session" member off a job line (the door's job parser does not
+// know it) and returns its key; nullopt when the line has none. A line that
+// is not a JSON object is left as it is (the job parser says why).
+Expected<std::optional<SessionKey>> take_session_field(std::string& line);
+
+class BatchSessions {
+ public:
+  // The live session for `key`, opened (or found) with the container options
+  // of `job` the first time this batch names it.
+  Expected<std::string> session_for(const SessionKey& key, const Request& job);
+  // Runs `start` now if the session has no job in flight, else queues it.
+  void run_or_queue(const std::string& id, std::function<void()> start);
+  // The session's job ended (from a result callback): its next queued job
+  // starts at the next pump(), outside the supervisor's callbacks.
+  void finished(const std::string& id) { ready_.push_back(id); }
+  void pump();
+  std::size_t queued() const { return queued_; }
+  // Disposes the sessions this batch opened; the count.
+  int dispose_opened();
+
+ private:
+  std::map<std::string, std::deque<std::function<void()>>> waiting_;
+  std::set<std::string> busy_;
+  std::set<std::string> opened_;
+  std::deque<std::string> ready_;
+  std::size_t queued_ = 0;
+};
+
+}  // namespace corral::cli

@@ -1,0 +1,281 @@
+// A session exec (session.hpp): the parent side that finds the live session
+// and makes the exec's cgroup below the session's, and the spawn of a child
+// that joins the session's namespaces. Everything named *_in_child runs in
+// the cloned process (fork-like: its own copy of our memory) and is
+// async-signal-safe: raw syscalls only.
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "corral/container.hpp"
+#include "corral/enforcement.hpp"
+#include "corral/run_setup.hpp"
+#include "corral/session.hpp"
+#include "corral/syscalls.hpp"
+#include "session_state.hpp"
+
+namespace corral {
+
+// What an exec holds of its session while it runs. Its end counts as use
+// (the idle clock starts again from there).
+struct SessionJoin {
+  std::string session_dir;
+  Pidfd pid1;
+  long inside_uid = 0, inside_gid = 0;
+  ~SessionJoin() {
+    if (!session_dir.empty()) session_state::touch_active(session_dir);
+  }
+};
+
+namespace {
+
+constexpr std::uint64_t kJoinFlags =
+    CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
+
+// The per-exec ceiling: the exec's own limit, never above the session's.
+std::optional<std::uint64_t> tighter(std::optional<std::uint64_t> a, std::optional<std::uint64_t> b) {
+  if (a && b) return std::min(*a, *b);
+  return a ? a : b;
+}
+
+// pid 1 of the session, checked against pid reuse: its pid namespace is
+// the one the keeper recorded, and it was still alive after we opened it.
+Expected<Pidfd> open_pid1(const SessionInfo& info) {
+  auto pidfd = Pidfd::open(info.pid1);
+  if (!pidfd) return std::move(pidfd).error().context("session " + info.id + ": pid 1");
+  struct stat st {};
+  if (::stat(("/proc/" + std::to_string(info.pid1) + "/ns/pid").c_str(), &st) != 0 || st.st_ino != info.pidns_inode)
+    return Error(ESRCH, "session " + info.id + ": its pid 1 is gone");
+  struct pollfd p = {pidfd->fd(), POLLIN, 0};
+  if (::poll(&p, 1, 0) != 0) return Error(ESRCH, "session " + info.id + ": its pid 1 is gone");
+  return pidfd;
+}
+
+// The exec's cgroup: <session group>/execs/<run> in each hierarchy the
+// session uses, made with the cgroup module by pointing its probe's "own
+// cgroup" at the session's group.
+Expected<RunCgroup> exec_cgroup(const HostFacts& host, const SessionInfo& info, const PreparedRun& run) {
+  CgroupProbe probe = host.cgroups;
+  if (probe.backend != CgroupVersion::v1)
+    return Error(ENOTSUP, "session exec: per-exec cgroups are made on cgroup v1 only (this host: " +
+                              host.cgroup_summary + ")");
+  bool pids = false;
+  for (std::size_t h = 0; h < probe.v1.size(); ++h) {
+    auto& hier = probe.v1[h];
+    hier.writable = false;
+    for (const auto& d : info.cgroup_dirs)
+      if (d.rfind(hier.mount_point + "/", 0) == 0) {
+        hier.own_dir = d;
+        hier.writable = true;
+        if (static_cast<int>(h) == probe.v1_pids) pids = true;
+      }
+  }
+  CgroupSpec spec;
+  spec.parent = "execs";
+  spec.freezer_kill = false;
+  spec.pids_accounting = false;
+  spec.cpu_accounting = probe.v1_cpuacct >= 0 && probe.v1[probe.v1_cpuacct].writable;
+  spec.memory_bytes = tighter(run.limits.get(Limit::memory_bytes), info.memory_bytes);
+  if (pids) spec.pids_max = tighter(run.limits.get(Limit::process_count), info.process_count);
+  auto cg = create_run_cgroup(probe, spec, run.run_id);
+  if (!cg) return std::move(cg).error().context("session " + info.id + ": the exec's cgroup");
+  return cg;
+}
+
+// ---- the child
+
+struct ExecRecord {
+  SpawnStage stage = SpawnStage::none;
+  std::int32_t err = 0;
+};
+
+constexpr int kProgramErrorFd = 3;
+constexpr long kLiftAbove = 10;
+
+struct ExecArgs {
+  const ChildPlan* plan;
+  const RunCgroup* cgroup;
+  int pid1_fd;
+  int parent_pidfd;
+  long inside_uid, inside_gid;
+  int sources[3];
+  int error_fd;
+  std::uint64_t reset_mask;
+};
+
+int fail_in_child(ExecArgs* a, SpawnStage stage, int err) noexcept {
+  ExecRecord rec{stage, err};
+  sys::write_all(a->error_fd, &rec, sizeof rec);
+  return 127;
+}
+
+int install_fds_in_child(ExecArgs* a) noexcept {
+  const int srcs[4] = {a->sources[0], a->sources[1], a->sources[2], a->error_fd};
+  long lifted[4];
+  for (int i = 0; i < 4; ++i) {
+    lifted[i] = sys::call(SYS_fcntl, srcs[i], F_DUPFD_CLOEXEC, kLiftAbove);
+    if (lifted[i] < 0) return sys::error_of(lifted[i]);
+  }
+  a->error_fd = static_cast<int>(lifted[3]);
+  for (int i = 0; i < 3; ++i)
+    if (int e = sys::error_of(sys::call(SYS_dup3, lifted[i], i, 0))) return e;
+  if (int e = sys::error_of(sys::call(SYS_dup3, lifted[3], kProgramErrorFd, O_CLOEXEC))) return e;
+  a->error_fd = kProgramErrorFd;
+  return sys::error_of(sys::call(SYS_close_range, kProgramErrorFd + 1, ~0u, 0));
+}
+
+// Entry of the cloned child, already in the session's pid namespace (the
+// parent's thread was in it for the clone).
+int session_exec_child(void* p) noexcept {
+  auto* a = static_cast<ExecArgs*>(p);
+  const ChildPlan& plan = *a->plan;
+  sys::reset_signals_to_default(a->reset_mask);
+  if (int e = sys::unblock_all_signals()) return fail_in_child(a, SpawnStage::signals, e);
+  // Its own process group and session: the supervisor's killpg reaches it
+  // and what stays in its group; the cgroup reaches the rest.
+  if (int e = become_session_leader_in_child()) return fail_in_child(a, SpawnStage::setsid, e);
+  // Before the cgroup namespace is entered (then the path would be the
+  // session's view); the fds were opened by the parent.
+  if (int e = join_cgroup_in_child(*a->cgroup)) return fail_in_child(a, SpawnStage::cgroup, e);
+  // Still host root: CAP_SYS_ADMIN over the session's user namespace.
+  if (int e = sys::error_of(sys::call(SYS_setns, a->pid1_fd, static_cast<long>(kJoinFlags))))
+    return fail_in_child(a, SpawnStage::namespaces, e);
+  // Host root's supplementary groups would still grant group access to
+  // host files (unmapped ids are still checked); the keeper's maps allow setgroups.
+  if (int e = sys::error_of(sys::call(SYS_setgroups, 0, 0))) return fail_in_child(a, SpawnStage::privilege, e);
+  NsFailure f;
+  if (int e = switch_ids_in_child(a->inside_gid, a->inside_uid, &f)) return fail_in_child(a, SpawnStage::privilege, e);
+  // After the id switch, which clears it.
+  if (int e = die_with_parent_in_child(a->parent_pidfd)) return fail_in_child(a, SpawnStage::parent_death, e);
+  if (int e = sys::error_of(sys::call(SYS_chdir, reinterpret_cast<long>(plan.cwd.c_str()))))
+    return fail_in_child(a, SpawnStage::chdir, e);
+  if (int e = install_fds_in_child(a)) return fail_in_child(a, SpawnStage::fds, e);
+  if (plan.rlimits)
+    if (int e = apply_rlimits_in_child(*plan.rlimits)) return fail_in_child(a, SpawnStage::rlimits, e);
+  // Caps in the session's user namespace: bounding and ambient emptied,
+  // then the rest, then no_new_privs.
+  if (int e = drop_all_capabilities_now()) return fail_in_child(a, SpawnStage::capabilities, e);
+  if (plan.seccomp)
+    if (int e = apply_seccomp_in_child(*plan.seccomp)) return fail_in_child(a, SpawnStage::seccomp, e);
+  return fail_in_child(a, SpawnStage::execve, exec_plan_in_child(plan));
+}
+
+}  // namespace
+
+Status prepare_session_exec(PreparedRun& run, const HostFacts& host) {
+  const Request& req = run.request;
+  if (!req.inputs.empty() || !req.outputs.empty() || req.payload)
+    return Error::invalid("session " + req.session +
+                          ": inputs, outputs and a payload are not for an exec; put and get files instead");
+  if (req.rootfs || !req.binds.empty() || req.loopback)
+    return Error::invalid("session " + req.session + ": rootfs, binds and loopback are the session's, given when it was opened");
+  auto info = find_session(req.session);
+  if (!info) return std::move(info).error();
+  auto pid1 = open_pid1(*info);
+  if (!pid1) return std::move(pid1).error();
+
+  auto c = std::make_shared<ContainerRun>();
+  auto cg = exec_cgroup(host, *info, run);
+  if (!cg) return std::move(cg).error();
+  c->join_in_child = true;
+  if (run.limits.get(Limit::memory_bytes) || info->memory_bytes) {
+    auto oom = cg->oom_notifier();
+    if (!oom) return std::move(oom).error().context("session exec");
+    c->oom_event = std::move(*oom);
+  }
+  c->cgroup.emplace(std::move(*cg));
+  auto join = std::make_shared<SessionJoin>();
+  join->session_dir = info->dir;
+  join->pid1 = std::move(*pid1);
+  join->inside_uid = info->inside_uid;
+  join->inside_gid = info->inside_uid;
+  c->session = std::move(join);
+  c->devnull.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!c->devnull) return Error::from_errno(errno, "session exec: open /dev/null");
+  run.plan.cwd = req.cwd.value_or(std::string(kContainerWorkspace));
+  session_state::touch_active(info->dir);
+  run.container = std::move(c);
+  return {};
+}
+
+Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, std::uint64_t ignored_signals) {
+  SessionJoin& join = *c.session;
+  Spawner::Child child;
+  UniqueFd out_write, err_write, error_read, error_write;
+  if (auto st = make_child_pipe(child.stdout_read, out_write, "stdout", true); !st) return std::move(st).error();
+  if (!plan.merge_output)
+    if (auto st = make_child_pipe(child.stderr_read, err_write, "stderr", true); !st) return std::move(st).error();
+  if (auto st = make_child_pipe(error_read, error_write, "the exec report", false); !st) return std::move(st).error();
+  auto self = Pidfd::open(::getpid());
+  if (!self) return std::move(self).error().context("session exec");
+
+  ExecArgs args{};
+  args.plan = &plan;
+  args.cgroup = &*c.cgroup;
+  args.pid1_fd = join.pid1.fd();
+  args.parent_pidfd = self->fd();
+  args.inside_uid = join.inside_uid;
+  args.inside_gid = join.inside_gid;
+  args.sources[0] = plan.stdin_fd ? plan.stdin_fd.get() : c.devnull.get();
+  args.sources[1] = out_write.get();
+  args.sources[2] = plan.merge_output ? out_write.get() : err_write.get();
+  args.error_fd = error_write.get();
+  args.reset_mask = ignored_signals;
+
+  // This thread's children go to the session's pid namespace for the one
+  // clone, then back to our own (the active one, which setns allows).
+  UniqueFd own(::open("/proc/thread-self/ns/pid", O_RDONLY | O_CLOEXEC));
+  if (!own) return Error::from_errno(errno, "session exec: open our pid namespace");
+  if (::setns(join.pid1.fd(), CLONE_NEWPID) != 0)
+    return Error::from_errno(errno, "session exec: enter the session's pid namespace");
+  CloneSpec spec;
+  spec.flags = CLONE_CLEAR_SIGHAND;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto pidfd = clone_child(spec, session_exec_child, &args);
+  child.clone_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  const int back = ::setns(own.get(), CLONE_NEWPID) == 0 ? 0 : errno;
+
+  out_write.reset();
+  err_write.reset();
+  error_write.reset();
+  plan.stdin_fd.reset();
+  c.devnull.reset();
+  if (!pidfd) return std::move(pidfd).error().context("session exec: spawn");
+  child.pidfd = std::move(*pidfd);
+  if (back) {
+    kill_group(child.pidfd, SIGKILL);
+    (void)wait_exit(child.pidfd, true);
+    return Error::from_errno(back, "session exec: leave the session's pid namespace");
+  }
+
+  // One process, no maps to write: the exec is near. EOF = it exec'd.
+  ExecRecord rec;
+  ssize_t n;
+  while ((n = ::read(error_read.get(), &rec, sizeof rec)) < 0 && errno == EINTR) {
+  }
+  c.setup_ns = static_cast<std::uint64_t>(
+      std::max<std::int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::steady_clock::now() - t0).count()));
+  if (n == static_cast<ssize_t>(sizeof rec) && rec.stage != SpawnStage::none) {
+    child.report.stage = rec.stage;
+    child.report.error = rec.err;
+    c.failure = Error::from_errno(rec.err, "session exec: " + std::string(to_string(rec.stage))).message();
+    kill_group(child.pidfd, SIGKILL);
+    (void)wait_exit(child.pidfd, true);
+  }
+  return child;
+}
+
+}  // namespace corral

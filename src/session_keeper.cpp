@@ -1,0 +1,214 @@
+// The session keeper (session_state.hpp run_keeper): a detached host process
+// that builds one session's sandbox the way a container run is built, holds
+// the session's lock and uid for its life, and tears it all down at the
+// end. It is the only process that knows the sandbox as a PreparedRun;
+// everything others need is in the state file.
+#include <fcntl.h>
+#include <malloc.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "corral/container.hpp"
+#include "corral/enforcement.hpp"
+#include "corral/privilege.hpp"
+#include "corral/run_setup.hpp"
+#include "session_state.hpp"
+
+namespace corral::session_state {
+namespace {
+
+// The idle program under pid 1: from the sandbox's own /usr, so a rootfs
+// must have it too.
+const std::vector<std::string> kIdleArgv{"sleep", "infinity"};
+
+bool busy(const std::vector<std::string>& cgroup_dirs) {
+  for (const auto& d : cgroup_dirs) {
+    UniqueFd fd(::open((d + "/execs").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) continue;
+    struct stat st {};
+    // A v1 cgroup directory's link count is 2 + its subdirectories.
+    if (::fstat(fd.get(), &st) == 0 && st.st_nlink > 2) return true;
+  }
+  return false;
+}
+
+std::uint64_t pidns_inode(pid_t pid) {
+  struct stat st {};
+  if (::stat(("/proc/" + std::to_string(pid) + "/ns/pid").c_str(), &st) != 0) return 0;
+  return st.st_ino;
+}
+
+// pid 1 is what keeps the session: an OOM of the session's own ceiling must
+// pick an exec's process, never it (host root may lower it).
+void protect_from_oom(pid_t pid) {
+  UniqueFd fd(::open(("/proc/" + std::to_string(pid) + "/oom_score_adj").c_str(), O_WRONLY | O_CLOEXEC));
+  if (fd) (void)!::write(fd.get(), "-1000", 5);
+}
+
+}  // namespace
+
+void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::string& id, const std::string& session_dir,
+                int ready_fd) {
+  auto report = [&](const std::string& text) {
+    if (ready_fd < 0) return;
+    (void)!::write(ready_fd, text.data(), text.size());
+    ::close(ready_fd);
+    ready_fd = -1;
+  };
+  auto fail = [&](const Error& e) {
+    report(std::to_string(e.code()) + " " + e.message());
+    ::_exit(1);
+  };
+
+  // Signals as a fresh process has them; TERM, INT, HUP are read from a
+  // signalfd (dispose sends TERM).
+  for (int sig = 1; sig < 32; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop, sig);
+  ::sigprocmask(SIG_SETMASK, &stop, nullptr);
+  UniqueFd sigfd(::signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!sigfd) fail(Error::from_errno(errno, "session keeper: signalfd"));
+
+  UniqueFd lock(::open((session_dir + "/lock").c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!lock || ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0)
+    fail(Error::from_errno(errno, "session keeper: lock '" + session_dir + "/lock'"));
+
+  HostFacts host = probe_host(true);
+  if (!host.root) fail(Error(EPERM, "sessions need root (the sandbox's uid comes from the host-wide pool)"));
+  if (host.cgroups.backend != CgroupVersion::v1 || !host.cgroup_memory)
+    fail(Error(ENOTSUP, "sessions need cgroup v1 with the memory controller for the per-exec cgroups (this host: " +
+                            host.cgroup_summary + ")"));
+  UidPool pool;
+  pool.lock_host_wide();
+
+  Request req = spec.base;
+  req.tier = Tier::container;
+  req.argv = kIdleArgv;
+  req.id = id;
+  req.session.clear();
+  req.inputs.clear();
+  req.outputs.clear();
+  req.payload.reset();
+  req.stdin_text.reset();
+  req.secrets.clear();
+  req.env.clear();
+  req.artifact_root.reset();
+  req.on_workspace = nullptr;
+  // A network namespace of the session's own (lo up): execs of different
+  // sessions never share one, and the template (shared by runs) is not
+  // entered, so pid 1 holds every namespace an exec joins.
+  req.loopback = true;
+  RunContext ctx{&pool, "", &host, nullptr, nullptr, ""};
+  auto prep = prepare_run(std::move(req), ctx, id);
+  if (!prep) fail(prep.error().context("session " + id));
+  ContainerRun& c = *prep->container;
+  // _exit skips destructors: what the preparation made is undone here.
+  auto undo = [&](const Pidfd* pid1) {
+    if (pid1 && pid1->valid()) {
+      kill_container(c, *pid1, SIGKILL);
+      (void)wait_exit(*pid1, true);
+    }
+    if (c.cgroup) (void)c.cgroup->remove();
+    if (prep->workspace) (void)prep->workspace->remove();
+    prep->uid_lease.reset();
+  };
+  auto child = spawn_container(prep->plan, c);
+  if (!child) {
+    undo(nullptr);
+    fail(child.error().context("session " + id));
+  }
+  prep->plan = ChildPlan{};
+  if (child->report.stage != SpawnStage::none) {
+    undo(nullptr);
+    fail(Error(child->report.error, "session " + id + ": " + c.failure));
+  }
+
+  // The idle program's exec: its report pipe reaches EOF at the execve
+  // (CLOEXEC) or when the child failed before it; events 0 waits for the hang-up only.
+  struct pollfd hup = {c.exec_report.get(), 0, 0};
+  if (::poll(&hup, 1, 10000) != 1) {
+    undo(&child->pidfd);
+    fail(Error(ETIMEDOUT, "session " + id + ": the sandbox did not start within 10 s"));
+  }
+  RunEnd end;
+  read_container_exec_report(c, end);
+  if (end.report.stage != SpawnStage::none) {
+    undo(&child->pidfd);
+    fail(Error(end.report.error, "session " + id + ": " + c.failure));
+  }
+
+  SessionInfo info;
+  info.id = id;
+  info.key = key;
+  info.fingerprint = session_fingerprint(spec);
+  info.keeper = ::getpid();
+  info.pid1 = child->pidfd.pid();
+  info.pidns_inode = pidns_inode(info.pid1);
+  info.outside_uid = prep->uid_lease->uid();
+  info.outside_gid = prep->uid_lease->gid();
+  info.inside_uid = prep->request.user.value_or(kContainerDefaultUid);
+  if (c.cgroup) info.cgroup_dirs = c.cgroup->dirs();
+  info.memory_bytes = prep->limits.get(Limit::memory_bytes);
+  info.process_count = prep->limits.get(Limit::process_count);
+  info.created = now_realtime();
+  info.idle_seconds = spec.idle_seconds;
+  info.max_lifetime_seconds = spec.max_lifetime_seconds;
+  info.dir = session_dir;
+  protect_from_oom(info.pid1);
+  touch_active(session_dir);
+  if (auto st = write(info); !st) {
+    undo(&child->pidfd);
+    fail(st.error());
+  }
+  report("ok\n");
+  // What the set-up allocated is not needed again.
+  ::malloc_trim(0);
+
+  // Keep it until told, idle, too old, or its pid 1 is gone.
+  const double created = info.created;
+  for (;;) {
+    const double now = now_realtime();
+    double wait = 1.0;
+    if (spec.max_lifetime_seconds > 0) {
+      if (now - created >= spec.max_lifetime_seconds) break;
+      wait = std::min(wait, spec.max_lifetime_seconds - (now - created));
+    }
+    if (spec.idle_seconds > 0) {
+      if (busy(info.cgroup_dirs)) {
+        touch_active(session_dir);
+      } else {
+        double idle = now - std::max(active_mtime(session_dir), created);
+        if (idle >= spec.idle_seconds) break;
+        wait = std::min(wait, spec.idle_seconds - idle);
+      }
+    }
+    struct pollfd fds[2] = {{child->pidfd.fd(), POLLIN, 0}, {sigfd.get(), POLLIN, 0}};
+    int n = ::poll(fds, 2, static_cast<int>(std::max(wait, 0.01) * 1000));
+    if (n > 0 && (fds[0].revents || fds[1].revents)) break;
+  }
+
+  // The end: the sandbox (pid 1, so its whole pid namespace, execs of other
+  // processes included), then the exec cgroups, the session's cgroup, the
+  // workspace, the uid (reaped before the pool hands it out again), the
+  // host state.
+  kill_container(c, child->pidfd, SIGKILL);
+  (void)wait_exit(child->pidfd, true);
+  std::vector<std::string> problems;
+  remove_exec_cgroups(info.cgroup_dirs, problems);
+  undo(nullptr);
+  if (auto dirlock = lock_sessions_dir(session_dir.substr(0, session_dir.rfind('/')))) remove_files(session_dir);
+  else remove_files(session_dir);
+  ::_exit(0);
+}
+
+}  // namespace corral::session_state

@@ -1,0 +1,58 @@
+// Internal to the session sources: the host state of a session under
+// <dir>/<id>/ and its locks. Parent side only; not installed.
+//
+//   <dir>/.lock       flock'ed (LOCK_EX) around every create, sweep and the
+//                     keeper's final removal: a session directory is never
+//                     removed while another is being made under the same id.
+//   <dir>/<id>/lock   flock'ed (LOCK_EX) by the keeper for its whole life.
+//   <dir>/<id>/state  "key value" lines, written once by the keeper (rename).
+//   <dir>/<id>/active its mtime is the last use (an exec's start and end).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "corral/fd.hpp"
+#include "corral/session.hpp"
+#include "corral/status.hpp"
+
+namespace corral::session_state {
+
+double now_realtime();
+
+// <dir>/.lock, taken blocking. Errors name the path.
+Expected<UniqueFd> lock_sessions_dir(const std::string& dir);
+// Whether someone holds <session_dir>/lock (the keeper lives).
+bool keeper_alive(const std::string& session_dir);
+
+std::string format(const SessionInfo& info);
+// Fills what the text says; dir/id/alive are the caller's.
+SessionInfo parse(const std::string& text);
+Expected<SessionInfo> read(const std::string& dir, std::string_view id);
+// Atomically (tmp + rename) writes <session_dir>/state.
+Status write(const SessionInfo& info);
+// utimensat(now) on <session_dir>/active.
+void touch_active(const std::string& session_dir);
+double active_mtime(const std::string& session_dir);
+
+// What a session whose keeper is gone left: the exec cgroups and the
+// session's own (processes in them killed first), then the files and the
+// directory. Call with <dir>/.lock held. Errors are collected.
+void remove_leftovers(const SessionInfo& info, std::vector<std::string>& problems);
+// The exec cgroups below each session cgroup dir (killed, removed); the
+// number that could not go.
+int remove_exec_cgroups(const std::vector<std::string>& session_cgroup_dirs, std::vector<std::string>& problems);
+// Removes <session_dir>/{state,active,lock} and the directory.
+void remove_files(const std::string& session_dir);
+
+bool valid_id(std::string_view id);
+
+// The keeper (session_keeper.cpp), in the detached process acquire forked:
+// builds the sandbox, takes <session_dir>/lock, writes the state, writes
+// "ok\n" or the error's message to ready_fd and closes it, then keeps the
+// session until it is disposed, idles out, reaches its lifetime or its
+// pid 1 dies; then removes everything and exits. Never returns.
+[[noreturn]] void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::string& id,
+                             const std::string& session_dir, int ready_fd);
+
+}  // namespace corral::session_state

@@ -1,0 +1,102 @@
+// `corral session ...` and batch's "session" job field, through the CLI
+// binary: the keeper outlives the command that opened it (daemonless), the
+// verbs find the session from host state, batch serializes a session's jobs
+// and disposes what it opened.
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli_runner.hpp"
+#include "container_support.hpp"
+#include "corral/session.hpp"
+
+using namespace corral;
+using namespace container_test;
+using corral_test::run_cli;
+
+namespace {
+
+#define SKIP_UNLESS_SESSIONS()                                                                 \
+  do {                                                                                         \
+    CORRAL_SKIP_UNLESS_ROOT();                                                                 \
+    SKIP_UNLESS_CONTAINER();                                                                   \
+    if (host().cgroups.backend != CgroupVersion::v1 || !host().cgroup_memory)                 \
+      cr_skip_test("sessions need cgroup v1 memory here: %s", host().cgroup_summary.c_str()); \
+  } while (0)
+
+std::string scope_for(const char* name) { return std::string("clitest-") + std::to_string(getpid()) + "-" + name; }
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::size_t sessions_of(const std::string& scope) {
+  std::size_t n = 0;
+  for (const auto& s : list_sessions()) n += s.key.scope == scope && s.alive;
+  return n;
+}
+
+}  // namespace
+
+TestSuite(session_cli, .timeout = 120);
+
+Test(session_cli, open_exec_files_close_daemonless) {
+  SKIP_UNLESS_SESSIONS();
+  const std::string scope = scope_for("verbs");
+  auto open = run_cli({"session", "open", "--scope", scope, "--thread", "t", "--limit", "memory_bytes=268435456"});
+  cr_assert_eq(open.code, 0, "%s", open.err.c_str());
+  const std::string id = trim(open.out);
+  // The command has ended (run_cli waited for it, and its stdout reached
+  // EOF: the keeper holds none of its fds), the session lives on.
+  auto info = find_session(id);
+  cr_assert(info, "%s", info ? "" : info.error().message().c_str());
+  cr_expect(kill(info->keeper, 0) == 0);
+  auto again = run_cli({"session", "open", "--scope", scope, "--thread", "t", "--limit", "memory_bytes=268435456"});
+  cr_expect_eq(trim(again.out), id, "the same key gave another id");
+  cr_expect_eq(run_cli({"session", "exec", id, "--", "/bin/sh", "-c", "echo kept > f; exit 7"}).code, 7);
+  auto cat = run_cli({"session", "exec", id, "--", "/bin/cat", "f"});
+  cr_expect_eq(cat.out, "kept\n");
+  cr_expect_eq(run_cli({"session", "exec", id, "--limit", "wall_seconds=1", "--", "/bin/sleep", "30"}).code, 124);
+  cr_expect_eq(run_cli({"session", "put", id, "d/x.txt", "--text", "hello"}).code, 0);
+  cr_expect_eq(run_cli({"session", "get", id, "d/x.txt"}).out, "hello");
+  auto ls = run_cli({"session", "ls", id, "d/*"});
+  cr_expect(contains(ls.out, "d/x.txt"), "%s", ls.out.c_str());
+  cr_expect_neq(run_cli({"session", "rm", id, "d"}).code, 0, "a directory removed without -r");
+  cr_expect_eq(run_cli({"session", "rm", id, "d", "-r"}).code, 0);
+  auto list = run_cli({"session", "list", "--json"});
+  cr_expect(contains(list.out, id), "%s", list.out.c_str());
+  auto closed = run_cli({"session", "close", "--scope", scope});
+  cr_expect_eq(trim(closed.out), "1", "%s", closed.err.c_str());
+  cr_expect_eq(sessions_of(scope), 0u);
+  cr_expect(kill(info->keeper, 0) != 0, "the keeper outlived close");
+}
+
+Test(session_cli, batch_serializes_a_sessions_jobs_and_disposes_it) {
+  SKIP_UNLESS_SESSIONS();
+  const std::string scope = scope_for("batch");
+  corral_test::TempDir dir;
+  std::string jobs;
+  auto job = [&](const std::string& id, const std::string& script) {
+    jobs += "{\"id\":\"" + id + "\",\"tier\":\"container\",\"argv\":[\"/bin/sh\",\"-c\",\"" + script +
+            "\"],\"session\":{\"scope\":\"" + scope + "\",\"thread\":\"t\"}}\n";
+  };
+  // Without serialization these would interleave (--parallel 8): each reads
+  // the log, sleeps, then appends its own line after what it read.
+  for (int i = 1; i <= 4; ++i)
+    job("j" + std::to_string(i), "n=$(wc -l < log 2>/dev/null || echo 0); sleep 0.1; echo " + std::to_string(i) +
+                                     " $n >> log");
+  job("last", "cat log");
+  corral_test::write_file(dir / "jobs.jsonl", jobs);
+  auto run = run_cli({"batch", "--parallel", "8", dir / "jobs.jsonl"});
+  cr_assert_eq(run.code, 0, "%s", run.err.c_str());
+  cr_expect(contains(run.out, "1 0\\n2 1\\n3 2\\n4 3\\n"), "jobs of one session overlapped or reordered: %s",
+            run.out.c_str());
+  cr_expect_eq(sessions_of(scope), 0u, "the batch left its session open");
+
+  auto kept = run_cli({"batch", "--keep-sessions", dir / "jobs.jsonl"});
+  cr_assert_eq(kept.code, 0, "%s", kept.err.c_str());
+  cr_expect_eq(sessions_of(scope), 1u, "--keep-sessions did not keep it");
+  cr_expect_eq(dispose_scope(scope), 1);
+}

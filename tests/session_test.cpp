@@ -1,0 +1,313 @@
+// Sessions (session.hpp): warm container sandboxes keyed by scope, exec and
+// files against the live sandbox, disposal from host state. Every check is
+// made from the host where it can be: /proc, the cgroup tree, the sessions
+// directory, the keeper's and pid 1's liveness.
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "container_support.hpp"
+#include "corral/session.hpp"
+
+using namespace corral;
+using namespace container_test;
+
+namespace {
+
+#define SKIP_UNLESS_SESSIONS()                                                                            \
+  do {                                                                                                    \
+    CORRAL_SKIP_UNLESS_ROOT();                                                                            \
+    SKIP_UNLESS_CONTAINER();                                                                              \
+    if (host().cgroups.backend != CgroupVersion::v1 || !host().cgroup_memory)                            \
+      cr_skip_test("sessions need cgroup v1 memory here: %s", host().cgroup_summary.c_str());            \
+  } while (0)
+
+std::string scope_for(const char* name) { return std::string("test-") + std::to_string(getpid()) + "-" + name; }
+
+SessionSpec spec_with_helpers() {
+  SessionSpec spec;
+  spec.base.tier = Tier::container;
+  spec.base.binds.push_back(MountBind{helpers_dir(), "/helpers", false});
+  spec.base.limits.set(Limit::memory_bytes, 256ull << 20);
+  spec.base.limits.set(Limit::process_count, 64);
+  spec.idle_seconds = 120;
+  spec.max_lifetime_seconds = 600;
+  return spec;
+}
+
+SessionInfo open_session(const std::string& scope, const std::string& thread, const SessionSpec& spec) {
+  auto s = acquire_session(SessionKey{scope, thread, ""}, spec);
+  cr_assert(s, "acquire: %s", s ? "" : s.error().message().c_str());
+  return *s;
+}
+
+struct Scope {
+  std::string name;
+  ~Scope() { dispose_scope(name); }
+};
+
+Result exec(Supervisor& sup, const std::string& id, std::vector<std::string> argv, Limits limits = {}) {
+  Request r;
+  r.argv = std::move(argv);
+  r.limits = limits;
+  auto res = sup.run(session_exec_request(id, std::move(r)));
+  cr_assert(res, "exec: %s", res ? "" : res.error().message().c_str());
+  return *res;
+}
+
+std::unique_ptr<Supervisor> supervisor() {
+  auto s = Supervisor::create();
+  cr_assert(s, "supervisor: %s", s ? "" : s.error().message().c_str());
+  return std::move(*s);
+}
+
+// Alive and not a zombie (an orphan adopted by a subreaper that has not reaped it yet is gone).
+bool process_alive(pid_t pid) {
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return false;
+  std::string stat = corral_test::read_file("/proc/" + std::to_string(pid) + "/stat");
+  auto paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+bool gone_within(const std::function<bool()>& gone, double seconds) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (gone()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return gone();
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0;
+}
+
+std::string ns_of(pid_t pid, const char* ns) {
+  char buf[256];
+  ssize_t n = readlink(("/proc/" + std::to_string(pid) + "/ns/" + ns).c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
+}
+
+std::string workdir_path(const SessionInfo& s, const std::string& rel) {
+  return "/proc/" + std::to_string(s.pid1) + "/root/workspace/" + rel;
+}
+
+}  // namespace
+
+TestSuite(session, .timeout = 120);
+
+Test(session, state_persists_across_execs_and_the_same_key_is_the_same_session) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("persist")};
+  auto spec = spec_with_helpers();
+  auto s = open_session(sc.name, "t1", spec);
+  auto again = open_session(sc.name, "t1", spec);
+  cr_expect_eq(again.id, s.id);
+  cr_expect_eq(again.pid1, s.pid1, "the same live pid 1, not a new sandbox");
+  // A spec that differs in a ceiling is refused, not silently reused.
+  auto other = spec;
+  other.base.limits.set(Limit::memory_bytes, 128ull << 20);
+  auto refused = acquire_session(SessionKey{sc.name, "t1", ""}, other);
+  cr_expect(!refused, "a different spec under a live key must be refused");
+
+  auto sup = supervisor();
+  auto w = exec(*sup, s.id, {"/bin/sh", "-c", "echo warm > /workspace/state && id -u"});
+  cr_expect_eq(w.outcome, Outcome::exited, "%s", w.detail.c_str());
+  cr_expect_eq(w.exit_code, 0, "%s / %s", w.stderr_capture.text.c_str(), w.detail.c_str());
+  cr_expect_eq(w.stdout_capture.text, "65534\n");
+  auto r = exec(*sup, s.id, {"/bin/cat", "/workspace/state"});
+  cr_expect_eq(r.stdout_capture.text, "warm\n", "got '%s' (%s)", r.stdout_capture.text.c_str(), r.detail.c_str());
+  // The file is the sandbox uid's on the host, in the session's pid 1's mount namespace.
+  struct stat st {};
+  cr_assert_eq(stat(workdir_path(s, "state").c_str(), &st), 0);
+  cr_expect_eq(st.st_uid, s.outside_uid);
+  auto got = session_get(s.id, "state");
+  cr_assert(got, "%s", got ? "" : got.error().message().c_str());
+  cr_expect_eq(*got, "warm\n");
+  // Exit-code fidelity and the working directory.
+  cr_expect_eq(exec(*sup, s.id, {"/bin/sh", "-c", "exit 42"}).exit_code, 42);
+  cr_expect_eq(exec(*sup, s.id, {"/bin/pwd"}).stdout_capture.text, "/workspace\n");
+}
+
+Test(session, two_keys_share_no_files_processes_or_network) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("keys")};
+  auto spec = spec_with_helpers();
+  auto a = open_session(sc.name, "a", spec);
+  auto b = open_session(sc.name, "b", spec);
+  cr_assert_neq(a.id, b.id);
+  cr_expect_neq(a.outside_uid, b.outside_uid, "each session holds a uid of its own");
+  for (const char* ns : {"pid", "net", "mnt", "ipc", "user"})
+    cr_expect_neq(ns_of(a.pid1, ns), ns_of(b.pid1, ns), "%s namespace shared", ns);
+  cr_expect_neq(ns_of(a.pid1, "net"), ns_of(getpid(), "net"));
+  cr_assert(session_put(a.id, "secret-of-a", "a's\n"));
+  auto sup = supervisor();
+  // b sees neither a's file nor a's processes (a runs a marked sleeper meanwhile).
+  Request bg;
+  bg.argv = {"/bin/sleep", "7771"};
+  bg.limits.set(Limit::wall_seconds, 30);
+  std::shared_ptr<Result> bg_result;
+  auto h = sup->submit(session_exec_request(a.id, bg), RunCallbacks{nullptr, [&](const Result& r) {
+                                                                       bg_result = std::make_shared<Result>(r);
+                                                                     }});
+  cr_assert(h);
+  cr_assert(gone_within([] { return host_processes_with("sleep 7771") == 1; }, 5));
+  auto r = exec(*sup, b.id, {"/bin/sh", "-c", "ls /workspace; cat /proc/[0-9]*/cmdline | tr '\\0' ' '"});
+  cr_expect(!contains(r.stdout_capture.text, "secret-of-a"), "b listed a's file: %s", r.stdout_capture.text.c_str());
+  cr_expect(!contains(r.stdout_capture.text, "7771"), "b saw a's process: %s", r.stdout_capture.text.c_str());
+  h->cancel();
+  while (!bg_result) (void)sup->run_once(1);
+  cr_expect_eq(bg_result->outcome, Outcome::cancelled);
+}
+
+Test(session, a_timed_out_exec_takes_its_setsid_children_and_the_session_serves_on) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("timeout")};
+  auto s = open_session(sc.name, "t", spec_with_helpers());
+  auto sup = supervisor();
+  Limits l;
+  l.set(Limit::wall_seconds, 1);
+  auto r = exec(*sup, s.id, {"/bin/sh", "-c", "setsid /bin/sleep 7772 & /bin/sleep 7773; wait"}, l);
+  cr_expect_eq(r.outcome, Outcome::killed_timeout, "%s", r.detail.c_str());
+  cr_expect(gone_within([] { return host_processes_with("sleep 7772") == 0 && host_processes_with("sleep 7773") == 0; }, 2),
+            "the exec's processes (a setsid one too) outlived its kill");
+  cr_expect(process_alive(s.pid1), "the session's pid 1 died with the exec");
+  cr_expect(process_alive(s.keeper));
+  // Nothing of that exec is left in the cgroup tree either.
+  for (const auto& d : s.cgroup_dirs) {
+    std::size_t execs = 0;
+    if (DIR* dir = opendir((d + "/execs").c_str())) {
+      while (dirent* e = readdir(dir)) execs += e->d_name[0] != '.' && e->d_type == DT_DIR;
+      closedir(dir);
+    }
+    cr_expect_eq(execs, 0u, "exec cgroups left under %s", d.c_str());
+  }
+  auto next = exec(*sup, s.id, {"/bin/echo", "still here"});
+  cr_expect_eq(next.outcome, Outcome::exited, "%s", next.detail.c_str());
+  cr_expect_eq(next.stdout_capture.text, "still here\n");
+}
+
+Test(session, an_oom_exec_is_killed_oom_and_the_session_survives) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("oom")};
+  auto s = open_session(sc.name, "t", spec_with_helpers());
+  auto sup = supervisor();
+  Limits l;
+  l.set(Limit::memory_bytes, 48ull << 20);
+  l.set(Limit::wall_seconds, 30);
+  auto r = exec(*sup, s.id, {"/helpers/memhog", "grow"}, l);
+  cr_expect_eq(r.outcome, Outcome::killed_oom, "%s", r.detail.c_str());
+  cr_expect(process_alive(s.pid1));
+  auto next = exec(*sup, s.id, {"/bin/true"});
+  cr_expect_eq(next.outcome, Outcome::exited, "%s", next.detail.c_str());
+  cr_expect_eq(next.exit_code, 0);
+}
+
+Test(session, files_refuse_hostile_layouts) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("files")};
+  auto s = open_session(sc.name, "t", spec_with_helpers());
+  // Byte fidelity, implicit parents, overwrite replaces.
+  std::string bytes("a\0b\xff\n", 5);
+  cr_assert(session_put(s.id, "deep/er/f.bin", bytes));
+  cr_expect_eq(*session_get(s.id, "deep/er/f.bin"), bytes);
+  cr_assert(session_put(s.id, "deep/er/f.bin", "short"));
+  cr_expect_eq(*session_get(s.id, "deep/er/f.bin"), "short");
+  // Confinement of the write path.
+  cr_expect(!session_put(s.id, "../escape", "x"));
+  cr_expect(!session_put(s.id, "", "x"), "the work dir itself");
+  // A host file and a symlinked parent planted in the work dir (as the
+  // workload would: the host's view of the sandbox's /workspace).
+  TempDir host_dir;
+  corral_test::write_file(host_dir / "host-secret", "host bytes");
+  cr_assert_eq(symlink((host_dir / "host-secret").c_str(), workdir_path(s, "link").c_str()), 0);
+  cr_assert_eq(symlink(host_dir.path().c_str(), workdir_path(s, "dirlink").c_str()), 0);
+  cr_assert_eq(mkfifo(workdir_path(s, "fifo").c_str(), 0666), 0);
+  cr_expect(!session_get(s.id, "link"), "get followed a symlink");
+  cr_expect(!session_get(s.id, "dirlink/host-secret"), "get went through a symlinked parent");
+  cr_expect(!session_get(s.id, "fifo"), "get read a fifo");
+  cr_expect(!session_get(s.id, "deep"), "get read a directory");
+  cr_expect(!session_put(s.id, "dirlink/planted", "x"), "put went through a symlinked parent");
+  cr_expect(!exists(host_dir / "planted"));
+  // A hard link to a host file cannot be made on the sandbox's tmpfs.
+  auto ln = [&] {
+    auto sup = supervisor();
+    return exec(*sup, s.id, {"/bin/ln", "/helpers/memhog", "/workspace/hard"});
+  }();
+  cr_expect_neq(ln.exit_code, 0, "a hard link across the work dir's mount was made");
+  // put over a symlink replaces the link, never writes through it.
+  cr_assert(session_put(s.id, "link", "replaced"));
+  cr_expect_eq(corral_test::read_file(host_dir / "host-secret"), "host bytes");
+  // remove: a link is removed, never followed, also inside a recursive removal.
+  cr_assert_eq(symlink(host_dir.path().c_str(), workdir_path(s, "deep/er/hostlink").c_str()), 0);
+  cr_expect(!session_remove(s.id, "deep", false), "a directory removed without recursive");
+  cr_assert(session_remove(s.id, "dirlink", false));
+  cr_expect(exists(host_dir / "host-secret"), "removing a link removed its target");
+  auto rm = session_remove(s.id, "deep", true);
+  cr_expect(rm, "%s", rm ? "" : rm.error().message().c_str());
+  cr_expect(!exists(workdir_path(s, "deep")));
+  cr_expect(exists(host_dir / "host-secret"), "a recursive removal followed a link");
+  for (const char* root : {"", ".", "/", "/workspace"}) cr_expect(!session_remove(s.id, root, true), "'%s'", root);
+  // list: links listed as links, glob per segment.
+  cr_assert(session_put(s.id, "src/a.c", "a"));
+  cr_assert(session_put(s.id, "src/b.h", "b"));
+  auto ls = session_list(s.id, "src/*.c");
+  cr_assert(ls);
+  cr_assert_eq(ls->size(), 1u);
+  cr_expect_eq((*ls)[0].path, "src/a.c");
+}
+
+Test(session, dispose_scope_from_another_process_counts_and_reclaims) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("dispose")};
+  auto spec = spec_with_helpers();
+  auto a = open_session(sc.name, "t", spec);
+  auto b = open_session(sc.name, "u", spec);
+  auto other = open_session(sc.name + "-other", "t", spec);
+  pid_t child = fork();
+  if (child == 0) _exit(dispose_scope(sc.name));
+  int status = 0;
+  waitpid(child, &status, 0);
+  cr_expect(WIFEXITED(status));
+  cr_expect_eq(WEXITSTATUS(status), 2, "disposed %d", WEXITSTATUS(status));
+  for (const auto* s : {&a, &b}) {
+    cr_expect(!process_alive(s->keeper), "keeper of %s alive", s->id.c_str());
+    cr_expect(!process_alive(s->pid1), "pid 1 of %s alive", s->id.c_str());
+    cr_expect(!exists(s->dir));
+    for (const auto& d : s->cgroup_dirs) cr_expect(!exists(d), "cgroup %s left", d.c_str());
+  }
+  cr_expect(process_alive(other.pid1), "another scope's session was disposed");
+  cr_expect_eq(dispose_scope(sc.name + "-other", std::string_view("t")), 1);
+}
+
+Test(session, a_session_whose_keeper_was_killed_is_swept) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("sweep")};
+  auto s = open_session(sc.name, "t", spec_with_helpers());
+  cr_assert_eq(kill(s.keeper, SIGKILL), 0);
+  cr_expect(gone_within([&] { return !process_alive(s.pid1); }, 2), "pid 1 outlived its keeper");
+  auto found = find_session(s.id);
+  cr_expect(!found);
+  cr_expect(!exists(s.dir), "a dead keeper's session directory was not swept");
+  for (const auto& d : s.cgroup_dirs) cr_expect(!exists(d), "cgroup %s left", d.c_str());
+  // The key is free again: a fresh session.
+  auto again = open_session(sc.name, "t", spec_with_helpers());
+  cr_expect_neq(again.pid1, s.pid1);
+}
+
+Test(session, an_idle_session_is_disposed) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("idle")};
+  auto spec = spec_with_helpers();
+  spec.idle_seconds = 1;
+  auto s = open_session(sc.name, "t", spec);
+  cr_expect(gone_within([&] { return !process_alive(s.keeper) && !exists(s.dir); }, 5), "idle session kept");
+  cr_expect(!process_alive(s.pid1));
+  for (const auto& d : s.cgroup_dirs) cr_expect(!exists(d), "cgroup %s left", d.c_str());
+}
