@@ -120,7 +120,7 @@ int open_main(int argc, char** argv) {
       case 'l': {
         auto l = parse_limit_assignment(v);
         if (!l) return say("--limit: %s", l.error().message().c_str()), 2;
-        spec.base.limits.set(l->first, l->second);
+        spec.base.limits.set_raw(l->limit, l->raw);
         return -1;
       }
       case kIdle: return parse_seconds(v, spec.idle_seconds) ? -1 : (say("--idle: '%s' is not seconds", v), 2);
