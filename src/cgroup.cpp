@@ -456,7 +456,7 @@ Expected<int> sweep_run_cgroups(const CgroupProbe& probe, const CgroupSpec& spec
   if (probe.backend == CgroupVersion::v2) {
     bases.push_back(detail::v2_run_base(probe, spec));
   } else if (probe.backend == CgroupVersion::v1) {
-    for (int role : {probe.v1_memory, probe.v1_pids, probe.v1_cpuacct, probe.v1_freezer}) {
+    for (int role : {probe.v1_memory, probe.v1_pids, probe.v1_cpuacct, probe.v1_freezer, probe.v1_devices}) {
       if (role < 0) continue;
       const auto& h = probe.v1[role];
       std::string base = spec.under_hierarchy_root ? h.mount_point : h.own_dir;

@@ -94,6 +94,10 @@ template <class F>
 Status make_parent_chain(std::string_view who, const std::string& base, const std::string& parent_rel,
                          F&& at_level);
 
+// v2 devices (cgroup_devices.cpp): the BPF program allowing exactly
+// `rules`, loaded and attached to the group at `cgroup_dir_fd`; its fd.
+Expected<UniqueFd> attach_device_program(int cgroup_dir_fd, const std::vector<DeviceRule>& rules);
+
 Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, const CgroupSpec& spec,
                                                    const std::string& name);
 // The v2 directory run cgroups go under (create_v2 and the sweeps agree on

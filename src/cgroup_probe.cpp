@@ -121,7 +121,7 @@ std::string read_or_empty(const std::string& path) {
   return r ? *r : std::string();
 }
 
-const char* const kV1Roles[] = {"memory", "pids", "cpuacct", "freezer"};
+const char* const kV1Roles[] = {"memory", "pids", "cpuacct", "freezer", "devices"};
 
 }  // namespace
 
@@ -190,14 +190,14 @@ CgroupProbe probe_cgroups(const CgroupProbeSources& sources) {
     p.v2_peak = contains(p.v2_controllers, "memory") && has_file("memory.peak", 5, 19);
   }
 
-  int* roles[] = {&p.v1_memory, &p.v1_pids, &p.v1_cpuacct, &p.v1_freezer};
-  for (std::size_t r = 0; r < 4; ++r)
+  int* roles[] = {&p.v1_memory, &p.v1_pids, &p.v1_cpuacct, &p.v1_freezer, &p.v1_devices};
+  for (std::size_t r = 0; r < 5; ++r)
     for (std::size_t i = 0; i < p.v1.size(); ++i)
       if (*roles[r] < 0 && contains(p.v1[i].controllers, kV1Roles[r]) && !p.v1[i].own_dir.empty())
         *roles[r] = static_cast<int>(i);
   // Asked only of the hierarchies a run may join (a faccessat walks the
   // whole path; a host mounts a dozen hierarchies).
-  for (int role : {p.v1_memory, p.v1_pids, p.v1_cpuacct, p.v1_freezer})
+  for (int role : {p.v1_memory, p.v1_pids, p.v1_cpuacct, p.v1_freezer, p.v1_devices})
     if (role >= 0) p.v1[role].writable = writable_dir(p.v1[role].own_dir);
   if (p.v1_memory >= 0)
     p.v1_memsw = detail::file_exists(p.v1[p.v1_memory].own_dir + "/memory.memsw.limit_in_bytes");
@@ -227,6 +227,7 @@ bool CgroupProbe::has(std::string_view controller) const {
   if (backend == CgroupVersion::v2) {
     if (controller == "cpu") return true;  // cpu.stat is core (kernel >= 4.15)
     if (controller == "freezer") return v2_freeze;
+    if (controller == "devices") return true;  // a BPF device program, not a controller file
     return contains(v2_controllers, controller);
   }
   if (backend == CgroupVersion::v1) {
@@ -234,6 +235,7 @@ bool CgroupProbe::has(std::string_view controller) const {
                : controller == "pids" ? v1_pids
                : controller == "cpu"  ? v1_cpuacct
                : controller == "freezer" ? v1_freezer
+               : controller == "devices" ? v1_devices
                                         : -1;
     return role >= 0 && v1[role].writable;
   }

@@ -57,7 +57,7 @@ class V1Backend final : public CgroupBackend {
     return first;
   }
 
-  int memory = -1, pids = -1, cpuacct = -1, freezer = -1;  // index into placements
+  int memory = -1, pids = -1, cpuacct = -1, freezer = -1, devices = -1;  // index into placements
 
  private:
   std::string dir_of(int i) const { return i >= 0 ? placements[i].dir : std::string(); }
@@ -102,6 +102,8 @@ Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, con
     if (Status s = require("memory_bytes", "memory", probe.v1_memory); !s) return std::move(s).error();
   if (spec.pids_max)
     if (Status s = require("pids_max", "pids", probe.v1_pids); !s) return std::move(s).error();
+  if (spec.devices)
+    if (Status s = require("devices", "devices", probe.v1_devices); !s) return std::move(s).error();
 
   auto b = std::make_unique<V1Backend>();
   b->name = name;
@@ -113,10 +115,11 @@ Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, con
 
   // One run directory per distinct hierarchy; the roles point at it.
   std::vector<int> hierarchies;
-  int* role_slot[] = {&b->memory, &b->pids, &b->cpuacct, &b->freezer};
+  int* role_slot[] = {&b->memory, &b->pids, &b->cpuacct, &b->freezer, &b->devices};
   int role_h[] = {probe.v1_memory, (spec.pids_max || spec.pids_accounting) ? probe.v1_pids : -1,
-                  spec.cpu_accounting ? probe.v1_cpuacct : -1, spec.freezer_kill ? probe.v1_freezer : -1};
-  for (int r = 0; r < 4; ++r) {
+                  spec.cpu_accounting ? probe.v1_cpuacct : -1, spec.freezer_kill ? probe.v1_freezer : -1,
+                  spec.devices ? probe.v1_devices : -1};
+  for (int r = 0; r < 5; ++r) {
     if (!usable(role_h[r])) continue;
     auto it = std::find(hierarchies.begin(), hierarchies.end(), role_h[r]);
     if (it == hierarchies.end()) it = hierarchies.insert(hierarchies.end(), role_h[r]);
@@ -170,6 +173,20 @@ Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, con
     if (Status s = write_text(kWho, b->placements[b->pids].dir + "/pids.max", value); !s)
       return fail(std::move(s).error());
     in_force.push_back("pids.max=" + value);
+  }
+  if (b->devices >= 0 && spec.devices) {
+    // Deny all first (a new group inherits its parent's list), then allow
+    // each rule; the kernel checks at open(2) of a device node.
+    const std::string dir = b->placements[b->devices].dir;
+    if (Status s = write_text(kWho, dir + "/devices.deny", "a"); !s) return fail(std::move(s).error());
+    std::string allowed;
+    for (const auto& d : *spec.devices) {
+      std::string rule = std::string(1, d.type) + " " + std::to_string(d.major) + ":" +
+                         (d.minor < 0 ? std::string("*") : std::to_string(d.minor)) + " rwm";
+      if (Status s = write_text(kWho, dir + "/devices.allow", rule); !s) return fail(std::move(s).error());
+      allowed += (allowed.empty() ? "" : ",") + rule.substr(0, rule.size() - 4);
+    }
+    in_force.push_back("devices.allow=" + (allowed.empty() ? std::string("none") : allowed));
   }
   // The child joins through `tasks`, not cgroup.procs. Writing "0" to
   // cgroup.procs takes the global cgroup_threadgroup_rwsem for writing, and

@@ -71,6 +71,7 @@ class V2Backend final : public CgroupBackend {
   }
 
   UniqueFd dir_fd, events_fd;
+  UniqueFd device_prog;  // attached to the group; goes with its rmdir
   bool has_kill = false, has_freeze = false;
 
  private:
@@ -230,6 +231,13 @@ Expected<std::unique_ptr<CgroupBackend>> create_v2(const CgroupProbe& probe, con
   b->dir_fd.reset(::open(p.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!b->dir_fd) return fail(Error::from_errno(errno, std::string(kWho) + ": open " + p.dir));
   b->events_fd.reset(::open((p.dir + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));  // optional
+  if (spec.devices) {
+    // Before any task joins: the program is in force from the first exec.
+    auto prog = attach_device_program(b->dir_fd.get(), *spec.devices);
+    if (!prog) return fail(std::move(prog).error());
+    b->device_prog = std::move(*prog);
+    in_force.push_back("BPF device program (" + std::to_string(spec.devices->size()) + " rules)");
+  }
   // Used only where clone3 cannot place the child itself (CLONE_INTO_CGROUP).
   auto procs = open_join_file(kWho, p.dir, "cgroup.procs");
   if (!procs) return fail(std::move(procs).error());

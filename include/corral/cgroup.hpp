@@ -67,7 +67,7 @@ struct CgroupProbe {
   // v1: every mounted hierarchy, and which one carries each controller we use
   // (an index into v1, or -1).
   std::vector<CgroupV1Hierarchy> v1;
-  int v1_memory = -1, v1_pids = -1, v1_cpuacct = -1, v1_freezer = -1;
+  int v1_memory = -1, v1_pids = -1, v1_cpuacct = -1, v1_freezer = -1, v1_devices = -1;
   bool v1_memsw = false;  // memory.memsw.* exists: swap can be capped
 
   // What create_run_cgroup uses, and why nothing when none.
@@ -75,7 +75,7 @@ struct CgroupProbe {
   std::string why_none;
 
   // Whether the chosen backend has a controller ("memory", "pids", "cpu",
-  // "freezer").
+  // "freezer", "devices": v2's is a BPF program, there from kernel 4.15).
   bool has(std::string_view controller) const;
   // One line for `corral enforcement`, e.g.
   // "cgroup v1: memory,pids,cpuacct,freezer at /sys/fs/cgroup/{...}; swap capped; v2 at
@@ -97,7 +97,20 @@ CgroupProbe probe_cgroups(const CgroupProbeSources& sources);
 
 // ---------------------------------------------------------------- a run's cgroup
 
+// A device a run may open: `type` 'c' (character) or 'b' (block), and its
+// numbers; minor -1 is every minor of `major`.
+struct DeviceRule {
+  char type = 'c';
+  unsigned major = 0;
+  int minor = -1;
+};
+
 struct CgroupSpec {
+  // When set, the only devices the group's tasks may open (read, write,
+  // mknod): v1 "a" into devices.deny, then each rule into devices.allow;
+  // v2 a BPF_PROG_TYPE_CGROUP_DEVICE program attached to the run group
+  // (cgroup_devices.cpp). Unset: the host's device rules, untouched.
+  std::optional<std::vector<DeviceRule>> devices;
   // Ceiling of the group's memory (v2 memory.max; v1 memory.limit_in_bytes).
   // Swap is capped at zero where the kernel accounts it (v2 memory.swap.max,
   // v1 memory.memsw.limit_in_bytes); RunCgroup::swap_capped() says.
@@ -179,8 +192,8 @@ namespace detail {
 class CgroupBackend;
 }
 
-// At most one join fd per v1 role (memory, pids, cpuacct, freezer).
-inline constexpr int kCgroupMaxJoinFds = 4;
+// At most one join fd per v1 role (memory, pids, cpuacct, freezer, devices).
+inline constexpr int kCgroupMaxJoinFds = 5;
 
 // A run's cgroup. Owns its directories and fds; the destructor kills
 // whatever is still inside and removes the directories (errors ignored —
@@ -252,7 +265,7 @@ class RunCgroup {
   explicit RunCgroup(std::unique_ptr<detail::CgroupBackend> backend);
 
   std::unique_ptr<detail::CgroupBackend> backend_;
-  int join_fds_[kCgroupMaxJoinFds] = {-1, -1, -1, -1};
+  int join_fds_[kCgroupMaxJoinFds] = {-1, -1, -1, -1, -1};
   int join_count_ = 0;
 };
 
