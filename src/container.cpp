@@ -5,6 +5,8 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,23 +16,6 @@
 #include "corral/seccomp.hpp"
 
 namespace corral {
-
-Expected<MountBind> parse_bind_spec(std::string_view text, bool writable) {
-  std::string what = std::string(writable ? "bind" : "ro-bind") + " '" + std::string(text) + "'";
-  MountBind b;
-  b.writable = writable;
-  auto split = text.rfind(":/");
-  if (split == std::string_view::npos) {
-    b.source = b.target = std::string(text);
-  } else {
-    b.source = std::string(text.substr(0, split));
-    b.target = std::string(text.substr(split + 1));
-  }
-  if (b.source.empty()) return Error::invalid(what + ": the source is empty (expected SRC[:DST])");
-  if (b.target.front() != '/')
-    return Error::invalid(what + ": the target must be an absolute path (expected SRC[:DST], DST absolute)");
-  return b;
-}
 
 bool container_workspace_on_tmpfs(const HostFacts& host) { return host.root; }
 
@@ -69,6 +54,19 @@ Status add_cgroup(PreparedRun& run, const HostFacts& host, ContainerRun& c) {
   // pids hierarchy unless there is a ceiling to keep.
   spec.freezer_kill = false;
   spec.pids_accounting = false;
+  if (!run.request.dev_binds.empty() && host.cgroups.has("devices")) {
+    // Exactly the standard nodes (the mount tree binds null, zero, full,
+    // random, urandom; tty, ptmx and pts for a terminal) and the operator's.
+    std::vector<DeviceRule> rules = {{'c', 1, 3}, {'c', 1, 5}, {'c', 1, 7}, {'c', 1, 8},
+                                     {'c', 1, 9}, {'c', 5, 0}, {'c', 5, 2}, {'c', 136, -1}};
+    for (const auto& path : run.request.dev_binds) {
+      struct stat st;
+      if (::stat(path.c_str(), &st) != 0) return Error::from_errno(errno, "container: dev_bind '" + path + "'");
+      if (!S_ISCHR(st.st_mode)) return Error::invalid("container: dev_bind '" + path + "': not a character device");
+      rules.push_back({'c', major(st.st_rdev), static_cast<int>(minor(st.st_rdev))});
+    }
+    spec.devices = std::move(rules);
+  }
   auto cg = create_run_cgroup(host.cgroups, spec, run.run_id);
   if (!cg) return std::move(cg).error().context("container");
   c.join_in_child = cg->version() == CgroupVersion::v1;
@@ -103,17 +101,17 @@ Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_
   else
     tree.workspace(run.workspace->path(), std::string(kContainerWorkspace));
   if (req.rootfs) tree.rootfs(*req.rootfs);
-  for (const auto& b : req.binds) {
-    if (b.writable) tree.bind(b.source, b.target);
-    else tree.ro_bind(b.source, b.target);
-  }
+  auto c = std::make_shared<ContainerRun>();
+  if (auto st = add_container_mounts(run, host, outside_uid, outside_gid, tree, *c); !st) return st;
   if (req.cwd) {
     // A project tree to run in: bound read-write at the same path.
     tree.bind(*req.cwd, *req.cwd);
     tree.cwd(*req.cwd);
+  } else if (req.chdir) {
+    // Only the working directory: a path inside, nothing mounted for it.
+    tree.cwd(*req.chdir);
   }
 
-  auto c = std::make_shared<ContainerRun>();
   if (auto st = add_cgroup(run, host, *c); !st) return st;
 
   NamespaceSpec spec;
@@ -183,8 +181,9 @@ bool oom_event_fired(ContainerRun& c) {
 
 std::vector<std::string> finish_container(PreparedRun& run, const RunEnd& end, Result& r) {
   ContainerRun& c = *run.container;
-  std::vector<std::string> notes;
+  std::vector<std::string> notes = c.notes;
   if (!c.failure.empty()) notes.push_back(c.failure);
+  c.bind_mounts.clear();  // attached by now, or never to be
 
   RunEnd mapped = end;
   if (end.status && end.report.stage == SpawnStage::none)

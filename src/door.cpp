@@ -31,8 +31,12 @@ Status each_host_path(Request& r, const std::function<Status(std::string_view, s
     if (Status st = check("input " + q(in.name) + " host_path", *in.host_path); !st) return st;
     in.resolved = true;
   }
-  for (auto& b : r.binds)
+  for (auto& b : r.binds) {
     if (Status st = check(b.writable ? "binds" : "ro_binds", b.source); !st) return st;
+    b.resolved = true;
+  }
+  for (auto& d : r.dev_binds)
+    if (Status st = check("dev_binds", d); !st) return st;
   if (r.rootfs)
     if (Status st = check("rootfs", *r.rootfs); !st) return st;
   if (r.artifact_root)
@@ -42,6 +46,8 @@ Status each_host_path(Request& r, const std::function<Status(std::string_view, s
   // In a container cwd is a path inside the sandbox, not the host's.
   if (r.cwd && r.tier != Tier::container)
     if (Status st = check("cwd", *r.cwd); !st) return st;
+  if (r.chdir && r.tier != Tier::container)
+    if (Status st = check("chdir", *r.chdir); !st) return st;
   return {};
 }
 

@@ -1,5 +1,7 @@
 #include "corral/enforcement.hpp"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -314,6 +316,17 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
             (h.workspace_tmpfs ? " (a tmpfs shared by all runs: memory, not disk)" : " (not a tmpfs: disk)") +
             ": no per-run size limit, file_bytes caps each file (" +
             (container ? "as root it is a tmpfs of its own)" : "tier container as root has one)"));
+  if (container) {
+    add("tmp_bytes", "hard",
+        "/tmp is a tmpfs of this size (default 1 GiB, at most memory_bytes), and so is a --tmpfs "
+        "without a size: a write past it fails with ENOSPC; its pages count against memory_bytes");
+    add("shm_bytes", "hard",
+        "/dev/shm is a tmpfs of this size (default " + std::to_string(kContainerShmBytes >> 20) +
+            " MiB): a write past it fails with ENOSPC; its pages count against memory_bytes");
+  } else {
+    add("tmp_bytes", "unsupported", "the process tiers share the host's /tmp; TMPDIR is the workspace's tmp");
+    add("shm_bytes", "unsupported", "the process tiers share the host's /dev/shm");
+  }
 
   auto landlock_how = [&]() -> std::string {
     if (h.landlock_abi >= 3) return "hard_content";
@@ -400,6 +413,23 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
         process ? "not root (or no CAP_SYS_ADMIN): SysV IPC, POSIX message queues and /dev/shm are the host's; what a run makes there "
                   "outlives it and other runs of the uid see it (run as root, or use --tier container)"
                 : "tier none has no boundary: SysV IPC, POSIX message queues and /dev/shm are the host's");
+  if (container) {
+    const bool devices = h.cgroups.has("devices");
+    add(kGuaranteeDevices, devices ? "cgroup" : "unsupported",
+        devices ? std::string("with --dev-bind, the run's ") +
+                      (h.cgroups.backend == CgroupVersion::v2 ? "BPF device program (cgroup v2)" : "devices.allow (cgroup v1)") +
+                      " allows exactly those devices and /dev/{null,zero,full,random,urandom,tty,ptmx,pts/*}: any "
+                      "other open fails with EPERM; without it every mount but those /dev nodes is nodev"
+                : "no devices cgroup here (" + cgroup_missing(h, "devices") + "): --dev-bind is refused");
+    add(kGuaranteeBindOwner, h.root ? "idmapped" : "caller",
+        h.root ? "a writable --bind is an idmapped mount: files the program writes land on the host owned by the "
+                 "directory's owner (or owner=UID:GID), never root; a root-owned directory, or a filesystem that "
+                 "cannot idmap, gets the run's host uid (said in the result)"
+               : "rootless: files written through a --bind are owned by the caller's uid");
+  } else {
+    add(kGuaranteeDevices, "unsupported", "tier " + std::string(to_string(tier)) + " sees the host's /dev");
+    add(kGuaranteeBindOwner, "unsupported", "binds need tier container");
+  }
   if (container)
     add(kGuaranteeNamespaces, h.user_namespaces && h.pivot_root ? "hard" : "unsupported", namespaces_note(h));
   else
@@ -429,6 +459,9 @@ bool guarantee_requested(std::string_view name, const Request& r) {
   if (name == kGuaranteePrivilegeDrop) return boundary || r.user.has_value();
   if (name == kGuaranteeCapabilityDrop || name == kGuaranteeSeccomp) return boundary;
   if (name == kGuaranteeNamespaces) return container;
+  if (name == kGuaranteeDevices) return container && !r.dev_binds.empty();
+  if (name == kGuaranteeBindOwner)
+    return container && std::any_of(r.binds.begin(), r.binds.end(), [](const MountBind& b) { return b.writable; });
   if (name == kGuaranteeSecretMasking) return !r.secrets.empty();
   return true;
 }
@@ -505,6 +538,8 @@ Status check_enforceable(const HostFacts& host, const Request& request, const Li
   if (auto st = guarantee(request.user.has_value(), kGuaranteePrivilegeDrop); !st) return st;
   // The container tier promises a seccomp filter whether or not one was asked for.
   if (auto st = guarantee(request.tier == Tier::container, kGuaranteeSeccomp); !st) return st;
+  if (auto st = guarantee(request.tier == Tier::container && !request.dev_binds.empty(), kGuaranteeDevices); !st)
+    return st;
   return {};
 }
 

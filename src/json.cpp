@@ -145,9 +145,21 @@ Expected<Job> parse_job(std::string_view text, bool door_fields) {
       auto s = strings(v, "interpreter");
       if (!s) return std::move(s).error();
       interpreter = std::move(*s);
-    } else if (key == "cwd") {
-      if (!v.is_string()) return Error::invalid("field 'cwd' must be a string");
-      r.cwd = v.get<std::string>();
+    } else if (key == "cwd" || key == "chdir") {
+      if (!v.is_string()) return Error::invalid("field '" + key + "' must be a string");
+      (key == "cwd" ? r.cwd : r.chdir) = v.get<std::string>();
+    } else if (key == "tmpfs") {
+      auto s = strings(v, "tmpfs");
+      if (!s) return std::move(s).error();
+      for (const auto& spec : *s) {
+        auto t = parse_tmpfs_spec(spec);
+        if (!t) return std::move(t).error();
+        r.tmpfs.push_back(std::move(*t));
+      }
+    } else if (key == "dev_binds") {
+      auto s = strings(v, "dev_binds");
+      if (!s) return std::move(s).error();
+      r.dev_binds = std::move(*s);
     } else if (key == "merge_output" || key == "confine_writes" || key == "loopback") {
       if (!v.is_boolean()) return Error::invalid("field '" + key + "' must be true or false");
       (key == "merge_output" ? r.merge_output : key == "loopback" ? r.loopback : r.confine_writes) = v.get<bool>();
@@ -325,6 +337,7 @@ std::string result_to_json(const Result& r, long line) {
   j["limits"] = std::move(limits);
   j["enforcement"] = r.enforcement;
   j["tier"] = r.tier;
+  j["env_path"] = r.env_path;
   j["detail"] = r.detail;
   json timings = json::object();
   for (const auto& [name, seconds] : timing_fields(r.timings)) timings[name] = seconds;

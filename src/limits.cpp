@@ -22,6 +22,8 @@ constexpr std::array<LimitInfo, kLimitCount> kLimits{{
     {Limit::artifact_total_bytes, "artifact_total_bytes", "bytes", -1, true, kMaxLimitValue, 1},
     {Limit::artifact_count, "artifact_count", "count", -1, true, kMaxLimitValue, 1},
     {Limit::workspace_bytes, "workspace_bytes", "bytes", -1, false, kMaxLimitValue, 1},
+    {Limit::tmp_bytes, "tmp_bytes", "bytes", -1, false, kMaxLimitValue, 1},
+    {Limit::shm_bytes, "shm_bytes", "bytes", -1, false, kMaxLimitValue, 1},
 }};
 
 std::string_view trim(std::string_view s) {

@@ -176,7 +176,8 @@ class Builder {
 
   // Bind the (canonical) host path `host` at `inside`, creating the mount
   // point as a directory or an empty file to match the source.
-  void bind(const std::string& host, const std::string& inside, std::uint64_t attr, bool is_dir) {
+  void bind(const std::string& host, const std::string& inside, std::uint64_t attr, bool is_dir,
+            const struct stat* identity = nullptr) {
     mkdir_parents(inside);
     if (is_dir) {
       mkdir(inside);
@@ -189,13 +190,17 @@ class Builder {
     st.source = s(std::string(kOldRoot) + (host == "/" ? "" : host));
     st.target = s(inside);
     st.attr = attr;
+    if (identity) {
+      st.dev = identity->st_dev;
+      st.ino = identity->st_ino;
+    }
     tree.add_step(st);
   }
 
   // Attach the detached mount `fd` (open_tree'd by the parent) at `inside`.
-  void attach(int fd, const std::string& inside, const std::string& host) {
+  void attach(int fd, const std::string& inside, const std::string& host, std::string_view how = "rw") {
     MountStep st{MountOp::attach};
-    st.what = s("bind " + inside + " (rw, from " + host + ")");
+    st.what = s("bind " + inside + " (" + std::string(how) + ", from " + host + ")");
     st.target = s(inside);
     st.fd = fd;
     tree.add_step(st);
@@ -297,7 +302,12 @@ Status add_rootfs(Builder& b, const std::string& rootfs) {
 
 // `fresh`: where the per-run /dev/shm goes (`b` itself, or the per-run half
 // of a split tree; see prepare_split_mount_tree).
-void add_dev(Builder& b, const MountTreeSpec& spec, Builder& fresh) {
+struct DevBind {
+  std::string path;
+  struct stat st;
+};
+
+void add_dev(Builder& b, const MountTreeSpec& spec, Builder& fresh, const std::vector<DevBind>& devices) {
   b.mkdir("/dev");
   b.tmpfs("/dev", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755");
   // mknod is refused in a user namespace; the host's nodes are bound onto
@@ -308,6 +318,9 @@ void add_dev(Builder& b, const MountTreeSpec& spec, Builder& fresh) {
     if (host_kind(host) != HostKind::chardev) continue;
     b.bind(host, host, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false);
   }
+  // The operator's devices: the only mounts without nodev. The device
+  // cgroup (cgroup.hpp) is what limits the run to exactly these.
+  for (const auto& dev : devices) b.bind(dev.path, dev.path, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false, &dev.st);
   b.symlink("/proc/self/fd", "/dev/fd");
   b.symlink("/proc/self/fd/0", "/dev/stdin");
   b.symlink("/proc/self/fd/1", "/dev/stdout");
@@ -325,6 +338,25 @@ void add_dev(Builder& b, const MountTreeSpec& spec, Builder& fresh) {
   b.mkdir("/dev/shm", 01777);
   fresh.tmpfs("/dev/shm", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.shm_bytes()) + ",mode=1777");
   b.setattr("/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, "make /dev read-only");
+}
+
+// The operator's devices: character devices under /dev, opened without
+// following a symlink; their identity goes into the bind step.
+Expected<std::vector<DevBind>> check_dev_binds(const MountTreeSpec& spec) {
+  std::vector<DevBind> out;
+  for (const auto& path : spec.dev_binds()) {
+    std::string what = "dev_bind '" + path + "'";
+    auto inside = normalize_inside(path, "mount tree: " + what);
+    if (!inside) return std::move(inside).error();
+    if (inside->rfind("/dev/", 0) != 0 || *inside == "/dev/shm" || inside->rfind("/dev/shm/", 0) == 0)
+      return Error::invalid("mount tree: " + what + ": a device is a path under /dev (not /dev/shm)");
+    auto src = open_bind_source(*inside, true, what);
+    if (!src) return std::move(src).error();
+    if (!S_ISCHR(src->st.st_mode))
+      return Error::invalid("mount tree: " + what + ": not a character device");
+    out.push_back({*inside, src->st});
+  }
+  return out;
 }
 
 Status check_sizes(const MountTreeSpec& spec) {
@@ -362,6 +394,7 @@ const char* mount_call_name(MountCall call) noexcept {
     case MountCall::chdir: return "chdir";
     case MountCall::umount2: return "umount2";
     case MountCall::rmdir: return "rmdir";
+    case MountCall::fstat: return "fstat (the source changed since it was opened)";
   }
   return "?";
 }
@@ -384,6 +417,42 @@ Error PreparedMountTree::error_for(const MountFailure& f) const {
   step += ": ";
   step += mount_call_name(f.call);
   return Error::from_errno(f.err, step);
+}
+
+Expected<BindSource> open_bind_source(const std::string& path, bool resolved, std::string_view what) {
+  const std::string who = "mount tree: " + std::string(what) + " '" + path + "'";
+  if (path.empty() || path.front() != '/') {
+    if (resolved || path.empty()) return Error::invalid(who + ": not an absolute path");
+  }
+  auto open_nofollow = [](const std::string& p) {
+    struct open_how how{};
+    how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
+    how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    return sys::call(SYS_openat2, AT_FDCWD, reinterpret_cast<long>(p.c_str()), reinterpret_cast<long>(&how), sizeof how);
+  };
+  BindSource out;
+  out.canonical = path;
+  long fd = path.front() == '/' ? open_nofollow(path) : -ELOOP;
+  if (fd == -ELOOP && !resolved) {
+    // The operator's own path with a link in it: what it names now.
+    auto canon = canonical_host(path, what);
+    if (!canon) return std::move(canon).error();
+    out.canonical = *canon;
+    fd = open_nofollow(out.canonical);
+  }
+  if (fd < 0)
+    return Error::from_errno(sys::error_of(fd), who + (fd == -ELOOP ? ": a symlink in the path (refused: it was "
+                                                                      "resolved and checked without one)"
+                                                                    : ": open"));
+  out.fd.reset(static_cast<int>(fd));
+  if (::fstat(out.fd.get(), &out.st) != 0) return Error::from_errno(errno, who + ": fstat");
+  // A path opened as given may still hold "." or ".." or doubled slashes;
+  // the child re-opens it under /.oldroot, so it must be canonical.
+  if (out.canonical != path) return out;
+  auto canon = canonical_host(path, what);
+  if (!canon) return std::move(canon).error();
+  out.canonical = *canon;
+  return out;
 }
 
 namespace {
@@ -420,7 +489,11 @@ Status build_tree(const MountTreeSpec& spec, const EtcIdentity& who, Builder& b,
   }
   // Where what each run gets fresh goes: `run` for a split tree.
   Builder& fresh = run ? *run : b;
-  add_dev(b, spec, fresh);
+  auto devices = check_dev_binds(spec);
+  if (!devices) return std::move(devices).error();
+  if (run && !devices->empty())
+    return Error::invalid("mount tree: a split tree takes no dev_binds (they would become part of the shared base)");
+  add_dev(b, spec, fresh, *devices);
   if (spec.proc()) {
     // Mounted while the host's /proc is still attached under /.oldroot: in a
     // user namespace the kernel allows a new proc mount only where one is
@@ -471,14 +544,42 @@ Status build_tree(const MountTreeSpec& spec, const EtcIdentity& who, Builder& b,
     auto inside = normalize_inside(bind.target, "mount tree: " + what);
     if (!inside) return std::move(inside).error();
     if (*inside == "/") return Error::invalid("mount tree: " + what + ": cannot bind over /");
-    auto host = canonical_host(bind.source, what + ": source");
-    if (!host) return std::move(host).error();
-    HostKind kind = host_kind(*host);
-    if (kind != HostKind::directory && kind != HostKind::file)
-      return Error::invalid("mount tree: " + what + ": source is neither a directory nor a regular file");
-    b.bind(*host, *inside, bind.writable ? kWritable : kReadOnly, kind == HostKind::directory);
+    if (bind.fd >= 0) {
+      // The caller's detached copy (an idmapped one): the mount point as it is.
+      struct stat st;
+      if (::fstat(bind.fd, &st) != 0) return Error::from_errno(errno, "mount tree: " + what + ": fstat");
+      b.mkdir_parents(*inside);
+      if (S_ISDIR(st.st_mode)) b.mkdir(*inside);
+      else b.add(MountOp::touch, "create mount point " + *inside, *inside, {}, 0644);
+      b.attach(bind.fd, *inside, bind.source, bind.writable ? "rw, idmapped" : "ro, idmapped");
+      continue;
+    }
+    // Opened here without following a symlink; the child binds the same
+    // inode or fails (the step carries its identity).
+    auto src = open_bind_source(bind.source, bind.resolved, what + ": source");
+    if (!src) return std::move(src).error();
+    if (!S_ISDIR(src->st.st_mode) && !S_ISREG(src->st.st_mode))
+      return Error::invalid("mount tree: " + what + ": source is neither a directory nor a regular file" +
+                            (S_ISCHR(src->st.st_mode) ? " (a device: --dev-bind)" : ""));
+    b.bind(src->canonical, *inside, bind.writable ? kWritable : kReadOnly, S_ISDIR(src->st.st_mode), &src->st);
   }
-
+  for (const auto& t : spec.tmpfs()) {
+    std::string what = "tmpfs '" + t.target + "'";
+    auto inside = normalize_inside(t.target, "mount tree: " + what);
+    if (!inside) return std::move(inside).error();
+    if (*inside == "/" || *inside == "/proc" || inside->rfind("/proc/", 0) == 0 || *inside == "/dev" ||
+        inside->rfind("/dev/", 0) == 0)
+      return Error::invalid("mount tree: " + what + ": not on /, /proc or /dev");
+    if (t.bytes < 4096) return Error::invalid("mount tree: " + what + ": the size must be at least 4096 bytes");
+    // The mount point may be under the workspace or a bind, which a split
+    // tree's per-run half attaches: made on both sides (EEXIST is fine).
+    for (Builder* side : {&b, run}) {
+      if (!side) continue;
+      side->mkdir_parents(*inside);
+      side->mkdir(*inside, 01777);
+    }
+    fresh.tmpfs(*inside, MS_NOSUID | MS_NODEV, "size=" + std::to_string(t.bytes) + ",mode=1777");
+  }
   b.add(MountOp::detach, "detach the host's root", std::string(kOldRoot));
   b.add(MountOp::rmdir, "rmdir " + std::string(kOldRoot), std::string(kOldRoot));
   b.setattr("/", kReadOnly, "make / read-only");

@@ -2,6 +2,7 @@
 // (async-signal-safe, no allocation), and the detached copy both sides use.
 #include <fcntl.h>
 #include <linux/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -12,6 +13,11 @@
 namespace corral {
 
 long open_detached_tree(const char* source, std::uint64_t attr, MountCall* failed) noexcept {
+  return open_detached_tree_checked(source, attr, 0, 0, failed);
+}
+
+long open_detached_tree_checked(const char* source, std::uint64_t attr, std::uint64_t dev, std::uint64_t ino,
+                                MountCall* failed) noexcept {
   struct open_how how;
   std::memset(&how, 0, sizeof how);
   how.flags = O_PATH | O_CLOEXEC;
@@ -21,6 +27,17 @@ long open_detached_tree(const char* source, std::uint64_t attr, MountCall* faile
   if (fd < 0) {
     *failed = MountCall::openat2;
     return fd;
+  }
+  if (dev != 0 || ino != 0) {
+    // The parent opened (and the door checked) this inode; a rename or a
+    // mount since then put another one here.
+    struct stat st;
+    long ret = sys::call(SYS_newfstatat, fd, reinterpret_cast<long>(""), reinterpret_cast<long>(&st), AT_EMPTY_PATH);
+    if (ret < 0 || st.st_dev != dev || st.st_ino != ino) {
+      sys::call(SYS_close, fd);
+      *failed = MountCall::fstat;
+      return ret < 0 ? ret : -ESTALE;
+    }
   }
   long tree = sys::call(SYS_open_tree, fd, reinterpret_cast<long>(""),
                         OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
@@ -56,9 +73,9 @@ struct StepResult {
 
 inline StepResult fail(long ret, MountCall call) noexcept { return {sys::error_of(ret), call}; }
 
-StepResult do_bind(const char* source, const char* target, std::uint64_t attr) noexcept {
+StepResult do_bind(const MountStep& st, const char* source, const char* target) noexcept {
   MountCall failed = MountCall::none;
-  long tree = open_detached_tree(source, attr, &failed);
+  long tree = open_detached_tree_checked(source, st.attr, st.dev, st.ino, &failed);
   if (tree < 0) return fail(tree, failed);
   long ret = sys::call(SYS_move_mount, tree, reinterpret_cast<long>(""), AT_FDCWD, reinterpret_cast<long>(target),
                        MOVE_MOUNT_F_EMPTY_PATH);
@@ -91,7 +108,7 @@ StepResult run_step(const PreparedMountTree& t, const MountStep& st) noexcept {
                       L(t.str(st.data)));
       return fail(ret, MountCall::mount);
     case MountOp::bind:
-      return do_bind(src, tgt, st.attr);
+      return do_bind(st, src, tgt);
     case MountOp::setattr: {
       struct mount_attr ma;
       std::memset(&ma, 0, sizeof ma);

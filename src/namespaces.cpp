@@ -238,7 +238,8 @@ Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec) {
     who.uid = spec.user() ? p.map_.inside_uid : ::geteuid();
     who.gid = spec.user() ? p.map_.inside_gid : ::getegid();
     who.hostname = spec.hostname();
-    if (spec.use_template() && !p.rootless_ && spec.user() && spec.pid() && spec.net() && spec.mounts().binds().empty()) {
+    if (spec.use_template() && !p.rootless_ && spec.user() && spec.pid() && spec.net() && spec.mounts().binds().empty() &&
+        spec.mounts().dev_binds().empty()) {
       auto split = prepare_split_mount_tree(spec.mounts(), who);
       if (!split) return split.error().context("namespaces");
       auto tmpl = open_ns_template(split->base, split->fingerprint, spec.template_root());

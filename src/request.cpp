@@ -99,6 +99,10 @@ Status validate_request(const Request& r) {
     check(path("source", r.payload->filename));
   }
   if (r.cwd) check(path("cwd", *r.cwd));
+  if (r.chdir) check(path("chdir", *r.chdir));
+  if (r.cwd && r.chdir) check(Error::invalid("fields 'cwd' and 'chdir': give one (cwd binds DIR and works there, chdir only works there)"));
+  for (const auto& t : r.tmpfs) check(path("tmpfs", t.path));
+  for (const auto& d : r.dev_binds) check(path("dev_binds", d));
   for (const auto& p : r.write_paths) check(path("write_paths", p));
   if (r.rootfs) check(path("rootfs", *r.rootfs));
   for (const auto& b : r.binds) {

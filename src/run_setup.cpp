@@ -292,8 +292,9 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   // Includes check_run_user: a run is never root.
   if (Status st = validate_request(req); !st) return who(st.error());
   const bool container = req.tier == Tier::container;
-  if (!container && (req.rootfs || !req.binds.empty()))
-    return who(Error::invalid("rootfs and binds need tier container (tier " + std::string(to_string(req.tier)) + ")"));
+  if (!container && (req.rootfs || !req.binds.empty() || !req.tmpfs.empty() || !req.dev_binds.empty()))
+    return who(Error::invalid("rootfs, binds, tmpfs and dev_binds need tier container (tier " +
+                              std::string(to_string(req.tier)) + ")"));
   if (req.payload && req.payload->interpreter.empty())
     return who(Error::invalid("program payload needs an interpreter argv (e.g. [\"python3\"])"));
   if (!(req.grace_seconds >= 0 && req.grace_seconds <= 3600))
@@ -378,13 +379,20 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   }
   Workspace* wp = run.workspace ? &*run.workspace : nullptr;
 
+  // A directory input has the caps of outputs (artifact_*).
+  Workspace::TreeCaps caps;
+  caps.file_bytes = run.limits.get(Limit::artifact_bytes).value_or(UINT64_MAX);
+  caps.total_bytes = run.limits.get(Limit::artifact_total_bytes).value_or(UINT64_MAX);
+  caps.count = run.limits.get(Limit::artifact_count).value_or(UINT64_MAX);
+  std::vector<std::string> skipped;
   for (const auto& in : req.inputs) {
     Workspace& w = *wp;
     Status st = in.bytes ? w.stage_bytes(in.name, *in.bytes, in.mode)
-                         : (in.host_path ? w.stage_file(*in.host_path, in.name, in.resolved)
+                         : (in.host_path ? w.stage_path(*in.host_path, in.name, in.resolved, caps, skipped)
                                          : Status(Error::invalid("input " + in.name + ": needs bytes or a host path")));
     if (!st) return who(st.error());
   }
+  for (const auto& s : skipped) run.warnings.push_back("input " + s + ": skipped (inputs copy files, never links)");
 
   ChildPlan& plan = run.plan;
   plan.argv_storage.clear();
@@ -404,6 +412,9 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   env["HOME"] = container ? std::string(kContainerWorkspace) + "/home" : wp->home();
   env["TMPDIR"] = container ? std::string("/tmp") : wp->tmp();
   env["USER"] = env["LOGNAME"] = run_user_name(container, owner, run.uid_lease.has_value());
+  // The host's PATH names the host's directories (~/.pyenv/shims, ...):
+  // a container gets its own unless the request sets PATH.
+  if (container) env["PATH"] = std::string(kContainerPath);
   for (const auto& [k, v] : req.env) env[k] = v;
   for (auto& [k, v] : secret_env) env[k] = v;
   for (const auto& [k, v] : env) {
@@ -412,12 +423,14 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
     plan.env_storage.push_back(k + "=" + v);
   }
   auto path_it = env.find("PATH");
+  run.env_path = path_it == env.end() ? "" : path_it->second;
   plan.exec_paths = exec_candidates(plan.argv_storage.front(), path_it == env.end() ? "" : path_it->second);
   run.program = tried_program(plan);  // the plan's strings are released after the spawn
   // A session exec runs the session's files, not the host's: not checked here.
   if (!session && req.tier != Tier::none && !req.rootfs && !(container && plan.exec_paths.front().rfind("/workspace/", 0) == 0))
     if (auto st = refuse_32bit_program(plan.exec_paths.front()); !st) return who(st.error());
-  if (!session) plan.cwd = container ? "" : (req.cwd ? *req.cwd : wp->path());  // container: the mount tree's chdir
+  // container: the mount tree's chdir
+  if (!session) plan.cwd = container ? "" : req.chdir ? *req.chdir : req.cwd ? *req.cwd : wp->path();
   plan.merge_output = req.merge_output;
   if (req.stdin_fd >= 0) {
     UniqueFd fd(fcntl(req.stdin_fd, F_DUPFD_CLOEXEC, 3));
@@ -609,6 +622,7 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   r.id = run.request.id;
   r.run_id = run.run_id;
   r.tier = std::string(to_string(run.request.tier));
+  r.env_path = run.env_path;
   r.limits = run.limits;
   r.binary_output = run.request.binary_output;
   r.enforcement = run_enforcement(run.enforcement, run.request, run.limits);

@@ -516,10 +516,23 @@ Status Workspace::stage_file(const std::string& host_path, std::string_view name
   struct stat st {};
   if (::fstat(src.get(), &st) != 0) return errno_error(label + ": stat");
   if (!S_ISREG(st.st_mode)) return Error::invalid(label + ": not a regular file (" + dt_name(IFTODT(st.st_mode)) + ")");
-  return explain_full(stage_into(dir_.get(), owner_, name, st.st_mode & 0777, label, [&](int fd) -> Status {
-    if (auto c = copy_fd(src.get(), fd); !c) return c.error().context(label);
+  return stage_copy(src.get(), name, st.st_mode & 0777, label);
+}
+
+Status Workspace::stage_copy(int src, std::string_view name, mode_t mode, const std::string& label) {
+  return explain_full(stage_into(dir_.get(), owner_, name, mode, label, [&](int fd) -> Status {
+    if (auto c = copy_fd(src, fd); !c) return c.error().context(label);
     return {};
   }));
+}
+
+Status Workspace::stage_dir(std::string_view name, const std::string& label) {
+  if (auto ok = validate_relative_name(name, "workspace: input"); !ok) return ok;
+  if (dir_.get() < 0) return Error(EBADF, label + ": workspace already removed");
+  auto segs = split_segments(std::string(name) + "/.");
+  auto parent = open_parents(dir_.get(), segs, label, owner_);
+  if (!parent) return explain_full(std::move(parent).error());
+  return {};
 }
 
 }  // namespace corral

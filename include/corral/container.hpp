@@ -69,10 +69,28 @@ bool container_workspace_on_tmpfs(const HostFacts& host);
 // with getuid() will think it owns them.
 inline constexpr uid_t kContainerDefaultUid = 65534;
 
-// "SRC[:DST]" (DST absolute, default SRC) as a bind. The split is at the
-// last ":/", so a SRC that contains ':' works when DST is given. Errors name
-// the text.
+// /dev/shm's size unless shm_bytes says (the limit's default; 256 MiB: at
+// 16 MiB a 64 MiB shared-memory segment died of SIGBUS, see README).
+inline constexpr std::uint64_t kContainerShmBytes = 256ull << 20;
+// /tmp's size (and a --tmpfs's without a size) unless tmp_bytes says: 1 GiB
+// (at 64 MiB CPython's test_venv hit ENOSPC), at most memory_bytes when that
+// is set. A tmpfs takes
+// memory only as it is written, and those pages count against memory_bytes
+// (the writer's cgroup pays for them), so the size is a per-mount cap and
+// the run's memory the real one.
+std::uint64_t container_tmp_bytes_default(const Limits& limits);
+// The PATH a container's program gets unless the request sets one (the
+// host's names the host's directories: ~/.local/bin, pyenv shims, ...).
+inline constexpr std::string_view kContainerPath = "/usr/local/bin:/usr/bin:/bin";
+
+// "SRC[:DST][:owner=UID[:GID]]" (DST absolute, default SRC) as a bind. The
+// split is at the last ":/", so a SRC that contains ':' works when DST is
+// given. owner= only for a writable bind, never 0 (GID defaults to UID).
+// Errors name the text.
 Expected<MountBind> parse_bind_spec(std::string_view text, bool writable);
+// "PATH[:SIZE]": SIZE in bytes, or with a K, M or G suffix (powers of
+// 1024); without one the tmpfs is tmp_bytes in size.
+Expected<TmpfsMount> parse_tmpfs_spec(std::string_view text);
 
 // What a container run holds between prepare and finish. Owned by the
 // PreparedRun (shared_ptr: PreparedRun moves).
@@ -84,6 +102,10 @@ struct ContainerRun {
   // group); v2: CLONE_INTO_CGROUP and CLONE_NEWCGROUP in one clone3.
   bool join_in_child = false;
   UniqueFd devnull;      // the program's stdin when the request gives none
+  // The idmapped copies of the writable binds (idmap.hpp), made here and
+  // attached by the child (MountTreeSpec::attach); closed at the end.
+  std::vector<UniqueFd> bind_mounts;
+  std::vector<std::string> notes;  // for the result's detail (a root-owned bind's files, ...)
   UniqueFd pid1_report;  // read end of pid 1's Pid1Report pipe (spawn_container)
   UniqueFd oom_event;    // v1: readable once the run's cgroup enters the OOM path (RunCgroup::oom_notifier)
   std::string failure;   // the full message when the child failed before exec
@@ -96,6 +118,12 @@ struct ContainerRun {
   // spawn_session_exec instead of building namespaces.
   std::shared_ptr<struct SessionJoin> session{};
 };
+
+// Parent, from prepare_container (container_mounts.cpp): the request's
+// binds (writable ones idmapped as root), tmpfs mounts and devices into
+// `tree`, and tmp_bytes/shm_bytes into run.limits.
+Status add_container_mounts(PreparedRun& run, const HostFacts& host, uid_t outside_uid, gid_t outside_gid,
+                            MountTreeSpec& tree, ContainerRun& c);
 
 // Parent, from prepare_run: the mount tree (workspace at /workspace, the
 // request's rootfs and binds), the namespaces with the inside uid

@@ -88,6 +88,12 @@ inline constexpr std::string_view kGuaranteeIpc = "ipc";
 // The container tier itself: user, pid, net, mount (pivot_root), ipc, uts
 // and cgroup namespaces. A container-tier run is refused without it.
 inline constexpr std::string_view kGuaranteeNamespaces = "namespaces";
+// Tier container: the devices a run may open are exactly its --dev-bind
+// devices and the standard nodes (the device cgroup).
+inline constexpr std::string_view kGuaranteeDevices = "devices";
+// Tier container as root: what a run writes through a writable bind is
+// owned on the host by the directory's owner (an idmapped mount).
+inline constexpr std::string_view kGuaranteeBindOwner = "bind_owner";
 
 struct EnforcementEntry {
   std::string name;   // limit or guarantee

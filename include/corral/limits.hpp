@@ -31,9 +31,11 @@ enum class Limit : std::uint8_t {
   artifact_total_bytes,  // all collected outputs together
   artifact_count,        // number of collected outputs; a glob over it collects nothing
   workspace_bytes,       // `container` as root: the size of the run's tmpfs workspace
+  tmp_bytes,             // `container`: the size of its /tmp tmpfs (and of a --tmpfs without a size)
+  shm_bytes,             // `container`: the size of its /dev/shm tmpfs
 };
 
-inline constexpr std::size_t kLimitCount = 12;
+inline constexpr std::size_t kLimitCount = 14;
 
 struct LimitInfo {
   Limit limit;

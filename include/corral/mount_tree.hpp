@@ -19,6 +19,7 @@
 // RESOLVE_NO_SYMLINKS on its canonical path (kernel >= 5.6).
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -39,6 +40,18 @@ class MountTreeSpec {
     std::string source;  // host path
     std::string target;  // absolute path inside
     bool writable = false;
+    // The source is already resolved (the door's realpath, checked against
+    // the operator's prefixes): opened as given with no symlink followed,
+    // never realpath'd again, so a link swapped in after the check fails.
+    bool resolved = false;
+    // >= 0: a detached mount the caller made from the source (an idmapped
+    // copy, container.hpp); the child attaches it at `target`. The fd stays
+    // the caller's.
+    int fd = -1;
+  };
+  struct Tmpfs {
+    std::string target;
+    std::uint64_t bytes = 0;
   };
 
   // Use DIR's top-level entries (read-only) instead of the host's /usr, /bin,
@@ -70,6 +83,25 @@ class MountTreeSpec {
     binds_.push_back({std::move(source), std::move(target), true});
     return *this;
   }
+  // A detached mount `fd` (made from the host path `source`; the mount
+  // point is a directory or a file as the fd is) attached at `target`.
+  MountTreeSpec& attach(int fd, std::string source, std::string target, bool writable) {
+    binds_.push_back({std::move(source), std::move(target), writable, true, fd});
+    return *this;
+  }
+  // A bind whose source the door resolved (Bind::resolved).
+  MountTreeSpec& bind_resolved(std::string source, std::string target, bool writable) {
+    binds_.push_back({std::move(source), std::move(target), writable, true, -1});
+    return *this;
+  }
+  // A tmpfs of `bytes` at `target` (absolute inside), mode 1777.
+  MountTreeSpec& tmpfs(std::string target, std::uint64_t bytes) {
+    tmpfs_.push_back({std::move(target), bytes});
+    return *this;
+  }
+  // A host character device (a path under /dev, no symlink in it) bound at
+  // the same path inside; the only mount without nodev.
+  MountTreeSpec& dev_bind(std::string path) { dev_binds_.push_back(std::move(path)); return *this; }
   MountTreeSpec& cwd(std::string inside) { cwd_ = std::move(inside); return *this; }
   // tmpfs ceilings. The root holds only directories and the /etc files.
   MountTreeSpec& root_bytes(std::uint64_t n) { root_bytes_ = n; return *this; }
@@ -88,6 +120,8 @@ class MountTreeSpec {
   const std::string& workspace_inside() const { return workspace_inside_; }
   int workspace_mount_fd() const { return workspace_mount_fd_; }
   const std::vector<Bind>& binds() const { return binds_; }
+  const std::vector<Tmpfs>& tmpfs() const { return tmpfs_; }
+  const std::vector<std::string>& dev_binds() const { return dev_binds_; }
   const std::string& cwd() const { return cwd_; }
   std::uint64_t root_bytes() const { return root_bytes_; }
   std::uint64_t tmp_bytes() const { return tmp_bytes_; }
@@ -101,6 +135,8 @@ class MountTreeSpec {
   std::string workspace_inside_ = "/workspace";
   int workspace_mount_fd_ = -1;
   std::vector<Bind> binds_;
+  std::vector<Tmpfs> tmpfs_;
+  std::vector<std::string> dev_binds_;
   std::string cwd_;
   std::uint64_t root_bytes_ = 4ull << 20;
   std::uint64_t tmp_bytes_ = 64ull << 20;
@@ -150,12 +186,15 @@ struct MountStep {
   unsigned long flags = 0;         // MS_* for mount
   std::uint64_t attr = 0;          // MOUNT_ATTR_* for bind/setattr
   int fd = -1;                     // attach: the detached mount (the child's copy of the parent's fd)
+  // bind: the source's st_dev/st_ino as the parent opened it (0: unchecked);
+  // the child refuses another file at that path (ESTALE).
+  std::uint64_t dev = 0, ino = 0;
 };
 
 // Which syscall of a step failed.
 enum class MountCall : std::uint8_t {
   none, mount, openat2, open_tree, mount_setattr, move_mount, mkdir, open, write,
-  symlink, pivot_root, chdir, umount2, rmdir,
+  symlink, pivot_root, chdir, umount2, rmdir, fstat,
 };
 
 // The fixed record a failing child reports: step index, the call, errno.
@@ -213,6 +252,22 @@ Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, con
 // MOUNT_ATTR_* `attr` set on all of it, as an O_CLOEXEC fd for move_mount;
 // or a negative errno with *failed naming the call that failed.
 long open_detached_tree(const char* source, std::uint64_t attr, MountCall* failed) noexcept;
+// The same, refusing (ESTALE, *failed = fstat) a source whose st_dev/st_ino
+// is not `dev`/`ino` (both 0: no check).
+long open_detached_tree_checked(const char* source, std::uint64_t attr, std::uint64_t dev, std::uint64_t ino,
+                                MountCall* failed) noexcept;
+
+// Parent: open a bind source as an O_PATH fd without following a symlink
+// (openat2 RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS). Unless `resolved`, a
+// path with a symlink in it is first resolved with realpath(3) (the
+// operator's own path); a resolved one is opened as given or refused.
+// `canonical` is the path opened; `st` what the fd is.
+struct BindSource {
+  UniqueFd fd;
+  std::string canonical;
+  struct stat st;
+};
+Expected<BindSource> open_bind_source(const std::string& path, bool resolved, std::string_view what);
 
 // Child, async-signal-safe: raw syscalls only, no allocation. Must run in a
 // new mount namespace (else it would rearrange the host's mounts; the first

@@ -85,6 +85,22 @@ struct MountBind {
   std::string source;
   std::string target;
   bool writable = false;
+  // A writable bind's files land on the host owned by this uid:gid (an
+  // idmapped mount; container.hpp). Unset: the source directory's owner.
+  // Never 0: a run never writes as host root.
+  std::optional<uid_t> owner_uid{};
+  std::optional<gid_t> owner_gid{};
+  // Set by the door once `source` is a resolved path it checked: the mount
+  // tree opens it with no symlink followed (MountTreeSpec::Bind::resolved).
+  bool resolved = false;
+};
+
+// Tier container: a tmpfs of the run's own at `path` (absolute inside),
+// `bytes` in size (default: tmp_bytes). Its pages count against
+// memory_bytes.
+struct TmpfsMount {
+  std::string path;
+  std::optional<std::uint64_t> bytes;
 };
 
 struct Request {
@@ -108,7 +124,10 @@ struct Request {
   bool binary_output = false;
   Limits limits;                           // merged over the defaults
   Tier tier = Tier::os_process;
-  std::optional<std::string> cwd;          // run here instead of the workspace
+  std::optional<std::string> cwd;          // run here instead of the workspace (container: bound read-write)
+  // The working directory and nothing else: no bind, no write set. In tier
+  // container a path inside the sandbox; elsewhere a host directory.
+  std::optional<std::string> chdir;
   bool merge_output = false;               // stderr folded into stdout (fd level)
   bool confine_writes = false;             // Landlock: writes only to the workspace + write_paths
   std::vector<std::string> write_paths;
@@ -125,6 +144,11 @@ struct Request {
                                            // container: the uid inside (default 65534)
   std::optional<std::string> rootfs;       // tier container: a prepared root instead of the host's /usr...
   std::vector<MountBind> binds;            // tier container: extra binds (--ro-bind, --bind)
+  std::vector<TmpfsMount> tmpfs;           // tier container: extra tmpfs mounts (--tmpfs)
+  // Tier container: host character devices bound at the same path inside,
+  // and the only devices besides /dev/{null,zero,full,random,urandom} the
+  // run's device cgroup lets it open (--dev-bind).
+  std::vector<std::string> dev_binds;
   std::optional<std::string> artifact_root;
   std::set<std::string> acknowledged;      // limits/guarantees the caller accepts as unenforced
   double grace_seconds = 2.0;              // SIGTERM → SIGKILL

@@ -94,6 +94,7 @@ struct Result {
   bool binary_output = false;                // Request::binary_output: JSON adds stdout_b64/stderr_b64
   std::map<std::string, std::string> enforcement;  // limit/guarantee -> how
   std::string tier;
+  std::string env_path;      // the PATH the program got ("" when none)
   std::string detail;        // one line a reader of exit 1 can use
   std::vector<std::string> warnings;  // defaults this host could not enforce
   SetupTimings timings;

@@ -51,6 +51,7 @@ struct PreparedRun {
   std::string run_id;
   Request request;
   std::string program;                         // what execve was given, for a spawn failure's detail
+  std::string env_path;                        // the PATH the program got (Result::env_path)
   Limits limits;                               // effective: defaults + request
   ChildPlan plan;
   std::shared_ptr<const SecretSet> secrets;    // values masked in every output byte

@@ -217,6 +217,17 @@ class Workspace {
   // Copies (never links) a regular host file; keeps its permission bits
   // (& 0777). A FIFO or device on the host side is refused, not opened blocking.
   Status stage_file(const std::string& host_path, std::string_view name, bool no_symlinks = false);
+  // A host file as stage_file does, or a host directory copied recursively
+  // under `name` (workspace_stage.cpp) with the caps outputs have
+  // (artifact_bytes per file, artifact_total_bytes, artifact_count: over
+  // one, the input is refused naming it). Inside the tree no link is
+  // followed: a symlink is skipped (in `skipped`, with FIFOs, devices and
+  // sockets), so a link out of the tree never brings its target in.
+  struct TreeCaps {
+    std::uint64_t file_bytes = UINT64_MAX, total_bytes = UINT64_MAX, count = UINT64_MAX;
+  };
+  Status stage_path(const std::string& host_path, std::string_view name, bool no_symlinks, const TreeCaps& caps,
+                    std::vector<std::string>& skipped);
 
   // Outputs, after the child ended. Globs are matched against relative
   // paths of non-directory entries, segment by segment:
@@ -269,6 +280,13 @@ class Workspace {
   // For messages: the quoted path, or "tmpfs workspace <name>".
   std::string label() const;
   Status explain_full(Status st) const;
+  // Copies the open regular file `src` to input `name` with `mode`.
+  Status stage_copy(int src, std::string_view name, mode_t mode, const std::string& label);
+  // An empty directory at input `name` (and its parents).
+  Status stage_dir(std::string_view name, const std::string& label);
+  struct TreeWalk;
+  // Host directory `dir` (an fd) into input `name`, recursively.
+  Status stage_tree(int dir, const std::string& name, TreeWalk& walk, int depth);
 
   std::string path_;
   std::string name_;  // entry name in the base directory

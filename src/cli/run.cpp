@@ -70,17 +70,23 @@ const char kRunHelp[] =
     "                                 AF_UNIX refused; ~0.7 ms more per run)\n"
     "  -e, --env K=V                  set a variable (repeatable; default: none)\n"
     "  --pass-env K                   pass corral's K through (repeatable;\n"
-    "                                 PATH is always passed)\n"
+    "                                 PATH is always passed but in tier container,\n"
+    "                                 whose PATH is /usr/local/bin:/usr/bin:/bin\n"
+    "                                 unless --env PATH=... sets it)\n"
     "  --secret-env K                 pass corral's K and mask its value as ***\n"
     "                                 in output (repeatable)\n"
-    "  --input HOSTPATH[:NAME]        copy a host file into the workspace as NAME\n"
+    "  --input HOSTPATH[:NAME]        copy a host file or directory (recursively; a\n"
+    "                                 symlink is skipped) into the workspace as NAME\n"
     "                                 (default: its base name; repeatable)\n"
     "  --output GLOB                  collect matching workspace files after the run\n"
     "                                 (repeatable; default: none)\n"
     "  --artifact-root DIR            copy collected files to DIR/<run-id>/ (default:\n"
     "                                 listed with size and SHA-256, not kept)\n"
     "  --cwd DIR                      run in DIR (default: the workspace); DIR joins\n"
-    "                                 the write set under --confine-writes\n"
+    "                                 the write set under --confine-writes; tier\n"
+    "                                 container: host DIR is bound read-write at DIR\n"
+    "  --chdir DIR                    only the working directory: nothing bound, no\n"
+    "                                 write set (tier container: a path inside)\n"
     "  --user UID                     run as UID and gid UID, never 0 (tier process,\n"
     "                                 as root; default: a uid per run from\n"
     "                                 200000-265535 when root, else the caller's uid);\n"
@@ -89,7 +95,16 @@ const char kRunHelp[] =
     "                                 of the host's /usr, /bin, /lib* and a minimal /etc\n"
     "  --ro-bind SRC[:DST]            tier container: bind host SRC read-only at DST\n"
     "                                 (repeatable)\n"
-    "  --bind SRC[:DST]               tier container: bind host SRC read-write at DST\n"
+    "  --bind SRC[:DST][:owner=UID:GID]  tier container: bind host SRC read-write at\n"
+    "                                 DST; as root what the program writes there is\n"
+    "                                 owned on the host by SRC's owner (or UID:GID),\n"
+    "                                 never root (an idmapped mount; repeatable)\n"
+    "  --tmpfs PATH[:SIZE]            tier container: a tmpfs at PATH of SIZE bytes\n"
+    "                                 (K, M, G suffixes; default tmp_bytes), counted\n"
+    "                                 against memory_bytes (repeatable)\n"
+    "  --dev-bind PATH                tier container: the host character device PATH\n"
+    "                                 at PATH; the device cgroup allows only these\n"
+    "                                 and /dev/{null,zero,full,random,urandom}\n"
     "                                 (repeatable)\n"
     "  --grace SECONDS                SIGTERM to SIGKILL after the deadline, 0-3600,\n"
     "                                 fractions allowed (default: 2)\n"
@@ -148,6 +163,8 @@ std::string run_help() {
     std::string shown = d ? human_value(*d, info.unit) : "none";
     if (info.limit == Limit::workspace_bytes)
       shown = human_value(kContainerWorkspaceBytes, info.unit) + " (tier container as root; elsewhere unsupported)";
+    if (info.limit == Limit::tmp_bytes) shown = "1 GiB, at most memory_bytes (tier container)";
+    if (info.limit == Limit::shm_bytes) shown = human_value(kContainerShmBytes, info.unit) + " (tier container)";
     std::snprintf(line, sizeof line, "  %-22s %-8s default: %s\n", std::string(info.name).c_str(),
                   std::string(info.unit).c_str(), shown.c_str());
     text += line;
@@ -175,7 +192,7 @@ bool split_kv(const std::string& text, std::string& k, std::string& v) {
 enum : int {
   kUntrusted = 256, kAcknowledge, kConfineWrites, kWritePath, kNet, kLoopback, kPassEnv, kSecretEnv, kInput,
   kOutput, kArtifactRoot, kCwd, kUser, kRootfs, kRoBind, kBind, kGrace, kStdinText, kMergeOutput, kRoutes,
-  kRoute, kAudit, kOnOutputLimit, kStdin, kStdinMax, kBinaryOutput,
+  kRoute, kAudit, kOnOutputLimit, kStdin, kStdinMax, kBinaryOutput, kChdir, kTmpfs, kDevBind,
 };
 
 const option kRunOptions[] = {
@@ -196,6 +213,9 @@ const option kRunOptions[] = {
     {"output", required_argument, nullptr, kOutput},
     {"artifact-root", required_argument, nullptr, kArtifactRoot},
     {"cwd", required_argument, nullptr, kCwd},
+    {"chdir", required_argument, nullptr, kChdir},
+    {"tmpfs", required_argument, nullptr, kTmpfs},
+    {"dev-bind", required_argument, nullptr, kDevBind},
     {"user", required_argument, nullptr, kUser},
     {"rootfs", required_argument, nullptr, kRootfs},
     {"ro-bind", required_argument, nullptr, kRoBind},
@@ -280,6 +300,14 @@ int option_value(Options& o, Limits& from_flags, int opt, const char* v) {
     case kOutput: r.outputs.push_back(v); return -1;
     case kArtifactRoot: r.artifact_root = v; return -1;
     case kCwd: r.cwd = v; return -1;
+    case kChdir: r.chdir = v; return -1;
+    case kDevBind: r.dev_binds.push_back(v); return -1;
+    case kTmpfs: {
+      auto t = parse_tmpfs_spec(v);
+      if (!t) return say("--tmpfs: %s", t.error().message().c_str()), 2;
+      r.tmpfs.push_back(std::move(*t));
+      return -1;
+    }
     case kStdinText: r.stdin_text = v; return -1;
     case kStdin:
       if (v[0] == '\0') return say("--stdin: give a FILE or - (corral's own stdin)"), 2;

@@ -1,0 +1,97 @@
+// Workspace::stage_path (workspace.hpp): an input that is a host file or a
+// whole host directory. Parent-side, before the child starts. The tree is
+// walked from fds (openat O_NOFOLLOW below the directory opened first), so
+// nothing renamed or linked into it while we copy leads outside it.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <linux/openat2.h>
+
+#include "corral/workspace.hpp"
+#include "workspace_fs.hpp"
+
+namespace corral {
+
+using namespace wsfs;
+
+// Deep enough for any real tree; a deeper one is refused, not recursed into.
+constexpr int kMaxTreeDepth = 64;
+
+struct Workspace::TreeWalk {
+  TreeCaps caps;
+  std::vector<std::string>& skipped;
+  std::string label;  // "workspace: input 'data' from '/host/data'"
+  std::uint64_t files = 0, bytes = 0;
+};
+
+Status Workspace::stage_tree(int dir, const std::string& name, TreeWalk& walk, int depth) {
+  if (depth > kMaxTreeDepth) return Error(ELOOP, walk.label + ": '" + name + "' is more than 64 directories deep");
+  auto entries = list_dir(dir, 1u << 20);
+  if (!entries) return std::move(entries).error().context(walk.label);
+  if (entries->empty()) return stage_dir(name, walk.label);
+  const std::string over = " (a directory input has the caps of outputs)";
+  for (const auto& e : *entries) {
+    std::string rel = name + "/" + e.name;
+    struct stat st;
+    if (::fstatat(dir, e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+      return errno_error(walk.label + ": stat '" + rel + "'");
+    if (S_ISDIR(st.st_mode)) {
+      UniqueFd sub(::openat(dir, e.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!sub) return errno_error(walk.label + ": open '" + rel + "'");
+      if (auto s = stage_tree(sub.get(), rel, walk, depth + 1); !s) return s;
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      walk.skipped.push_back(rel + (S_ISLNK(st.st_mode) ? " (a symlink)" : " (not a regular file)"));
+      continue;
+    }
+    UniqueFd src(::openat(dir, e.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (!src) {
+      // Replaced by a symlink since the listing: skipped like one.
+      if (errno == ELOOP) {
+        walk.skipped.push_back(rel + " (a symlink)");
+        continue;
+      }
+      return errno_error(walk.label + ": open '" + rel + "'");
+    }
+    // What we opened, not what we listed.
+    if (::fstat(src.get(), &st) != 0) return errno_error(walk.label + ": stat '" + rel + "'");
+    if (!S_ISREG(st.st_mode)) {
+      walk.skipped.push_back(rel + " (not a regular file)");
+      continue;
+    }
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    if (size > walk.caps.file_bytes)
+      return Error(EFBIG, walk.label + ": '" + rel + "' is " + std::to_string(size) + " bytes, over artifact_bytes=" +
+                              std::to_string(walk.caps.file_bytes) + over);
+    if (++walk.files > walk.caps.count)
+      return Error(EFBIG, walk.label + ": more than artifact_count=" + std::to_string(walk.caps.count) + " files" + over);
+    walk.bytes += size;
+    if (walk.bytes > walk.caps.total_bytes)
+      return Error(EFBIG, walk.label + ": more than artifact_total_bytes=" + std::to_string(walk.caps.total_bytes) +
+                              " bytes" + over);
+    if (auto s = stage_copy(src.get(), rel, st.st_mode & 0777, walk.label + ": '" + rel + "'"); !s) return s;
+  }
+  return {};
+}
+
+Status Workspace::stage_path(const std::string& host_path, std::string_view name, bool no_symlinks,
+                             const TreeCaps& caps, std::vector<std::string>& skipped) {
+  std::string label = "workspace: input " + quoted(name) + " from " + quoted(host_path);
+  // O_NONBLOCK: opening a FIFO must not hang the supervisor. no_symlinks:
+  // the door checked this resolved path (see stage_file).
+  constexpr int kFlags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+  UniqueFd src(no_symlinks ? openat2_fd(AT_FDCWD, host_path, kFlags, 0, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+                           : ::open(host_path.c_str(), kFlags));
+  if (!src) return errno_error(label);
+  struct stat st {};
+  if (::fstat(src.get(), &st) != 0) return errno_error(label + ": stat");
+  // A single file keeps the rules it always had (no caps but the workspace's).
+  if (S_ISREG(st.st_mode)) return stage_copy(src.get(), name, st.st_mode & 0777, label);
+  if (!S_ISDIR(st.st_mode)) return Error::invalid(label + ": neither a regular file nor a directory");
+  TreeWalk walk{caps, skipped, label};
+  return stage_tree(src.get(), std::string(name), walk, 0);
+}
+
+}  // namespace corral
