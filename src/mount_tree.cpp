@@ -426,7 +426,9 @@ Expected<BindSource> open_bind_source(const std::string& path, bool resolved, st
   }
   auto open_nofollow = [](const std::string& p) {
     struct open_how how{};
-    how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
+    // Not O_NOFOLLOW: with O_PATH it would open a trailing symlink itself;
+    // RESOLVE_NO_SYMLINKS refuses it (ELOOP) like any other in the path.
+    how.flags = O_PATH | O_CLOEXEC;
     how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
     return sys::call(SYS_openat2, AT_FDCWD, reinterpret_cast<long>(p.c_str()), reinterpret_cast<long>(&how), sizeof how);
   };
@@ -443,7 +445,7 @@ Expected<BindSource> open_bind_source(const std::string& path, bool resolved, st
   if (fd < 0)
     return Error::from_errno(sys::error_of(fd), who + (fd == -ELOOP ? ": a symlink in the path (refused: it was "
                                                                       "resolved and checked without one)"
-                                                                    : ": open"));
+                                                                    : ""));
   out.fd.reset(static_cast<int>(fd));
   if (::fstat(out.fd.get(), &out.st) != 0) return Error::from_errno(errno, who + ": fstat");
   // A path opened as given may still hold "." or ".." or doubled slashes;

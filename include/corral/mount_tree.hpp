@@ -257,7 +257,8 @@ long open_detached_tree(const char* source, std::uint64_t attr, MountCall* faile
 long open_detached_tree_checked(const char* source, std::uint64_t attr, std::uint64_t dev, std::uint64_t ino,
                                 MountCall* failed) noexcept;
 
-// Parent: open a bind source as an O_PATH fd without following a symlink
+// Parent: open a bind source as an O_PATH fd without following a symlink,
+// the last component included
 // (openat2 RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS). Unless `resolved`, a
 // path with a symlink in it is first resolved with realpath(3) (the
 // operator's own path); a resolved one is opened as given or refused.

@@ -49,6 +49,7 @@ class Result:
     limits: Dict[str, int] = field(default_factory=dict)
     enforcement: Dict[str, str] = field(default_factory=dict)
     tier: Optional[str] = None
+    env_path: str = ""  # the PATH the program got
     detail: str = ""
     timings: Dict[str, Optional[float]] = field(default_factory=dict)
     extra: Dict[str, Any] = field(default_factory=dict)  # keys this package does not know yet
