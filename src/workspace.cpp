@@ -412,6 +412,7 @@ Workspace::~Workspace() {
 Status Workspace::remove() {
   if (removed()) return {};
   if (auto st = reacquire(); !st) return st;
+  if (!on_tmpfs() && remove_if_empty()) return {};
   Errors errors;
   remove_contents(dir_.get(), errors);
   if (errors.first) {
@@ -441,6 +442,24 @@ Status Workspace::remove() {
   base_.reset();
   shared_base_.reset();
   return result;
+}
+
+// The common end of a run: the child left only the empty home/ and tmp/.
+// rmdir them and then the root by its name (still our inode: same check as
+// remove() makes), without the walk's opens, listings and fstats. rmdir
+// never follows a symlink and refuses a non-empty directory or a mount
+// point, so anything else the child left makes this return false and the
+// walk removes it.
+bool Workspace::remove_if_empty() {
+  for (const char* sub : {"home", "tmp"}) (void)::unlinkat(dir_.get(), sub, AT_REMOVEDIR);
+  struct stat mine {}, entry {};
+  if (::fstat(dir_.get(), &mine) != 0 || ::fstatat(base_fd(), name_.c_str(), &entry, AT_SYMLINK_NOFOLLOW) != 0 ||
+      !same_inode(mine, entry) || ::unlinkat(base_fd(), name_.c_str(), AT_REMOVEDIR) != 0)
+    return false;
+  dir_.reset();
+  base_.reset();
+  shared_base_.reset();
+  return true;
 }
 
 // ---- staging --------------------------------------------------------------

@@ -273,6 +273,7 @@ class Workspace {
   Status remove();
 
  private:
+  bool remove_if_empty();  // remove()'s fast path: an emptied root goes without the walk
   Workspace() = default;
 
   int base_fd() const noexcept { return shared_base_ ? shared_base_->fd() : base_.get(); }
