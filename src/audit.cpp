@@ -80,32 +80,6 @@ Json to_json(const AuditRecord& record) {
 
 }  // namespace
 
-std::string scrub_secrets(std::string_view text, std::span<const std::string> secrets) {
-  // Mark every byte covered by any occurrence of any secret, then replace
-  // each covered run with one "***": overlapping secrets leave no tail.
-  std::vector<bool> covered(text.size(), false);
-  bool any = false;
-  for (const auto& secret : secrets) {
-    if (secret.empty()) continue;
-    for (auto at = text.find(secret); at != std::string_view::npos; at = text.find(secret, at + 1)) {
-      std::fill(covered.begin() + static_cast<std::ptrdiff_t>(at),
-                covered.begin() + static_cast<std::ptrdiff_t>(at + secret.size()), true);
-      any = true;
-    }
-  }
-  if (!any) return std::string(text);
-  std::string out;
-  for (std::size_t i = 0; i < text.size();) {
-    if (!covered[i]) {
-      out += text[i++];
-      continue;
-    }
-    out += "***";
-    while (i < text.size() && covered[i]) ++i;
-  }
-  return out;
-}
-
 AuditRecord audit_record(const Request& request, const Result& result) {
   AuditRecord record;
   record.run_id = result.run_id;

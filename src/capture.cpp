@@ -1,55 +1,37 @@
 #include "corral/capture.hpp"
 
-#define OPENSSL_SUPPRESS_DEPRECATED
-#include <openssl/sha.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
 namespace corral {
 
-// ---- Sha256 ---------------------------------------------------------------
+// ---- scrub_secrets ---------------------------------------------------------
 
-// OpenSSL's SHA256_* functions, not EVP: in OpenSSL 3 the first EVP digest
-// initialises the library (config file, provider and name tables), which
-// cost ~0.9 ms per process, a fifth of a one-run `corral run`. The
-// low-level functions run the same assembly on a plain struct and touch no
-// global state. They are marked deprecated in 3.0, hence the define.
-struct Sha256::Ctx {
-  SHA256_CTX c;
-  bool ok = SHA256_Init(&c) == 1;
-};
-
-Sha256::Sha256() : ctx_(std::make_unique<Ctx>()) {}
-Sha256::Sha256(Sha256&&) noexcept = default;
-Sha256& Sha256::operator=(Sha256&&) noexcept = default;
-Sha256::~Sha256() = default;
-
-void Sha256::update(std::span<const std::byte> data) {
-  if (!ctx_ || !ctx_->ok || data.empty()) return;
-  SHA256_Update(&ctx_->c, data.data(), data.size());
-}
-
-std::string Sha256::hex_digest() const {
-  if (!ctx_ || !ctx_->ok) return "";
-  // Finalise a copy so the stream can go on (sha256_hex() mid-run).
-  SHA256_CTX copy = ctx_->c;
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  if (SHA256_Final(digest, &copy) != 1) return "";
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(sizeof digest * 2, '0');
-  for (std::size_t i = 0; i < sizeof digest; ++i) {
-    out[2 * i] = kHex[digest[i] >> 4];
-    out[2 * i + 1] = kHex[digest[i] & 0xf];
+std::string scrub_secrets(std::string_view text, std::span<const std::string> secrets) {
+  // Mark every byte covered by any occurrence of any secret, then replace
+  // each covered run with one "***": overlapping secrets leave no tail.
+  std::vector<bool> covered(text.size(), false);
+  bool any = false;
+  for (const auto& secret : secrets) {
+    if (secret.empty()) continue;
+    for (auto at = text.find(secret); at != std::string_view::npos; at = text.find(secret, at + 1)) {
+      std::fill(covered.begin() + static_cast<std::ptrdiff_t>(at),
+                covered.begin() + static_cast<std::ptrdiff_t>(at + secret.size()), true);
+      any = true;
+    }
+  }
+  if (!any) return std::string(text);
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    if (!covered[i]) {
+      out += text[i++];
+      continue;
+    }
+    out += "***";
+    while (i < text.size() && covered[i]) ++i;
   }
   return out;
-}
-
-std::string Sha256::hex_of(std::string_view data) {
-  Sha256 h;
-  h.update(data);
-  return h.hex_digest();
 }
 
 // ---- SecretSet / SecretMasker ---------------------------------------------
@@ -243,11 +225,12 @@ std::string_view StreamCapture::take(std::string_view masked) {
   hash_.update(masked);
   std::uint64_t room = cap_ - std::min<std::uint64_t>(cap_, kept_.size());
   if (masked.size() > room) {
-    kept_.append(masked.substr(0, static_cast<std::size_t>(room)));
+    masked = masked.substr(0, static_cast<std::size_t>(room));
     truncated_ = true;
-  } else {
-    kept_.append(masked);
   }
+  kept_.append(masked);
+  // What is kept is what is passed on: a streaming caller sees the same
+  // bytes as the Result, never the part past the cap.
   return masked;
 }
 

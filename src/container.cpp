@@ -10,8 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "corral/enforcement.hpp"
+#include "corral/host.hpp"
 #include "corral/landlock.hpp"
+#include "corral/names.hpp"
 #include "corral/run_setup.hpp"
 #include "corral/seccomp.hpp"
 

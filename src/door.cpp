@@ -4,12 +4,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "corral/names.hpp"
 #include "corral/routes_file.hpp"
 
 namespace corral {
 namespace {
 
-std::string q(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string q(std::string_view s) { return quote_input(s); }
 
 // realpath(3) into a std::string; errno on failure.
 std::optional<std::string> resolved(const std::string& path) {

@@ -490,6 +490,13 @@ std::map<std::string, std::string> run_enforcement(const std::map<std::string, s
     if (auto it = out.find(std::string(kGuaranteeReapsDescendants)); it != out.end() && it->second == "uid")
       it->second = "process_group";
   }
+  // An egress allow-list (tcp_connect_ports, a route's egress_allow) opens
+  // TCP ports in the closed network: what this run got is not network_none,
+  // whatever closed the rest (the container tier has no allow-list).
+  if (!request.tcp_connect_ports.empty() && request.tier != Tier::container)
+    if (auto it = out.find(std::string(kGuaranteeNetworkNone));
+        it != out.end() && it->second != kNotRequested && it->second != "unsupported")
+      it->second = "tcp_allowlist";
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "corral/isolation.hpp"
 
+#include "corral/names.hpp"
+
 namespace corral {
 namespace {
 
@@ -119,7 +121,7 @@ Expected<Enum> parse_name(const std::array<std::string_view, N>& names, std::str
   if (text.empty())
     return Error::invalid(std::string(what) + " is empty (say one of: " + joined(names, sep) +
                           "; there is no default)");
-  return Error::invalid(std::string(what) + " '" + std::string(text) + "' is unknown (known: " +
+  return Error::invalid(std::string(what) + " " + quote_input(text) + " is unknown (known: " +
                         joined(names, sep) + ")");
 }
 

@@ -5,6 +5,7 @@
 #include "corral/capture.hpp"
 #include "corral/container.hpp"
 #include "corral/door.hpp"
+#include "corral/names.hpp"
 
 namespace corral {
 namespace {
@@ -32,7 +33,7 @@ Status parse_limits(const json& v, Limits& limits) {
     else if (value.is_number_integer()) text = std::to_string(value.get<long long>());
     else if (value.is_string()) text = value.get<std::string>();
     else if (!value.is_number_float())
-      return Error::invalid("limit " + name + ": value must be a number or a string such as \"512MiB\"");
+      return Error::invalid("limit " + quote_input(name) + ": value must be a number or a string such as \"512MiB\"");
     if (value.is_number_float()) {
       auto limit = limit_from_name(name);
       if (!limit) return std::move(parse_limit_assignment(name + "=0")).error();  // the unknown-name message
@@ -47,6 +48,17 @@ Status parse_limits(const json& v, Limits& limits) {
   return {};
 }
 
+// nlohmann's message repeats the bad token, raw and whole ("last read:
+// '...'": a megabyte string cut by a control byte is all of it; a number
+// too large for any type, every digit): shown escaped and cut, like every
+// input a message repeats.
+std::string shown(std::string_view why) {
+  constexpr std::size_t kMax = 300;
+  std::string out = printable_name(why.substr(0, kMax));
+  if (why.size() > kMax) out += "... (" + std::to_string(why.size()) + " bytes)";
+  return out;
+}
+
 // nlohmann's parse_error carries the byte offset of the fault; its what()
 // starts "[json.exception.parse_error.101] parse error at line L, column C: ".
 Expected<json> parse_json(std::string_view text) {
@@ -55,9 +67,9 @@ Expected<json> parse_json(std::string_view text) {
   } catch (const json::parse_error& e) {
     std::string why = e.what();
     if (auto colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
-    return Error::invalid("not valid JSON at byte " + std::to_string(e.byte) + ": " + why);
-  } catch (const json::exception& e) {
-    return Error::invalid(std::string("not valid JSON: ") + e.what());
+    return Error::invalid("not valid JSON at byte " + std::to_string(e.byte) + ": " + shown(why));
+  } catch (const json::exception& e) {  // a number too large for any type: 406
+    return Error::invalid(std::string("not valid JSON: ") + shown(e.what()));
   }
 }
 
@@ -84,7 +96,7 @@ Expected<Job> parse_job(std::string_view text, bool door_fields) {
     } else if (key == "env") {
       if (!v.is_object()) return Error::invalid("field 'env' must be an object of strings");
       for (const auto& [k, val] : v.items()) {
-        if (!val.is_string()) return Error::invalid("env " + k + ": value must be a string");
+        if (!val.is_string()) return Error::invalid("env " + quote_input(k) + ": value must be a string");
         r.env[k] = val.get<std::string>();
       }
     } else if (key == "pass_env") {
@@ -115,10 +127,10 @@ Expected<Job> parse_job(std::string_view text, bool door_fields) {
           if (ik == "name") continue;
           if (ik == "bytes" && iv.is_string()) input.bytes = iv.get<std::string>();
           else if (ik == "host_path" && iv.is_string()) input.host_path = iv.get<std::string>();
-          else return Error::invalid("input " + input.name + ": unknown or mistyped field '" + ik + "'");
+          else return Error::invalid("input " + quote_input(input.name) + ": unknown or mistyped field " + quote_input(ik));
         }
         if (input.bytes.has_value() == input.host_path.has_value())
-          return Error::invalid("input " + input.name + ": give exactly one of 'bytes' and 'host_path'");
+          return Error::invalid("input " + quote_input(input.name) + ": give exactly one of 'bytes' and 'host_path'");
         r.inputs.push_back(std::move(input));
       }
     } else if (key == "outputs") {
@@ -211,7 +223,7 @@ Expected<Job> parse_job(std::string_view text, bool door_fields) {
       if (!v.is_string()) return Error::invalid("field 'artifact_root' must be a string");
       r.artifact_root = v.get<std::string>();
     } else {
-      return Error::invalid("unknown field '" + key + "'");
+      return Error::invalid("unknown field " + quote_input(key));
     }
     if (!st) return st.error();
   }

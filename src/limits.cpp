@@ -6,6 +6,8 @@
 #include <cmath>
 #include <span>
 
+#include "corral/names.hpp"
+
 namespace corral {
 namespace {
 
@@ -47,24 +49,25 @@ std::optional<Limit> limit_from_name(std::string_view name) {
 }
 
 Expected<std::uint64_t> parse_limit_value(std::string_view name, std::string_view text) {
-  std::string who = "limit " + std::string(name);
+  std::string who = "limit " + printable_name(name);
+  std::string shown = quote_input(text);
   if (text.empty()) return Error::invalid(who + ": empty value");
-  if (text.front() == '-') return Error::invalid(who + ": negative value '" + std::string(text) + "' refused");
+  if (text.front() == '-') return Error::invalid(who + ": negative value " + shown + " refused");
   if (text.front() == '_' || text.back() == '_')
-    return Error::invalid(who + ": '_' must sit between digits in '" + std::string(text) + "'");
+    return Error::invalid(who + ": '_' must sit between digits in " + shown);
   constexpr std::uint64_t kMax = std::uint64_t{1} << 63;
   std::uint64_t value = 0;
   char prev = 0;
   for (char c : text) {
     if (c == '_') {
-      if (prev == '_') return Error::invalid(who + ": doubled '_' in '" + std::string(text) + "'");
+      if (prev == '_') return Error::invalid(who + ": doubled '_' in " + shown);
     } else if (c >= '0' && c <= '9') {
       std::uint64_t digit = static_cast<std::uint64_t>(c - '0');
       if (value > (kMax - 1 - digit) / 10)
-        return Error(ERANGE, who + ": value '" + std::string(text) + "' is too large (max 2^63-1)");
+        return Error(ERANGE, who + ": value " + shown + " is too large (max 2^63-1)");
       value = value * 10 + digit;
     } else {
-      return Error::invalid(who + ": '" + std::string(text) + "' is not a non-negative integer");
+      return Error::invalid(who + ": " + shown + " is not a non-negative integer");
     }
     prev = c;
   }
@@ -196,7 +199,7 @@ Status check_raw(const LimitInfo& info, std::uint64_t raw, std::string_view show
 Expected<LimitAssignment> parse_limit_assignment(std::string_view text) {
   auto eq = text.find('=');
   if (eq == std::string_view::npos)
-    return Error::invalid("limit '" + std::string(text) + "': expected NAME=VALUE");
+    return Error::invalid("limit " + quote_input(text) + ": expected NAME=VALUE");
   std::string_view name = trim(text.substr(0, eq));
   std::string_view value = trim(text.substr(eq + 1));
   auto limit = limit_from_name(name);
@@ -206,7 +209,7 @@ Expected<LimitAssignment> parse_limit_assignment(std::string_view text) {
       if (!known.empty()) known += ", ";
       known += info.name;
     }
-    return Error::invalid("unknown limit '" + std::string(name) + "' (known: " + known + ")");
+    return Error::invalid("unknown limit " + quote_input(name) + " (known: " + known + ")");
   }
   const LimitInfo& info = limit_info(*limit);
   auto parsed = parse_limit_quantity(info, value);

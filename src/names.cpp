@@ -88,10 +88,15 @@ std::string quote_name(std::string_view name) { return "'" + printable(name) + "
 
 std::string printable_name(std::string_view name) { return printable(name); }
 
+std::string quote_input(std::string_view text, std::size_t max) {
+  if (text.size() <= max) return quote_name(text);
+  return "'" + printable(text.substr(0, max)) + "...' (" + std::to_string(text.size()) + " bytes)";
+}
+
 Status validate_relative_name(std::string_view name, std::string_view what) {
   std::string problem = lexical_problem_of(name);
   if (problem.empty()) return {};
-  return Error::invalid(std::string(what) + " " + quote_name(name) + " " + problem);
+  return Error::invalid(std::string(what) + " " + quote_input(name) + " " + problem);
 }
 
 }  // namespace corral

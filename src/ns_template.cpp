@@ -16,7 +16,7 @@
 #include <cerrno>
 #include <vector>
 
-#include "corral/capture.hpp"
+#include "corral/sha256.hpp"
 #include "corral/syscalls.hpp"
 
 namespace corral {

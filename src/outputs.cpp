@@ -33,7 +33,7 @@ TransferError failure(TransferErrorKind kind, int code, std::string message) {
   return TransferError{kind, Error(code, std::move(message)), {}};
 }
 
-std::string output_label(const DeclaredOutput& output) { return "output " + quote_name(output.path); }
+std::string output_label(const DeclaredOutput& output) { return "output " + quote_input(output.path); }
 
 // Phase-1 checks shared by validate_declaration() and transfer().
 std::optional<TransferError> check_declaration(const std::vector<DeclaredOutput>& outputs,
@@ -51,7 +51,7 @@ std::optional<TransferError> check_declaration(const std::vector<DeclaredOutput>
         return failure(TransferErrorKind::invalid_name, EINVAL, s.error().message());
       if (output.name.find_first_of("*?[") != std::string::npos)
         return failure(TransferErrorKind::invalid_name, EINVAL,
-                       label + ": landing name " + quote_name(output.name) + " contains a glob character");
+                       label + ": landing name " + quote_input(output.name) + " contains a glob character");
     }
     if (!output.is_glob()) literal_names.push_back(output.landing_name());
   }
@@ -113,21 +113,21 @@ class Transfer {
           continue;  // optional and absent: skipped
         }
         return failure(TransferErrorKind::source_failed, size.error().code(),
-                       label + ": stat " + quote_name(file) + ": " + size.error().message());
+                       label + ": stat " + quote_input(file) + ": " + size.error().message());
       }
       if (!size->has_value())
         return failure(TransferErrorKind::size_unknown, EINVAL,
-                       label + ": the size of " + quote_name(file) +
+                       label + ": the size of " + quote_input(file) +
                            " cannot be known before reading it (not a regular file?)");
       std::uint64_t bytes = **size;
       if (bytes > limits_.max_bytes_per_file)
         return failure(TransferErrorKind::cap_exceeded, EFBIG,
-                       label + ": " + quote_name(file) + " has " + std::to_string(bytes) +
+                       label + ": " + quote_input(file) + " has " + std::to_string(bytes) +
                            " bytes, over max_bytes_per_file (" +
                            std::to_string(limits_.max_bytes_per_file) + ")");
       if (bytes > limits_.max_total_bytes - std::min(total_, limits_.max_total_bytes))
         return failure(TransferErrorKind::cap_exceeded, EFBIG,
-                       label + ": " + quote_name(file) + " (" + std::to_string(bytes) +
+                       label + ": " + quote_input(file) + " (" + std::to_string(bytes) +
                            " bytes) brings the total to " + std::to_string(total_ + bytes) +
                            ", over max_total_bytes (" + std::to_string(limits_.max_total_bytes) +
                            ")");
@@ -156,15 +156,15 @@ class Transfer {
       auto bytes = source_.read(p.source_path, p.size + 1);
       if (!bytes)
         return failure(TransferErrorKind::source_failed, bytes.error().code(),
-                       label + ": read " + quote_name(p.source_path) + ": " + bytes.error().message());
+                       label + ": read " + quote_input(p.source_path) + ": " + bytes.error().message());
       std::uint64_t got = bytes->size();
       if (got > p.size && got > limits_.max_bytes_per_file)
         return failure(TransferErrorKind::cap_exceeded, EFBIG,
-                       label + ": " + quote_name(p.source_path) + " grew past max_bytes_per_file (" +
+                       label + ": " + quote_input(p.source_path) + " grew past max_bytes_per_file (" +
                            std::to_string(limits_.max_bytes_per_file) + ") while being read");
       if (got != p.size)
         return failure(TransferErrorKind::size_changed, EAGAIN,
-                       label + ": " + quote_name(p.source_path) + " changed size between stat (" +
+                       label + ": " + quote_input(p.source_path) + " changed size between stat (" +
                            std::to_string(p.size) + " bytes) and read (" +
                            (got > p.size ? "more than " + std::to_string(p.size)
                                          : std::to_string(got)) +
@@ -192,10 +192,10 @@ class Transfer {
         auto landed = sink->deliver(artifact);
         if (!landed) {
           std::string done;
-          for (const auto& before : delivered) done += (done.empty() ? "" : ", ") + quote_name(before.name);
+          for (const auto& before : delivered) done += (done.empty() ? "" : ", ") + quote_input(before.name);
           TransferError error = failure(
               TransferErrorKind::delivery_failed, landed.error().code(),
-              output_label(*p.output) + ": deliver " + quote_name(p.landing) + ": " +
+              output_label(*p.output) + ": deliver " + quote_input(p.landing) + ": " +
                   landed.error().message() + " (delivered before it: " +
                   (done.empty() ? std::string("none") : done) + ")");
           error.delivered_before = std::move(delivered);
@@ -224,7 +224,7 @@ std::string_view to_string(Disposition disposition) {
 Expected<Disposition> parse_disposition(std::string_view text) {
   if (text == "land") return Disposition::land;
   if (text == "consume") return Disposition::consume;
-  return Error::invalid("disposition " + quote_name(text) + " is unknown (known: land, consume)");
+  return Error::invalid("disposition " + quote_input(text) + " is unknown (known: land, consume)");
 }
 
 bool DeclaredOutput::is_glob() const { return path.find_first_of("*?[") != std::string::npos; }
@@ -246,7 +246,7 @@ std::string_view to_string(TransferErrorKind kind) {
 
 Expected<std::string> collision_key(std::string_view name) {
   auto key = utf8_map(name, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_CASEFOLD);
-  if (!key) return Error::invalid("name " + quote_name(name) + " is not valid UTF-8");
+  if (!key) return Error::invalid("name " + quote_input(name) + " is not valid UTF-8");
   return std::move(*key);
 }
 
@@ -264,7 +264,7 @@ Status check_collisions(const std::vector<std::string>& landing_names) {
                               utf8_map(name, UTF8PROC_STABLE | UTF8PROC_COMPOSE)
                           ? "differ only by Unicode normalization form (NFC/NFD)"
                           : "differ only by case";
-    return Error(EEXIST, "landing names " + quote_name(first) + " and " + quote_name(name) + " " + how +
+    return Error(EEXIST, "landing names " + quote_input(first) + " and " + quote_input(name) + " " + how +
                              ": they are one file at the destination");
   }
   // A name that is also a parent directory of another cannot land: the
@@ -273,9 +273,9 @@ Status check_collisions(const std::vector<std::string>& landing_names) {
     for (auto slash = key.find('/'); slash != std::string::npos; slash = key.find('/', slash + 1)) {
       auto parent = by_key.find(key.substr(0, slash));
       if (parent != by_key.end())
-        return Error(EEXIST, "landing name " + quote_name(landing_names[parent->second]) +
+        return Error(EEXIST, "landing name " + quote_input(landing_names[parent->second]) +
                                  " is a file and also a parent directory of " +
-                                 quote_name(landing_names[index]));
+                                 quote_input(landing_names[index]));
     }
   }
   return {};

@@ -1,5 +1,6 @@
 #include "corral/request.hpp"
 
+#include "corral/names.hpp"
 #include "corral/result.hpp"
 
 namespace corral {
@@ -17,7 +18,7 @@ Expected<Tier> parse_tier(std::string_view text) {
   if (text == "none") return Tier::none;
   if (text == "process" || text == "os_process") return Tier::os_process;
   if (text == "container") return Tier::container;
-  return Error::invalid("unknown tier '" + std::string(text) + "' (tiers: none, process, container)");
+  return Error::invalid("unknown tier " + quote_input(text) + " (tiers: none, process, container)");
 }
 
 Status check_run_user(std::uint64_t uid) {
@@ -35,14 +36,14 @@ Expected<uid_t> parse_run_user(std::string_view text) {
     if (c < '0' || c > '9') digits = false;
     if (digits) uid = uid * 10 + static_cast<unsigned>(c - '0');
   }
-  if (!digits) return Error::invalid("user '" + std::string(text) + "' is not a uid (decimal digits, 1..4294967294)");
+  if (!digits) return Error::invalid("user " + quote_input(text) + " is not a uid (decimal digits, 1..4294967294)");
   if (auto st = check_run_user(uid); !st) return std::move(st).error();
   return static_cast<uid_t>(uid);
 }
 
 namespace {
 
-std::string q(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string q(std::string_view s) { return quote_input(s); }
 
 bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
 
@@ -82,12 +83,20 @@ Status validate_request(const Request& r) {
   for (const auto& [k, v] : r.env) {
     if (k.empty() || k.find('=') != std::string::npos) check(Error::invalid("field 'env': name " + q(k) + " is not a variable name"));
     check(text("env", k));
-    if (has_nul(v)) check(Error::invalid("field 'env': " + k + ": the value contains a NUL byte"));
+    if (has_nul(v)) check(Error::invalid("field 'env': " + q(k) + ": the value contains a NUL byte"));
   }
-  check(texts("pass_env", r.pass_env));
+  // A name with '=' would read another variable's value out of corral's
+  // environment (getenv stops at '=') and write a different one into the
+  // program's; an empty one names nothing.
+  auto variable = [&](std::string_view field, const std::string& name) {
+    if (name.empty() || name.find('=') != std::string::npos)
+      check(Error::invalid("field " + q(field) + ": name " + q(name) + " is not a variable name"));
+    check(text(field, name));
+  };
+  for (const auto& p : r.pass_env) variable("pass_env", p);
   for (const auto& s : r.secrets) {
-    check(text("secret_env", s.name));
-    check(text("secret_env", s.from_env));
+    variable("secret_env", s.name);
+    variable("secret_env", s.from_env);
   }
   for (const auto& in : r.inputs) {
     check(path("inputs", in.name));
@@ -111,6 +120,10 @@ Status validate_request(const Request& r) {
   }
   if (r.artifact_root) check(path("artifact_root", *r.artifact_root));
   for (const auto& a : r.acknowledged) check(text("acknowledge", a));
+  // SIGTERM to SIGKILL: a timer armed from a double (NaN, infinities and
+  // huge values do not convert to a timespec).
+  if (!(r.grace_seconds >= 0 && r.grace_seconds <= 3600))
+    check(Error::invalid("field 'grace_seconds': must be between 0 and 3600"));
   for (const auto& info : all_limits())
     if (auto v = r.limits.raw(info.limit); v && *v > info.max * info.scale)  // no wrap: scale > 1 only below 2^40
       check(Error(ERANGE, limit_too_large(info, limit_value_text(info, *v))));
@@ -161,7 +174,7 @@ std::string_view to_string(OutputLimitPolicy policy) {
 Expected<OutputLimitPolicy> parse_output_limit_policy(std::string_view text) {
   if (text == "truncate") return OutputLimitPolicy::truncate;
   if (text == "kill") return OutputLimitPolicy::kill;
-  return Error::invalid("on_output_limit: '" + std::string(text) + "' is neither truncate nor kill");
+  return Error::invalid("on_output_limit: " + quote_input(text) + " is neither truncate nor kill");
 }
 
 int cli_exit_code(const Result& r) {

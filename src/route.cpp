@@ -2,10 +2,12 @@
 
 #include <algorithm>
 
+#include "corral/names.hpp"
+
 namespace corral {
 namespace {
 
-std::string q(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string q(std::string_view s) { return quote_input(s); }
 
 // Collects refusals as "route 'NAME': ..." errors.
 class Gate {

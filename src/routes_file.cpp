@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "corral/names.hpp"
+
 // toml++ 3.3, header-only and confined to this file: nothing else of corral
 // sees it, so libcorral.a/.so need no toml++ library at link time. No
 // exceptions: a parse error is a value, like every other corral error.
@@ -16,7 +18,7 @@
 namespace corral {
 namespace {
 
-std::string q(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string q(std::string_view s) { return quote_input(s); }
 
 std::string_view type_name(toml::node_type type) {
   switch (type) {
@@ -388,6 +390,15 @@ Status check_toml_bounds(std::string_view text, std::string_view path) {
       segments = 1;
       if (c == '[') {  // a table header: [a.b] or [[a.b]]
         if (i + 1 < text.size() && text[i + 1] == '[') ++i;
+        // toml++ 3.3 asserts (aborts, or with NDEBUG assumes) that a header's
+        // name starts with a key character or a quote: "[[[route]]" killed
+        // corral check with SIGABRT. Anything else is refused here.
+        std::size_t k = i + 1;
+        while (k < text.size() && (text[k] == ' ' || text[k] == '\t')) ++k;
+        char n = k < text.size() ? text[k] : '\n';
+        bool key_start = (n >= 'a' && n <= 'z') || (n >= 'A' && n <= 'Z') || (n >= '0' && n <= '9') || n == '_' ||
+                         n == '-' || n == '"' || n == '\'';
+        if (!key_start) return refuse(line, "a table header must start with a name ([route], [[route]])");
         continue;
       }
     }

@@ -11,9 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "corral/audit.hpp"
 #include "corral/capabilities.hpp"
 #include "corral/container.hpp"
+#include "corral/enforcement.hpp"
 #include "corral/session.hpp"
 #include "corral/landlock.hpp"
 #include "corral/names.hpp"
@@ -286,7 +286,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   run.started = t0;
   run.request = std::move(request);
   Request& req = run.request;
-  auto who = [&](const Error& e) { return e.context("run " + (req.id.empty() ? run.run_id : "'" + req.id + "'")); };
+  auto who = [&](const Error& e) { return e.context("run " + (req.id.empty() ? run.run_id : quote_input(req.id))); };
 
   if (req.argv.empty() && !req.payload) return who(Error::invalid("argv is empty"));
   // Includes check_run_user: a run is never root.
@@ -297,8 +297,6 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
                               std::string(to_string(req.tier)) + ")"));
   if (req.payload && req.payload->interpreter.empty())
     return who(Error::invalid("program payload needs an interpreter argv (e.g. [\"python3\"])"));
-  if (!(req.grace_seconds >= 0 && req.grace_seconds <= 3600))
-    return who(Error::invalid("grace_seconds must be between 0 and 3600"));
   // The ports narrow a closed network; with the host's network they would
   // read as an allow-list that allows everything.
   if (!req.tcp_connect_ports.empty() && req.net != NetworkAccess::none)

@@ -1,5 +1,6 @@
 // The supervisor's submit path and loop turn; the per-run state machine is
 // Supervisor::Impl in supervisor_impl.hpp.
+#include "corral/enforcement.hpp"
 #include "supervisor_impl.hpp"
 
 #include <sys/random.h>

@@ -43,7 +43,7 @@ int openat2_fd(int dirfd, const std::string& path, std::uint64_t flags, std::uin
   return static_cast<int>(fd);
 }
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string quoted(std::string_view s) { return quote_input(s); }
 
 Error errno_error(std::string_view what) { return Error::from_errno(errno, what); }
 

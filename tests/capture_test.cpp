@@ -266,6 +266,25 @@ Test(capture, stream_cap_truncated_total_and_hash) {
   cr_assert_eq(none.total_bytes(), 1u);
 }
 
+// What a streaming caller is given stops at the cap, like what is kept: a
+// library caller's on_output was given every byte past it (100,000 bytes
+// under stdout_bytes=10).
+Test(capture, streamed_bytes_stop_at_the_cap) {
+  StreamCapture c(10);
+  std::string streamed;
+  streamed += c.on_data("hello ");
+  streamed += c.on_data("world, and more");
+  streamed += c.finish();
+  expect_str(streamed, "hello worl", "streamed");
+  cr_assert(c.truncated());
+  cr_assert_eq(c.total_bytes(), 21u);
+
+  StreamCapture m(4, SecretMasker({"pw"}));
+  std::string masked = std::string(m.on_data("ab pw cd"));
+  masked += m.finish();
+  expect_str(masked, "ab *", "masked, then cut");
+}
+
 Test(capture, stream_masks_hashes_masked_and_counts_raw) {
   StreamCapture c(1000, SecretMasker({"TOPSECRET"}));
   std::string streamed;

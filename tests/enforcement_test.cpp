@@ -237,6 +237,24 @@ Test(enforcement, run_enforcement_narrows_the_host_map_to_the_request) {
   cr_assert_str_eq(boxed["write_confinement"].c_str(), "hard_content");
 }
 
+// A process-tier run with an egress allow-list (a route's egress_allow
+// becomes tcp_connect_ports with net none) can connect to those ports: its
+// Result must not say network_none hard (it did).
+Test(enforcement, an_egress_allowlist_is_not_network_none) {
+  std::map<std::string, std::string> host = {{"network_none", "hard"}};
+  Request r;
+  r.tier = Tier::os_process;
+  r.net = NetworkAccess::none;
+  r.tcp_connect_ports = {443};
+  cr_assert_str_eq(run_enforcement(host, r, Limits{})["network_none"].c_str(), "tcp_allowlist");
+  r.tcp_connect_ports.clear();
+  cr_assert_str_eq(run_enforcement(host, r, Limits{})["network_none"].c_str(), "hard");
+  // Not asked for (net host): still not_requested, never promoted.
+  r.net = NetworkAccess::host;
+  r.tcp_connect_ports = {443};
+  cr_assert_str_eq(run_enforcement(host, r, Limits{})["network_none"].c_str(), "not_requested");
+}
+
 // A uid the request pins (--user) is not one of the run's own: another
 // process of that uid counts against process_count, so the Result says
 // hard_per_user (it said hard_per_run).

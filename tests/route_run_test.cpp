@@ -307,6 +307,27 @@ Test(route_run, declared_outputs_land_in_the_sink_and_consumed_ones_are_hashed) 
   cr_assert_eq(entries(h.base.path()), 0u, "workspace left behind");
 }
 
+// One file with a name no destination may hold (a backslash, bad UTF-8)
+// under a landing glob costs only itself: the others land, and a note names
+// it (every output was refused).
+Test(route_run, a_bad_name_under_a_glob_skips_only_that_file) {
+  Harness h;
+  TempDir artifacts;
+  RouteSpec s = spec("grader", "os_process");
+  s.outputs = {output("logs/*", Disposition::land, "logs"), output("report.txt")};
+  Request b = base({"sh", "-c",
+                    "mkdir logs; echo good > logs/good.txt; echo bad > 'logs/a\\b.txt'; "
+                    "echo worse > \"logs/$(printf 'x\\377')\"; echo r > report.txt"});
+  b.artifact_root = artifacts.path();
+  Result res = h.run(routed(built(std::move(s)), std::move(b)));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  std::string names;
+  for (const auto& a : res.artifacts) names += a.name + " ";
+  cr_assert_str_eq(names.c_str(), "logs/good.txt report.txt ", "notes: %s", notes(res).c_str());
+  assert_mentions(notes(res), {"logs/a\\b.txt' contains a backslash", "logs/x\\xff' is not valid UTF-8"});
+  expect_text(corral_test::read_file(artifacts / res.run_id + "/logs/good.txt"), "good\n");
+}
+
 Test(route_run, a_cap_breach_on_the_third_output_delivers_nothing) {
   Harness h;
   TempDir artifacts;

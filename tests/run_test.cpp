@@ -668,3 +668,28 @@ Test(run, without_an_artifact_root_a_secret_named_file_is_listed_masked) {
   cr_assert_eq(res.artifacts.size(), 1u, "%s", json.c_str());
   cr_assert_str_eq(res.artifacts[0].name.c_str(), "***.txt");
 }
+
+// A library caller's on_output is given what the Result keeps, never the
+// bytes past the cap (it was given all 100,000 under stdout_bytes=10).
+Test(run, on_output_stops_at_the_cap) {
+  auto sup = Supervisor::create(SupervisorOptions{});
+  cr_assert(sup.ok(), "%s", sup.ok() ? "" : sup.error().message().c_str());
+  Request r;
+  r.tier = Tier::none;
+  r.argv = {"head", "-c", "100000", "/dev/zero"};
+  r.limits.set(Limit::stdout_bytes, 10);
+  std::size_t seen = 0;
+  std::optional<Result> result;
+  RunCallbacks cb;
+  cb.on_output = [&](StreamId id, std::string_view data) {
+    if (id == StreamId::stdout_stream) seen += data.size();
+  };
+  cb.on_result = [&](const Result& done) { result = done; };
+  auto handle = (*sup)->submit(std::move(r), std::move(cb));
+  cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+  (void)(*sup)->run_until_idle();
+  cr_assert(result.has_value());
+  cr_assert_eq(result->stdout_capture.bytes, 100000u);
+  cr_assert(result->stdout_capture.truncated);
+  cr_assert_eq(seen, 10u, "on_output was given %zu bytes under stdout_bytes=10", seen);
+}

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "corral/capture.hpp"  // scrub_secrets
 #include "corral/fd.hpp"
 #include "corral/isolation.hpp"
 #include "corral/limits.hpp"
@@ -69,10 +70,6 @@ AuditRecord audit_record(const Request& request, const Result& result);
 // included) has each occurrence of each non-empty secret replaced by "***";
 // bytes that are not UTF-8 become U+FFFD. Numbers are not scrubbed.
 std::string audit_json_line(const AuditRecord& record, std::span<const std::string> secrets = {});
-
-// Replaces every occurrence of every non-empty secret in `text` with "***";
-// overlapping occurrences merge into one "***".
-std::string scrub_secrets(std::string_view text, std::span<const std::string> secrets);
 
 class AuditSink {
  public:

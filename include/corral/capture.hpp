@@ -25,32 +25,9 @@
 #include <string_view>
 #include <vector>
 
+#include "corral/sha256.hpp"
+
 namespace corral {
-
-// Incremental SHA-256 (OpenSSL's libcrypto). Movable, not copyable.
-class Sha256 {
- public:
-  Sha256();
-  Sha256(Sha256&&) noexcept;
-  Sha256& operator=(Sha256&&) noexcept;
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  ~Sha256();
-
-  void update(std::span<const std::byte> data);
-  void update(std::string_view data) { update(std::as_bytes(std::span(data.data(), data.size()))); }
-  // 64 lowercase hex digits of everything fed so far. Does not end the
-  // stream: it finalises a copy, so update() may go on afterwards.
-  // Returns "" only if libcrypto failed, never throws.
-  std::string hex_digest() const;
-
-  // One-shot convenience.
-  static std::string hex_of(std::string_view data);
-
- private:
-  struct Ctx;
-  std::unique_ptr<Ctx> ctx_;
-};
 
 // The immutable part of masking: the secret values, longest first.
 // Shared (read-only) between the maskers of one run's streams.
@@ -124,12 +101,13 @@ class StreamCapture {
   explicit StreamCapture(std::uint64_t cap, SecretMasker masker = SecretMasker());
 
   // Raw bytes from the child's pipe. Returns the masked bytes of this
-  // chunk that are final now (for streaming callbacks). The view points
+  // chunk that are final now and within the cap (for streaming callbacks:
+  // they pass on what the Result keeps, never more). The view points
   // into the capture (valid until the next on_data()/finish() or a move)
   // or, when there was nothing to mask, into `raw` itself (zero copy).
   std::string_view on_data(std::string_view raw);
   // End of stream (EOF on the pipe): flushes the masker's tail, which is
-  // also returned. Call once.
+  // also returned (within the cap). Call once.
   std::string_view finish();
 
   const std::string& kept() const noexcept { return kept_; }
@@ -152,6 +130,11 @@ class StreamCapture {
   std::uint64_t masked_total_ = 0;
   bool truncated_ = false;
 };
+
+// Replaces every occurrence of every non-empty secret in `text` with "***";
+// overlapping occurrences merge into one "***". For text that is whole at
+// once (a detail, a note, an audit line); streams go through SecretMasker.
+std::string scrub_secrets(std::string_view text, std::span<const std::string> secrets);
 
 // Valid UTF-8 unchanged; each maximal ill-formed subsequence (Unicode's
 // "substitution of maximal subparts", as WHATWG decoders do) becomes one

@@ -26,4 +26,11 @@ std::string quote_name(std::string_view name);
 // The same without the quotes.
 std::string printable_name(std::string_view name);
 
+// Someone's input as an error message shows it: quoted and escaped like
+// quote_name, and cut after `max` bytes with its length said
+// ("'aaa...' (1048576 bytes)"). A message goes to a terminal through
+// printf's %s, where a NUL would cut it short and an escape sequence would
+// act; and a message that repeats a megabyte of input names nothing clearly.
+std::string quote_input(std::string_view text, std::size_t max = 160);
+
 }  // namespace corral

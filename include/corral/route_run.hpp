@@ -92,7 +92,9 @@ class WorkspaceOutputSource final : public OutputSource {
 // FilesystemSink rooted at <artifact_root>/<run_id>/ (created here; removed
 // again when nothing landed). A file a landing glob lists whose name holds
 // one of `secrets` is withheld (not read, not landed) with a note naming
-// it; the caller masks the note (finish_run does).
+// it; the caller masks the note (finish_run does). A file a glob lists whose
+// name fails the lexical rules (names.hpp) is skipped with a note, and the
+// other outputs are delivered.
 void collect_route_outputs(const std::vector<DeclaredOutput>& outputs, const TransferLimits& limits,
                            const std::optional<std::string>& artifact_root, const Workspace& workspace,
                            Result& result, const SecretSet* secrets = nullptr);

@@ -13,7 +13,7 @@
 #include "corral/capabilities.hpp"
 #include "corral/capture.hpp"
 #include "corral/seccomp.hpp"
-#include "corral/enforcement.hpp"
+#include "corral/host.hpp"
 #include "corral/privilege.hpp"
 #include "corral/process.hpp"
 #include "corral/request.hpp"

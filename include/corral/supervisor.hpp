@@ -30,7 +30,9 @@ class AuditSink;
 enum class StreamId { stdout_stream, stderr_stream };
 
 struct RunCallbacks {
-  // A masked chunk as it arrives (never split inside a secret).
+  // A masked chunk as it arrives (never split inside a secret), within the
+  // stream's cap (stdout_bytes / stderr_bytes): the callbacks see the bytes
+  // the Result keeps, and the Result says what was cut.
   std::function<void(StreamId, std::string_view)> on_output;
   // The final result; called exactly once per submitted run.
   std::function<void(const Result&)> on_result;

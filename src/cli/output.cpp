@@ -1,5 +1,7 @@
 #include "output.hpp"
 
+#include "corral/names.hpp"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,8 +26,12 @@ void say(const char* fmt, ...) {
   int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   if (n < 0) return;
+  // One line of printable UTF-8 whatever a message repeats of someone's
+  // input (a job file's bytes, an option's value): control bytes, newlines
+  // included, and ill-formed UTF-8 are shown as \xNN, so the line can
+  // neither end early nor act on the terminal.
   std::string line = "corral: ";
-  line.append(buf, static_cast<std::size_t>(n) < sizeof buf ? static_cast<std::size_t>(n) : sizeof buf - 1);
+  line += printable_name(std::string_view(buf, static_cast<std::size_t>(n) < sizeof buf ? static_cast<std::size_t>(n) : sizeof buf - 1));
   line += '\n';
   write_all_fd(2, line);
 }

@@ -373,18 +373,11 @@ int parse(int argc, char** argv, Options& o) {
   return -1;
 }
 
-// What plain mode passed on of one stream, within its cap.
+// What was passed on of one stream (what the Result kept: the library's
+// output callback stops at the cap too) and what was cut.
 struct PassThrough {
   std::uint64_t cap = UINT64_MAX;
   std::uint64_t passed = 0, cut = 0;
-  std::string_view take(std::string_view data) {
-    std::uint64_t room = cap - std::min(cap, passed);
-    std::string_view shown = data.substr(0, static_cast<std::size_t>(std::min<std::uint64_t>(room, data.size())));
-    passed += shown.size();
-    cut += data.size() - shown.size();
-    return shown;
-  }
-  // --json: what the Result kept of the stream.
   static PassThrough of(const CapturedStream& c, std::optional<std::uint64_t> cap) {
     PassThrough p{cap.value_or(UINT64_MAX), c.text.size(), 0};
     if (c.truncated) p.cut = c.bytes > c.text.size() ? c.bytes - c.text.size() : 1;
@@ -502,16 +495,13 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
   RingWriter out(s, 1, kQueueBytes), err(s, 2, kQueueBytes);
   Limits limits = default_limits();
   limits.merge(o.request.limits);
-  // The caps bound what is passed on, as they bound what is kept.
-  PassThrough pass_out{limits.get(Limit::stdout_bytes).value_or(UINT64_MAX)};
-  PassThrough pass_err{limits.get(Limit::stderr_bytes).value_or(UINT64_MAX)};
   RunHandle handle;
   std::optional<Result> result;
   RunCallbacks cb;
   if (!o.json)
     cb.on_output = [&](StreamId id, std::string_view data) {
       bool is_out = id == StreamId::stdout_stream;
-      (is_out ? out : err).write((is_out ? pass_out : pass_err).take(data));
+      (is_out ? out : err).write(data);  // within the cap: the library passes on what it keeps
       if (out.over() || err.over()) handle.pause_output(true);
     };
   out.on_drained = err.on_drained = [&] {
@@ -548,14 +538,12 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
   if (o.json) out.write(result_to_json(r) + "\n");
   bool out_ok = out.flush(&got_signal);
   err.flush(&got_signal);
+  // Both modes passed on what the Result kept; what was cut is said the same way.
+  report_cut("stdout", PassThrough::of(r.stdout_capture, limits.get(Limit::stdout_bytes)), "stdout_bytes");
+  report_cut("stderr", PassThrough::of(r.stderr_capture, limits.get(Limit::stderr_bytes)), "stderr_bytes");
   if (!o.json) {
-    report_cut("stdout", pass_out, "stdout_bytes");
-    report_cut("stderr", pass_err, "stderr_bytes");
     report_lost("the program's stdout", out);
     report_lost("the program's stderr", err);
-  } else {
-    report_cut("stdout", PassThrough::of(r.stdout_capture, limits.get(Limit::stdout_bytes)), "stdout_bytes");
-    report_cut("stderr", PassThrough::of(r.stderr_capture, limits.get(Limit::stderr_bytes)), "stderr_bytes");
   }
   report_end(r);
   if (o.json && !out_ok && !got_signal) {
