@@ -113,7 +113,7 @@ std::string_view units_hint(const LimitInfo& info) {
 }  // namespace
 
 Expected<std::uint64_t> parse_limit_quantity(const LimitInfo& info, std::string_view text) {
-  const std::string who = "limit " + std::string(info.name) + ": '" + std::string(text) + "'";
+  const std::string who = "limit " + std::string(info.name) + ": " + quote_input(text);
   if (text.empty()) return Error::invalid("limit " + std::string(info.name) + ": empty value");
   if (text.front() == '-') return Error::invalid(who + ": negative value refused");
   // The number: digits with '_' between them, then optionally '.' and digits.
@@ -136,7 +136,7 @@ Expected<std::uint64_t> parse_limit_quantity(const LimitInfo& info, std::string_
   for (const Unit& u : units_of(info))
     if (u.suffix == suffix) unit = &u;
   if (unit == nullptr)
-    return Error::invalid(who + ": unknown unit '" + std::string(suffix) + "' (" + std::string(units_hint(info)) + ")");
+    return Error::invalid(who + ": unknown unit " + quote_input(suffix) + " (" + std::string(units_hint(info)) + ")");
   // Exact arithmetic: whole * m + frac * m / 10^digits, which must come out
   // whole (a millisecond, a byte); 128 bits hold every step.
   using u128 = unsigned __int128;
