@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "corral/container.hpp"
-#include "corral/enforcement.hpp"
+#include "corral/host.hpp"
 #include "corral/idmap.hpp"
 #include "corral/run_setup.hpp"
 
