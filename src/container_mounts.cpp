@@ -11,6 +11,7 @@
 #include "corral/container.hpp"
 #include "corral/host.hpp"
 #include "corral/idmap.hpp"
+#include "corral/names.hpp"
 #include "corral/run_setup.hpp"
 
 namespace corral {
@@ -28,7 +29,7 @@ Expected<std::uint64_t> parse_id(std::string_view text, std::string_view what) {
 }  // namespace
 
 Expected<MountBind> parse_bind_spec(std::string_view text, bool writable) {
-  std::string what = std::string(writable ? "bind" : "ro-bind") + " '" + std::string(text) + "'";
+  std::string what = std::string(writable ? "bind" : "ro-bind") + " " + quote_input(text);
   MountBind b;
   b.writable = writable;
   if (auto at = text.rfind(":owner="); at != std::string_view::npos) {
@@ -57,7 +58,7 @@ Expected<MountBind> parse_bind_spec(std::string_view text, bool writable) {
 }
 
 Expected<TmpfsMount> parse_tmpfs_spec(std::string_view text) {
-  std::string what = "tmpfs '" + std::string(text) + "'";
+  std::string what = "tmpfs " + quote_input(text);
   TmpfsMount t;
   auto colon = text.rfind(':');
   t.path = std::string(text.substr(0, colon));

@@ -178,7 +178,7 @@ std::string limit_value_text(const LimitInfo& info, std::uint64_t raw) {
 }
 
 std::string limit_too_large(const LimitInfo& info, std::string_view value) {
-  return "limit " + std::string(info.name) + ": " + std::string(value) + " is more than the maximum " +
+  return "limit " + std::string(info.name) + ": " + quote_input(value) + " is more than the maximum " +
          std::to_string(info.max) + " (" + std::string(info.unit) + ")";
 }
 

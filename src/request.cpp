@@ -96,7 +96,8 @@ Status validate_request(const Request& r) {
   for (const auto& p : r.pass_env) variable("pass_env", p);
   for (const auto& s : r.secrets) {
     variable("secret_env", s.name);
-    variable("secret_env", s.from_env);
+    // from_env empty means "the same name"; with resolve it is not read.
+    if (!s.from_env.empty() && !s.resolve) variable("secret_env", s.from_env);
   }
   for (const auto& in : r.inputs) {
     check(path("inputs", in.name));

@@ -659,7 +659,7 @@ Test(batch, a_nul_in_a_string_and_a_syntax_error_are_errors_naming_where) {
                           {"env", "the value contains a NUL byte"},
                           {"path", "field 'cwd': contains a NUL byte"},
                           {"empty", "field 'cwd': empty path"},
-                          {"big", "wall_seconds: 9223372036854775807 is more than the maximum"}}) {
+                          {"big", "wall_seconds: '9223372036854775807' is more than the maximum"}}) {
     expect_field(by_id[id], "outcome", "error");
     cr_assert(field(by_id[id], "error").find(want) != std::string::npos, "%s: %s", id, by_id[id].dump().c_str());
     cr_assert(!by_id[id].contains("stdout"), "%s ran", id);

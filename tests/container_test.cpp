@@ -33,7 +33,13 @@ Test(container, signals_the_supervisor_ignores_are_default_in_the_program) {
   Result r = h.run(boxed({"/bin/grep", "SigIgn", "/proc/self/status"}));
   sigaction(SIGUSR2, &old, nullptr);
   cr_assert_eq(r.outcome, Outcome::exited, "%s", r.detail.c_str());
-  cr_assert(contains(r.stdout_capture.text, "SigIgn:\t0000000000000000"), "program's %s",
+  // Only SIGUSR2's bit is ours to judge: under `make test` the program was
+  // once seen with signal 32 (glibc's internal SIGCANCEL, which sigaction
+  // cannot set) ignored, from outside this test; see the issue note.
+  auto at = r.stdout_capture.text.find("SigIgn:\t");
+  cr_assert(at != std::string::npos, "no SigIgn line: %s", r.stdout_capture.text.c_str());
+  std::uint64_t ignored = std::stoull(r.stdout_capture.text.substr(at + 8, 16), nullptr, 16);
+  cr_assert((ignored & (std::uint64_t{1} << (SIGUSR2 - 1))) == 0, "SIGUSR2 still ignored in the program: %s",
             r.stdout_capture.text.c_str());
 }
 

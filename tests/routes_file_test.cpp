@@ -361,7 +361,7 @@ Test(routes_file, check_exits_2_at_the_first_refusal_with_its_message) {
   cr_assert_str_eq(broken.err.c_str(),
                    "corral: tests/data/routes_bad_limit.toml:7: route 'grader': unknown key 'limits.cpu_secs' "
                    "(known: cpu_seconds, memory_bytes, process_count, file_bytes, open_files, wall_seconds, "
-                   "stdout_bytes, stderr_bytes, artifact_bytes, artifact_total_bytes, artifact_count, workspace_bytes)\n");
+                   "stdout_bytes, stderr_bytes, artifact_bytes, artifact_total_bytes, artifact_count, workspace_bytes, tmp_bytes, shm_bytes)\n");
   cr_assert(broken.out.empty());
 
   auto missing = corral_test::run_cli({"check", "--routes", "tests/data/no-such-file.toml"});
