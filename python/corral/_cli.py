@@ -53,7 +53,7 @@ _FLAGS = {
 }
 # Fields of a job that run() handles itself (inputs, stdin) or that only a
 # batch line has.
-JOB_FIELDS = sorted(set(_FLAGS) | {"argv", "inputs", "stdin", "stdin_b64", "source", "interpreter", "provenance", "id"})
+JOB_FIELDS = sorted(set(_FLAGS) | {"argv", "inputs", "stdin", "stdin_b64", "source", "interpreter", "provenance", "id", "session"})
 
 
 def job(argv: Sequence[str], **fields: Any) -> Dict[str, Any]:

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "corral/names.hpp"
+
 namespace corral::cli {
 
 Expected<std::optional<SessionKey>> take_session_field(std::string& line) {
@@ -13,11 +15,11 @@ Expected<std::optional<SessionKey>> take_session_field(std::string& line) {
   if (!s.is_object()) return Error::invalid("session: expected an object {\"scope\", \"thread\"[, \"agent\"]}");
   SessionKey key;
   for (auto it = s.begin(); it != s.end(); ++it) {
-    if (!it.value().is_string()) return Error::invalid("session." + it.key() + ": expected a string");
+    if (!it.value().is_string()) return Error::invalid("session." + quote_input(it.key()) + ": expected a string");
     if (it.key() == "scope") key.scope = it.value().get<std::string>();
     else if (it.key() == "thread") key.thread = it.value().get<std::string>();
     else if (it.key() == "agent") key.agent = it.value().get<std::string>();
-    else return Error::invalid("session: unknown field '" + it.key() + "' (scope, thread, agent)");
+    else return Error::invalid("session: unknown field " + quote_input(it.key()) + " (scope, thread, agent)");
   }
   if (key.scope.empty() || key.thread.empty()) return Error::invalid("session: scope and thread are required");
   j.erase("session");

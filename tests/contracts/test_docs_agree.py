@@ -67,6 +67,9 @@ def job_fields():
     """The keys the job parser accepts (src/json.cpp: key == "...")."""
     fields = set(re.findall(r'key == "([a-z_0-9]+)"', read("src/json.cpp")))
     assert "argv" in fields and "binds" in fields, "the job parser's keys were not found in src/json.cpp"
+    # batch takes "session" off the line before the job parser sees it
+    # (src/cli/batch_session.cpp: contains("session")).
+    fields |= set(re.findall(r'contains\("([a-z_0-9]+)"\)', read("src/cli/batch_session.cpp")))
     return sorted(fields)
 
 
