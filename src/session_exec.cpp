@@ -118,18 +118,7 @@ int fail_in_child(ExecArgs* a, SpawnStage stage, int err) noexcept {
 }
 
 int install_fds_in_child(ExecArgs* a) noexcept {
-  const int srcs[4] = {a->sources[0], a->sources[1], a->sources[2], a->error_fd};
-  long lifted[4];
-  for (int i = 0; i < 4; ++i) {
-    lifted[i] = sys::call(SYS_fcntl, srcs[i], F_DUPFD_CLOEXEC, kLiftAbove);
-    if (lifted[i] < 0) return sys::error_of(lifted[i]);
-  }
-  a->error_fd = static_cast<int>(lifted[3]);
-  for (int i = 0; i < 3; ++i)
-    if (int e = sys::error_of(sys::call(SYS_dup3, lifted[i], i, 0))) return e;
-  if (int e = sys::error_of(sys::call(SYS_dup3, lifted[3], kProgramErrorFd, O_CLOEXEC))) return e;
-  a->error_fd = kProgramErrorFd;
-  return sys::error_of(sys::call(SYS_close_range, kProgramErrorFd + 1, ~0u, 0));
+  return sys::install_program_fds(a->sources, a->error_fd, kProgramErrorFd, kLiftAbove);
 }
 
 // Entry of the cloned child, already in the session's pid namespace (the

@@ -7,6 +7,7 @@
 // the set*id wrappers would broadcast to the parent's threads.
 #pragma once
 
+#include <fcntl.h>
 #include <linux/close_range.h>
 #include <linux/landlock.h>
 #include <linux/openat2.h>
@@ -105,6 +106,26 @@ inline void reset_signals_to_default(std::uint64_t mask) noexcept {
 inline int unblock_all_signals() noexcept {
   std::uint64_t empty = 0;
   return error_of(call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&empty), 0, 8));
+}
+
+// A program's fds just before execve: sources[0..2] become 0-2, the error
+// pipe becomes `error_at` (CLOEXEC, so execve closing it tells the parent
+// the exec happened) and `error_fd` is updated to it; every fd above is
+// closed. The four are first lifted above `lift_above`, so none is
+// overwritten while it is still needed. Returns 0 or errno; async-signal-safe.
+inline int install_program_fds(const int sources[3], int& error_fd, int error_at, long lift_above) noexcept {
+  const int srcs[4] = {sources[0], sources[1], sources[2], error_fd};
+  long lifted[4];
+  for (int i = 0; i < 4; ++i) {
+    lifted[i] = call(SYS_fcntl, srcs[i], F_DUPFD_CLOEXEC, lift_above);
+    if (lifted[i] < 0) return error_of(lifted[i]);
+  }
+  error_fd = static_cast<int>(lifted[3]);
+  for (int i = 0; i < 3; ++i)
+    if (int e = error_of(call(SYS_dup3, lifted[i], i, 0))) return e;
+  if (int e = error_of(call(SYS_dup3, lifted[3], error_at, O_CLOEXEC))) return e;
+  error_fd = error_at;
+  return error_of(call(SYS_close_range, static_cast<unsigned>(error_at) + 1, ~0u, 0));
 }
 
 }  // namespace corral::sys
