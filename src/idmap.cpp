@@ -10,6 +10,7 @@
 #include <string>
 
 #include "corral/syscalls.hpp"
+#include "holding_helper.hpp"
 
 // Debian 12's headers have these (6.1); kept for older ones.
 #ifndef MOUNT_ATTR_IDMAP
@@ -39,64 +40,24 @@ Status write_proc(pid_t pid, const char* name, const std::string& text) {
 Expected<UniqueFd> make_idmap_userns(const IdmapIds& ids) {
   if (ids.disk_uid == 0 || ids.kernel_uid == 0 || ids.disk_gid == 0 || ids.kernel_gid == 0)
     return Error::invalid("idmap: a map to or from id 0 is refused (a run never writes as root)");
-  int report[2], hold[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) return Error::from_errno(errno, "idmap: pipe");
-  if (::pipe2(hold, O_CLOEXEC) != 0) {
-    int e = errno;
-    ::close(report[0]);
-    ::close(report[1]);
-    return Error::from_errno(e, "idmap: pipe");
-  }
-  // The helper (forked; it may be a threaded process's copy: raw calls
-  // only) unshares, reports, and waits for EOF on `hold` while we use it.
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    int e = errno;
-    for (int fd : {report[0], report[1], hold[0], hold[1]}) ::close(fd);
-    return Error::from_errno(e, "idmap: fork the helper");
-  }
-  if (pid == 0) {
-    sys::call(SYS_close, report[0]);
-    sys::call(SYS_close, hold[1]);
-    int err = sys::error_of(sys::call(SYS_unshare, CLONE_NEWUSER));
-    sys::write_all(report[1], &err, sizeof err);
-    char byte;
-    while (sys::call(SYS_read, hold[0], reinterpret_cast<long>(&byte), 1) == -EINTR) {
-    }
-    for (;;) sys::call(SYS_exit_group, 0);
-  }
-  ::close(report[1]);
-  ::close(hold[0]);
-  UniqueFd report_read(report[0]), hold_write(hold[1]);
-  int err = 0;
-  ssize_t n;
-  do {
-    n = ::read(report_read.get(), &err, sizeof err);
-  } while (n < 0 && errno == EINTR);
-  Expected<UniqueFd> out = Error::invalid("idmap: the helper ended without a report");
-  if (n == static_cast<ssize_t>(sizeof err)) {
-    if (err) {
-      out = Error::from_errno(err, "idmap: unshare(CLONE_NEWUSER)");
-    } else {
-      auto line = [](unsigned long disk, unsigned long kernel) {
-        return std::to_string(disk) + " " + std::to_string(kernel) + " 1\n";
-      };
-      Status st = write_proc(pid, "uid_map", line(ids.disk_uid, ids.kernel_uid));
-      if (st) st = write_proc(pid, "gid_map", line(ids.disk_gid, ids.kernel_gid));
-      if (!st) {
-        out = st.error();
-      } else {
+  Expected<UniqueFd> out = Error::invalid("idmap: no user namespace was made");
+  auto idmap_error = [](int err, const std::string& what) { return Error::from_errno(err, "idmap: " + what); };
+  Status st = with_holding_helper<int>(
+      idmap_error, []() noexcept { return sys::error_of(sys::call(SYS_unshare, CLONE_NEWUSER)); },
+      [&](pid_t pid, int err) -> Status {
+        if (err) return idmap_error(err, "unshare(CLONE_NEWUSER)");
+        auto line = [](unsigned long disk, unsigned long kernel) {
+          return std::to_string(disk) + " " + std::to_string(kernel) + " 1\n";
+        };
+        if (auto w = write_proc(pid, "uid_map", line(ids.disk_uid, ids.kernel_uid)); !w) return w;
+        if (auto w = write_proc(pid, "gid_map", line(ids.disk_gid, ids.kernel_gid)); !w) return w;
         std::string ns = "/proc/" + std::to_string(pid) + "/ns/user";
         UniqueFd fd(::open(ns.c_str(), O_RDONLY | O_CLOEXEC));
-        if (fd) out = std::move(fd);
-        else out = Error::from_errno(errno, "idmap: open " + ns);
-      }
-    }
-  }
-  hold_write.reset();
-  int status;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+        if (!fd) return idmap_error(errno, "open " + ns);
+        out = std::move(fd);
+        return {};
+      });
+  if (!st) return std::move(st).error();
   return out;
 }
 

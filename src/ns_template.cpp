@@ -18,6 +18,7 @@
 
 #include "corral/sha256.hpp"
 #include "corral/syscalls.hpp"
+#include "holding_helper.hpp"
 
 namespace corral {
 namespace {
@@ -90,54 +91,6 @@ struct HelperRecord {
   MountFailure failure;
 };
 
-// Fork a helper that runs `step` (raw calls only: we may have forked a
-// threaded process) and reports the Record it returns, then keeps whatever
-// it made alive until `use(pid, record)` has finished in the parent (the
-// binds of its namespaces). The helper is reaped on every path.
-template <class Record, class Step, class Use>
-Status with_holding_helper(Step step, Use use) {
-  int report[2], hold[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) return template_error(errno, "pipe");
-  if (::pipe2(hold, O_CLOEXEC) != 0) {
-    int e = errno;
-    ::close(report[0]);
-    ::close(report[1]);
-    return template_error(e, "pipe");
-  }
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    int e = errno;
-    for (int fd : {report[0], report[1], hold[0], hold[1]}) ::close(fd);
-    return template_error(e, "fork the helper");
-  }
-  if (pid == 0) {
-    sys::call(SYS_close, report[0]);
-    sys::call(SYS_close, hold[1]);
-    Record rec = step();
-    sys::write_all(report[1], &rec, sizeof rec);
-    char byte;
-    while (sys::call(SYS_read, hold[0], reinterpret_cast<long>(&byte), 1) == -EINTR) {
-    }
-    for (;;) sys::call(SYS_exit_group, 0);
-  }
-  ::close(report[1]);
-  ::close(hold[0]);
-  UniqueFd report_read(report[0]), hold_write(hold[1]);
-  Record rec{};
-  ssize_t n;
-  do {
-    n = ::read(report_read.get(), &rec, sizeof rec);
-  } while (n < 0 && errno == EINTR);
-  Status result = n == static_cast<ssize_t>(sizeof rec)
-                      ? use(pid, rec)
-                      : Status(template_error(n < 0 ? errno : EPIPE, "the helper ended without a report"));
-  hold_write.reset();
-  int status;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return result;
-}
-
 // A helper in a new mount and network namespace builds `base` there; its
 // namespaces are bound onto dir/{mnt,net}.
 Status make_template(const PreparedMountTree& base, const std::string& dir) {
@@ -145,6 +98,7 @@ Status make_template(const PreparedMountTree& base, const std::string& dir) {
   for (const char* name : {"/mnt", "/net"})
     if (auto st = touch(dir + name); !st) return st;
   Status result = with_holding_helper<HelperRecord>(
+      template_error,
       [&base]() noexcept {
         HelperRecord rec;
         rec.unshare_err = sys::error_of(sys::call(SYS_unshare, CLONE_NEWNS | CLONE_NEWNET));
@@ -297,6 +251,7 @@ Status write_proc(pid_t pid, const char* name, const std::string& text) {
 Status make_userns_template(const UserNsIds& ids, const std::string& path) {
   if (auto st = touch(path); !st) return st;
   Status result = with_holding_helper<int>(
+      template_error,
       []() noexcept { return sys::error_of(sys::call(SYS_unshare, CLONE_NEWUSER)); },
       [&](pid_t pid, int err) -> Status {
         if (err) return template_error(err, "unshare(CLONE_NEWUSER)");
