@@ -35,6 +35,44 @@ TransferError failure(TransferErrorKind kind, int code, std::string message) {
 
 std::string output_label(const DeclaredOutput& output) { return "output " + quote_input(output.path); }
 
+// How two names with one collision key meet at the destination.
+std::string how_they_meet(const std::string& first, const std::string& name) {
+  if (first == name) return "are identical";
+  if (utf8_map(first, UTF8PROC_STABLE | UTF8PROC_COMPOSE) == utf8_map(name, UTF8PROC_STABLE | UTF8PROC_COMPOSE))
+    return "differ only by Unicode normalization form (NFC/NFD)";
+  return "differ only by case";
+}
+
+// The landing names taken so far, by collision key: a name claims its
+// file at the destination, and with it every parent directory of it.
+class LandingNames {
+ public:
+  // Takes `name`, or says (without taking it) why it is one file at the
+  // destination with a name taken before, or would need a file and a
+  // directory at one path. `name` must be valid UTF-8 (the lexical rules).
+  Status claim(const std::string& name) {
+    auto key = collision_key(name);
+    if (!key) return std::move(key).error();
+    if (auto same = by_key_.find(*key); same != by_key_.end())
+      return Error(EEXIST, "landing names " + quote_input(same->second) + " and " + quote_input(name) + " " +
+                               how_they_meet(same->second, name) + ": they are one file at the destination");
+    for (auto slash = key->find('/'); slash != std::string::npos; slash = key->find('/', slash + 1))
+      if (auto parent = by_key_.find(key->substr(0, slash)); parent != by_key_.end())
+        return Error(EEXIST, "landing name " + quote_input(parent->second) +
+                                 " is a file and also a parent directory of " + quote_input(name));
+    // A taken name below this one: keys under "<key>/" sort together.
+    if (auto below = by_key_.lower_bound(*key + "/");
+        below != by_key_.end() && below->first.compare(0, key->size() + 1, *key + "/") == 0)
+      return Error(EEXIST, "landing name " + quote_input(name) + " is a file and also a parent directory of " +
+                               quote_input(below->second));
+    by_key_.emplace(std::move(*key), name);
+    return {};
+  }
+
+ private:
+  std::map<std::string, std::string> by_key_;  // collision key -> the name as given
+};
+
 // Phase-1 checks shared by validate_declaration() and transfer().
 std::optional<TransferError> check_declaration(const std::vector<DeclaredOutput>& outputs,
                                                bool globs_allowed) {
@@ -71,29 +109,47 @@ struct Planned {
 
 class Transfer {
  public:
-  Transfer(const TransferLimits& limits, OutputSource& source) : limits_(limits), source_(source) {}
+  // The declared literal landing names are taken first (phase 1 found them
+  // distinct): a glob's match never displaces a file the route names.
+  Transfer(const std::vector<DeclaredOutput>& outputs, const TransferLimits& limits, OutputSource& source)
+      : limits_(limits), source_(source) {
+    for (const auto& output : outputs)
+      if (!output.is_glob()) (void)taken_.claim(output.landing_name());
+  }
 
   // Phase 2 for one output: find its files, stat and cap them.
   std::optional<TransferError> plan(const DeclaredOutput& output) {
     std::string label = output_label(output);
-    std::vector<std::string> files;
+    std::vector<std::pair<std::string, std::string>> files;  // {source path, landing name}
     if (output.is_glob()) {
       auto listed = source_.list(output.path);
       if (!listed)
         return failure(TransferErrorKind::source_failed, listed.error().code(),
                        label + ": list: " + listed.error().message());
-      files = std::move(*listed);
-      for (const auto& match : files)
-        if (Status s = validate_relative_name(match, label + ": match"); !s)
-          return failure(TransferErrorKind::invalid_name, EINVAL, s.error().message());
+      // Per file, as corral run's --output: a name the run chose that no
+      // destination may hold, or that would be one file there with an
+      // output already planned, costs only that file.
+      for (auto& match : *listed) {
+        if (Status s = validate_relative_name(match, label + ": match"); !s) {
+          skip(match, s.error().message());
+          continue;
+        }
+        std::string landing = output.name.empty() ? match : output.name + "/" + std::string(basename_of(match));
+        if (Status s = taken_.claim(landing); !s) {
+          skip(match, label + ": match " + quote_input(match) + ": " + s.error().message());
+          continue;
+        }
+        files.emplace_back(std::move(match), std::move(landing));
+      }
       if (files.empty()) {
         if (output.required)
           return failure(TransferErrorKind::required_missing, ENOENT,
-                         label + " is required and matched nothing");
+                         label + " is required and matched nothing" +
+                             (listed->empty() ? "" : " deliverable (every match was skipped)"));
         return std::nullopt;
       }
     } else {
-      files.push_back(output.path);
+      files.emplace_back(output.path, output.landing_name());
     }
 
     if (planned_.size() + files.size() > limits_.max_files)
@@ -102,7 +158,7 @@ class Transfer {
                          std::to_string(planned_.size()) + " others exceed max_files (" +
                          std::to_string(limits_.max_files) + "); nothing is collected");
 
-    for (auto& file : files) {
+    for (auto& [file, landing] : files) {
       auto size = source_.stat(file);
       if (!size) {
         bool missing = size.error().code() == ENOENT;
@@ -132,22 +188,12 @@ class Transfer {
                            ", over max_total_bytes (" + std::to_string(limits_.max_total_bytes) +
                            ")");
       total_ += bytes;
-      std::string landing = output.is_glob() && !output.name.empty()
-                                ? output.name + "/" + std::string(basename_of(file))
-                                : (output.is_glob() ? file : output.landing_name());
       planned_.push_back(Planned{&output, std::move(file), std::move(landing), bytes, {}});
     }
     return std::nullopt;
   }
 
-  // Phase 2's closing check: landing names of every file, globs expanded.
-  std::optional<TransferError> check_all_collisions() const {
-    std::vector<std::string> names;
-    for (const auto& p : planned_) names.push_back(p.landing);
-    if (Status s = check_collisions(names); !s)
-      return failure(TransferErrorKind::name_collision, EEXIST, s.error().message());
-    return std::nullopt;
-  }
+  std::vector<SkippedOutput> take_skipped() { return std::move(skipped_); }
 
   // Phase 3: read everything, sizes checked again.
   std::optional<TransferError> read_all() {
@@ -211,8 +257,14 @@ class Transfer {
  private:
   const TransferLimits& limits_;
   OutputSource& source_;
+  void skip(const std::string& match, std::string why) {
+    skipped_.push_back(SkippedOutput{match, std::move(why) + "; not delivered"});
+  }
+
   std::vector<Planned> planned_;
   std::uint64_t total_ = 0;
+  LandingNames taken_;
+  std::vector<SkippedOutput> skipped_;
 };
 
 }  // namespace
@@ -251,33 +303,9 @@ Expected<std::string> collision_key(std::string_view name) {
 }
 
 Status check_collisions(const std::vector<std::string>& landing_names) {
-  std::map<std::string, std::size_t> by_key;
-  for (std::size_t i = 0; i < landing_names.size(); ++i) {
-    const auto& name = landing_names[i];
-    auto key = collision_key(name);
-    if (!key) return std::move(key).error();
-    auto [it, inserted] = by_key.emplace(std::move(*key), i);
-    if (inserted) continue;
-    const auto& first = landing_names[it->second];
-    std::string how = first == name ? "are identical"
-                      : utf8_map(first, UTF8PROC_STABLE | UTF8PROC_COMPOSE) ==
-                              utf8_map(name, UTF8PROC_STABLE | UTF8PROC_COMPOSE)
-                          ? "differ only by Unicode normalization form (NFC/NFD)"
-                          : "differ only by case";
-    return Error(EEXIST, "landing names " + quote_input(first) + " and " + quote_input(name) + " " + how +
-                             ": they are one file at the destination");
-  }
-  // A name that is also a parent directory of another cannot land: the
-  // destination would need a file and a directory at one path.
-  for (const auto& [key, index] : by_key) {
-    for (auto slash = key.find('/'); slash != std::string::npos; slash = key.find('/', slash + 1)) {
-      auto parent = by_key.find(key.substr(0, slash));
-      if (parent != by_key.end())
-        return Error(EEXIST, "landing name " + quote_input(landing_names[parent->second]) +
-                                 " is a file and also a parent directory of " +
-                                 quote_input(landing_names[index]));
-    }
-  }
+  LandingNames taken;
+  for (const auto& name : landing_names)
+    if (Status s = taken.claim(name); !s) return s;
   return {};
 }
 
@@ -297,17 +325,21 @@ TransferResult transfer(const std::vector<DeclaredOutput>& outputs, const Transf
   }
   if (auto problem = check_declaration(outputs, /*globs_allowed=*/true)) return std::move(*problem);
 
-  // Phase 2: stat and cap everything.
-  Transfer t(limits, source);
+  // Phase 2: stat and cap everything (a glob's match whose name cannot
+  // land is skipped here, with a note).
+  Transfer t(outputs, limits, source);
+  auto finish = [&](TransferResult r) {
+    r.set_skipped(t.take_skipped());
+    return r;
+  };
   for (const auto& output : outputs)
-    if (auto problem = t.plan(output)) return std::move(*problem);
-  if (auto problem = t.check_all_collisions()) return std::move(*problem);
+    if (auto problem = t.plan(output)) return finish(std::move(*problem));
 
   // Phase 3: read everything.
-  if (auto problem = t.read_all()) return std::move(*problem);
+  if (auto problem = t.read_all()) return finish(std::move(*problem));
 
   // Phase 4: deliver.
-  return t.deliver_all(sink);
+  return finish(t.deliver_all(sink));
 }
 
 std::string sha256_hex(std::string_view bytes) { return Sha256::hex_of(bytes); }

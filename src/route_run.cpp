@@ -88,22 +88,17 @@ class WithholdSecretNames final : public OutputSource {
     auto listed = inner_.list(glob);
     if (!listed) return listed;
     const bool landing = secrets_ && contains(landing_globs_, std::string(glob));
-    std::erase_if(*listed, [&](const std::string& name) {
-      // A name the run chose that no destination may hold (a backslash, a
-      // control byte, ill-formed UTF-8) costs only its own file, as with
-      // corral run's --output: the transfer would refuse every output.
-      if (std::string why = relative_name_problem(name); !why.empty()) {
-        skipped_.push_back(quote_name(name) + " " + why + "; not delivered");
-        return true;
-      }
-      if (landing)
+    // A name that fails the lexical rules or lands on another output's
+    // file is transfer()'s to skip (TransferResult::skipped()).
+    if (landing)
+      std::erase_if(*listed, [&](const std::string& name) {
         for (const auto& secret : secrets_->values())
           if (name.find(secret) != std::string::npos) {
             withheld_.push_back(name);
             return true;
           }
-      return false;
-    });
+        return false;
+      });
     return listed;
   }
   Expected<std::optional<std::uint64_t>> stat(std::string_view name) override { return inner_.stat(name); }
@@ -111,14 +106,12 @@ class WithholdSecretNames final : public OutputSource {
     return inner_.read(name, at_most);
   }
   const std::vector<std::string>& withheld() const { return withheld_; }
-  const std::vector<std::string>& skipped() const { return skipped_; }
 
  private:
   OutputSource& inner_;
   const SecretSet* secrets_;
   std::vector<std::string> landing_globs_;
   std::vector<std::string> withheld_;
-  std::vector<std::string> skipped_;  // notes: a glob match whose name fails the lexical rules
 };
 
 }  // namespace
@@ -318,7 +311,7 @@ void collect_route_outputs(const std::vector<DeclaredOutput>& outputs, const Tra
   TransferResult moved = transfer(outputs, limits, source, sink ? &*sink : nullptr);
   for (const auto& name : source.withheld())
     result.artifact_notes.push_back(printable_name(name) + ": its name contains a secret's value; not delivered");
-  for (const auto& note : source.skipped()) result.artifact_notes.push_back("outputs: " + note);
+  for (const auto& skipped : moved.skipped()) result.artifact_notes.push_back("outputs: " + skipped.note);
   if (!moved) {
     const TransferError& error = moved.error();
     record(error.delivered_before);

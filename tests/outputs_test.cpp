@@ -95,6 +95,11 @@ void assert_failed(const TransferResult& r, TransferErrorKind kind,
               word.data(), r.error().message().c_str());
 }
 
+void assert_mentions(const std::string& text, std::initializer_list<std::string_view> words) {
+  for (auto word : words)
+    cr_assert(contains(text, word), "'%.*s' not in: %s", (int)word.size(), word.data(), text.c_str());
+}
+
 void assert_invalid(std::string_view name, std::string_view reason) {
   Status s = validate_relative_name(name, "output");
   cr_assert(!s.ok(), "accepted '%.*s'", (int)name.size(), name.data());
@@ -307,21 +312,79 @@ Test(outputs, globs_expand_land_under_a_directory_and_are_checked) {
   cr_assert_eq(sink.got.size(), 2u);
   cr_assert(sink.got[0].name == "reports/a.json" && sink.got[1].name == "reports/b.json");
 
-  // Two directories' a.json land on one name.
+  // Two directories' a.json land on one name: the first listed lands, the
+  // second is skipped with a note naming both.
   RecordingSink sink2;
-  assert_failed(transfer({out("*/a.json", false, "flat")}, TransferLimits{}, src, &sink2),
-                TransferErrorKind::name_collision, {"'flat/a.json' and 'flat/a.json' are identical"});
-  // A literal and a glob reaching the same file.
-  assert_failed(transfer({out("notes.txt"), out("*.txt")}, TransferLimits{}, src, &sink2),
-                TransferErrorKind::name_collision, {"'notes.txt'"});
-  // The source's matches are validated too.
-  src.extra_matches = {"../../etc/passwd"};
-  assert_failed(transfer({out("*.txt")}, TransferLimits{}, src, &sink2), TransferErrorKind::invalid_name,
-                {"output '*.txt': match '../../etc/passwd' has a '..' segment"});
-  cr_assert(sink2.got.empty());
+  auto flat = transfer({out("*/a.json", false, "flat")}, TransferLimits{}, src, &sink2);
+  cr_assert(flat.ok(), "%s", flat.error().message().c_str());
+  cr_assert(sink2.got.size() == 1 && sink2.got[0].bytes == "3", "other/a.json lands as flat/a.json");
+  cr_assert_eq(flat.skipped().size(), 1u);
+  cr_assert_str_eq(flat.skipped()[0].source_path.c_str(), "results/a.json");
+  assert_mentions(flat.skipped()[0].note, {"output '*/a.json': match 'results/a.json'",
+                                           "'flat/a.json' and 'flat/a.json' are identical", "not delivered"});
+  // A literal and a glob reaching the same file: delivered once, as the literal.
+  RecordingSink sink3;
+  auto twice = transfer({out("notes.txt"), out("*.txt")}, TransferLimits{}, src, &sink3);
+  cr_assert(twice.ok(), "%s", twice.error().message().c_str());
+  cr_assert(sink3.got.size() == 1 && sink3.got[0].name == "notes.txt");
+  cr_assert(twice.skipped().size() == 1 && twice.skipped()[0].source_path == "notes.txt");
+  // The source's matches are validated too: never stat'd, read or delivered.
+  FakeSource hostile;
+  hostile.files = {{"ok.txt", {"ok"}}};
+  hostile.extra_matches = {"../../etc/passwd"};
+  RecordingSink sink4;
+  auto escaped = transfer({out("*.txt")}, TransferLimits{}, hostile, &sink4);
+  cr_assert(escaped.ok(), "%s", escaped.error().message().c_str());
+  cr_assert(sink4.got.size() == 1 && sink4.got[0].name == "ok.txt");
+  for (const auto& op : hostile.log) cr_assert(!contains(op, "passwd"), "the source was asked for %s", op.c_str());
+  cr_assert_eq(escaped.skipped().size(), 1u);
+  assert_mentions(escaped.skipped()[0].note, {"output '*.txt': match '../../etc/passwd' has a '..' segment"});
   // A glob is refused where the declaration says globs are not allowed.
   Status no_globs = validate_declaration({out("*.txt")}, false);
   cr_assert(!no_globs.ok() && contains(no_globs.error().message(), "files_list"));
+}
+
+// Names the run chose cost only their own file, as with corral run's
+// --output: two matches differing only by case (or by normalization form),
+// a match landing on a declared literal's name, a match that would need a
+// declared file to be a directory. Each made the whole transfer refuse.
+Test(outputs, a_glob_match_that_collides_is_skipped_and_the_rest_delivered) {
+  FakeSource src;
+  src.files = {{"A.txt", {"upper"}},       {"a.txt", {"lower"}},     {"b.txt", {"b"}},
+               {"caf\xc3\xa9.txt", {"nfc"}}, {"cafe\xcc\x81.txt", {"nfd"}}, {"data", {"literal"}},
+               {"keep/x", {"file"}},       {"keep.txt", {"k"}}};
+  src.extra_matches = {"a\\b.txt"};
+  RecordingSink sink;
+  // The literal is declared last and still wins over the glob's b.txt.
+  auto r = transfer({out("*.txt"), out("data", false, "B.TXT"), out("keep/x", false, "keep.txt/x")},
+                    TransferLimits{}, src, &sink);
+  cr_assert(r.ok(), "%s", r.error().message().c_str());
+  std::string landed;
+  for (const auto& a : sink.got) landed += a.name + " ";
+  // The fake lists in byte order (the NFD spelling sorts first); the
+  // literals land after the glob, in declaration order.
+  cr_assert_str_eq(landed.c_str(), "A.txt cafe\xcc\x81.txt B.TXT keep.txt/x ");
+  std::string notes;
+  for (const auto& s : r.skipped()) notes += s.note + "\n";
+  assert_mentions(notes, {"'A.txt' and 'a.txt' differ only by case", "'B.TXT' and 'b.txt' differ only by case",
+                          "normalization form", "'a\\b.txt' contains a backslash",
+                          "'keep.txt' is a file and also a parent directory of 'keep.txt/x'"});
+  cr_assert_eq(r.skipped().size(), 5u, "%s", notes.c_str());
+  for (const auto& s : r.skipped()) cr_assert(contains(s.note, "; not delivered"), "%s", s.note.c_str());
+
+  // A required glob whose every match was skipped has delivered nothing: refused.
+  FakeSource bad;
+  bad.extra_matches = {"a\\b.json"};
+  RecordingSink none;
+  assert_failed(transfer({out("*.json", true)}, TransferLimits{}, bad, &none), TransferErrorKind::required_missing,
+                {"output '*.json' is required and matched nothing deliverable (every match was skipped)"});
+  // Skipped matches do not count against max_files.
+  FakeSource many;
+  many.files = {{"x.log", {"1"}}, {"X.log", {"2"}}, {"Y.log", {"3"}}};
+  RecordingSink two;
+  auto capped = transfer({out("*.log")}, caps(10, 100, 2), many, &two);
+  cr_assert(capped.ok(), "%s", capped.error().message().c_str());
+  cr_assert_eq(two.got.size(), 2u);
 }
 
 // ---- phase 4: only the sink's own failure, and it says what was delivered

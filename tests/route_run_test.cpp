@@ -328,6 +328,32 @@ Test(route_run, a_bad_name_under_a_glob_skips_only_that_file) {
   expect_text(corral_test::read_file(artifacts / res.run_id + "/logs/good.txt"), "good\n");
 }
 
+// Two files a landing glob lists that are one file at a case-insensitive
+// destination (Report.txt, report.txt) cost only the second: the route's
+// other outputs land, and a note names both (every output was refused, and
+// the run's artifact directory stayed empty).
+Test(route_run, a_case_collision_under_a_glob_skips_only_that_file) {
+  Harness h;
+  TempDir artifacts;
+  RouteSpec s = spec("grader", "os_process");
+  s.outputs = {output("logs/*", Disposition::land, "logs"), output("report.txt")};
+  Request b = base({"sh", "-c",
+                    "mkdir logs; echo upper > logs/Report.txt; echo lower > logs/report.txt; "
+                    "echo r > report.txt"});
+  b.artifact_root = artifacts.path();
+  Result res = h.run(routed(built(std::move(s)), std::move(b)));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  std::string names;
+  for (const auto& a : res.artifacts) names += a.name + " ";
+  cr_assert_str_eq(names.c_str(), "logs/Report.txt report.txt ", "notes: %s", notes(res).c_str());
+  assert_mentions(notes(res), {"outputs: output 'logs/*': match 'logs/report.txt'",
+                               "'logs/Report.txt' and 'logs/report.txt' differ only by case", "not delivered"});
+  cr_assert(!contains(notes(res), "outputs refused"), "%s", notes(res).c_str());
+  expect_text(corral_test::read_file(artifacts / res.run_id + "/logs/Report.txt"), "upper\n");
+  expect_text(corral_test::read_file(artifacts / res.run_id + "/report.txt"), "r\n");
+  cr_assert_eq(::access((artifacts / res.run_id + "/logs/report.txt").c_str(), F_OK), -1, "the skipped file landed");
+}
+
 Test(route_run, a_cap_breach_on_the_third_output_delivers_nothing) {
   Harness h;
   TempDir artifacts;

@@ -12,6 +12,12 @@
 //   4. deliver: to the sink, in declaration order.
 // Every refusal the policy can make happens in phases 1-3; phase 4 can only
 // fail on the sink's own I/O, and then the error lists what was delivered.
+// A file a glob lists is judged on its own name, as `corral run --output`
+// judges each file: a name no destination may hold, or one that would be
+// the same file at the destination as an output already planned (a
+// declared literal, or an earlier match), is skipped with a note
+// (TransferResult::skipped()) and the others are delivered. The run chose
+// those names; the route's declaration did not.
 #pragma once
 
 #include <cstdint>
@@ -113,6 +119,13 @@ struct Delivered {
   std::optional<Landed> landed;     // for `land` only
 };
 
+// A file a glob listed that the transfer left out, and why ("output
+// 'logs/*': match 'logs/a\b' contains a backslash; not delivered").
+struct SkippedOutput {
+  std::string source_path;  // the match as the source listed it
+  std::string note;         // names the output, the match and the reason
+};
+
 struct TransferError {
   TransferErrorKind kind;
   Error error;  // "output 'x': ..." with an errno-style code
@@ -135,9 +148,15 @@ class [[nodiscard]] TransferResult {
   std::vector<Delivered>& operator*() { return value(); }
   const std::vector<Delivered>& operator*() const { return value(); }
   const TransferError& error() const { return std::get<1>(v_); }
+  // The glob matches left out by name, in listing order, whether or not
+  // the transfer then succeeded (a refusal delivers them no more than the
+  // rest).
+  const std::vector<SkippedOutput>& skipped() const { return skipped_; }
+  void set_skipped(std::vector<SkippedOutput> skipped) { skipped_ = std::move(skipped); }
 
  private:
   std::variant<std::vector<Delivered>, TransferError> v_;
+  std::vector<SkippedOutput> skipped_;
 };
 
 // Runs the four phases above. `sink` may be null when no output lands.

@@ -93,8 +93,10 @@ class WorkspaceOutputSource final : public OutputSource {
 // again when nothing landed). A file a landing glob lists whose name holds
 // one of `secrets` is withheld (not read, not landed) with a note naming
 // it; the caller masks the note (finish_run does). A file a glob lists whose
-// name fails the lexical rules (names.hpp) is skipped with a note, and the
-// other outputs are delivered.
+// name fails the lexical rules (names.hpp), or would be one file at the
+// destination with another output (differing only by case, say), is skipped
+// with a note "outputs: ...; not delivered" (transfer() judges each match on
+// its own), and the other outputs are delivered.
 void collect_route_outputs(const std::vector<DeclaredOutput>& outputs, const TransferLimits& limits,
                            const std::optional<std::string>& artifact_root, const Workspace& workspace,
                            Result& result, const SecretSet* secrets = nullptr);
