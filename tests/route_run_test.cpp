@@ -12,6 +12,7 @@
 
 #include "cli_runner.hpp"
 #include "corral/audit.hpp"
+#include "corral/enforcement.hpp"
 #include "corral/json.hpp"
 #include "corral/supervisor.hpp"
 #include "support.hpp"
@@ -462,6 +463,27 @@ Test(route_run, cli_runs_through_a_route_and_refuses_a_looser_limit) {
   std::string audit = corral_test::read_file(dir / "audit.jsonl");
   cr_assert(!contains(audit, "t0k3n-value"), "%s", audit.c_str());
   assert_mentions(audit, {"\"route\":\"grader\"", "\"cpu_seconds\":2", "\"name\":\"grades/report.json\""});
+}
+
+// A process-tier route with egress_allow runs with net none plus TCP ports
+// allowed: the Result it prints must not say network_none hard (it did);
+// --net none closes the ports again, and then it is hard.
+Test(route_run, cli_result_of_an_egress_allowlist_is_not_network_none_hard) {
+  HostFacts host = probe_host(/*with_containers=*/false);
+  if (host.landlock_abi < 4) cr_skip_test("Landlock ABI %d < 4: no TCP allow-list on this host", host.landlock_abi);
+  const std::vector<std::string> fetch = {"run", "--json", "--routes", "examples/routes.toml", "--route", "fetch"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = fetch;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  auto open = corral_test::run_cli(with({"--", "true"}));
+  cr_assert_eq(open.code, 0, "exit %d: %s", open.code, open.err.c_str());
+  assert_mentions(open.out, {"\"network_none\":\"tcp_allowlist\"", "\"network\":\"tcp_allowlist\""});
+  cr_assert(!contains(open.out, "\"network_none\":\"hard\""), "%s", open.out.c_str());
+  auto closed = corral_test::run_cli(with({"--net", "none", "--", "true"}));
+  cr_assert_eq(closed.code, 0, "exit %d: %s", closed.code, closed.err.c_str());
+  assert_mentions(closed.out, {"\"network_none\":\"hard\"", "\"network\":\"none\""});
 }
 
 // on_output_limit: the route's kill stands; a caller may ask for kill on a
