@@ -693,3 +693,59 @@ Test(run, on_output_stops_at_the_cap) {
   cr_assert(result->stdout_capture.truncated);
   cr_assert_eq(seen, 10u, "on_output was given %zu bytes under stdout_bytes=10", seen);
 }
+
+// Compares through named copies (no pointer into a temporary reaches the
+// assertion macro).
+static void expect_text(const std::string& got, const std::string& want) {
+  cr_assert_str_eq(got.c_str(), want.c_str());
+}
+
+// Each stream on its own cap, a secret masked across the stdout cap, and a
+// merged run: what on_output is given is exactly what the Result keeps,
+// byte for byte, never past the cap; the Result (truncated, bytes) says
+// what was cut.
+Test(run, on_output_is_exactly_what_the_result_keeps_on_every_stream) {
+  setenv("CORRAL_TEST_CAP_TOKEN", "S3cr3tValue", 1);
+  Harness h;
+  auto run = [&](bool merge) {
+    Request r = req(Tier::none, {"sh", "-c",
+                                 "printf 'abcdS3cr3tValue'; printf 'eeeeeeeeeeeeeeee' >&2; "
+                                 "head -c 50000 /dev/zero; head -c 70000 /dev/zero >&2"});
+    r.secrets.push_back(SecretRef{"CORRAL_TEST_CAP_TOKEN", "", {}});
+    r.limits.set(Limit::stdout_bytes, 6);
+    r.limits.set(Limit::stderr_bytes, 9);
+    r.merge_output = merge;
+    auto st = h.sup->stream(std::move(r));
+    cr_assert(st.ok(), "%s", st.ok() ? "" : st.error().message().c_str());
+    std::string seen[2];
+    std::shared_ptr<Result> res;
+    while (true) {
+      auto ev = st->next();
+      cr_assert(ev.ok());
+      if (!ev->has_value()) break;
+      if ((*ev)->kind == RunEvent::output)
+        seen[(*ev)->stream == StreamId::stdout_stream ? 0 : 1] += (*ev)->data;
+      else
+        res = (*ev)->final;
+    }
+    cr_assert(res);
+    cr_assert_eq(res->outcome, Outcome::exited, "%s", res->detail.c_str());
+    return std::make_pair(std::move(res), std::pair{seen[0], seen[1]});
+  };
+  auto [split, split_seen] = run(false);
+  expect_text(split_seen.first, "abcd**");  // "abcd***" cut at 6: the secret never shows
+  expect_text(split->stdout_capture.text, "abcd**");
+  cr_assert(split->stdout_capture.truncated);
+  cr_assert_eq(split->stdout_capture.bytes, 15u + 50000u);
+  expect_text(split_seen.second, "eeeeeeeee");
+  expect_text(split->stderr_capture.text, "eeeeeeeee");
+  cr_assert(split->stderr_capture.truncated);
+  cr_assert_eq(split->stderr_capture.bytes, 16u + 70000u);
+
+  auto [merged, merged_seen] = run(true);
+  cr_assert_eq(merged_seen.first.size(), 6u, "merged: on_output was given %zu bytes under stdout_bytes=6",
+               merged_seen.first.size());
+  cr_assert(merged_seen.second.empty(), "merged: a stderr chunk was passed on");
+  expect_text(merged_seen.first, merged->stdout_capture.text);
+  cr_assert(merged->stdout_capture.truncated);
+}
