@@ -1,7 +1,8 @@
 // run_setup: a Request becomes a PreparedRun (workspace, resolved secrets,
 // effective limits, the tier's mechanisms prepared, the child plan), and a
 // finished run becomes a Result (outcome, captured streams, collected
-// outputs, cleanup). The supervisor sits between the two.
+// outputs, cleanup). The supervisor sits between the two. The first half
+// is src/run_setup.cpp, the second src/run_result.cpp.
 #pragma once
 
 #include <chrono>

@@ -1,0 +1,259 @@
+// The second half of a run (run_setup.hpp): a finished run becomes a
+// Result. Its outcome classified from the evidence the supervisor and the
+// tier gathered, the enforcement map of what this run had applied, the
+// captured streams, the declared outputs collected and delivered, the
+// workspace removed and the uid returned. Parent side.
+#include "corral/run_setup.hpp"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "corral/container.hpp"
+#include "corral/enforcement.hpp"
+#include "corral/names.hpp"
+
+namespace corral {
+namespace {
+
+// The Result's enforcement["network"]: which network the run had. `host`
+// (the host's), `none` (tier process --net none: sockets but AF_UNIX
+// refused), `tcp_allowlist` (--net none with TCP ports allowed),
+// `empty_namespace` (a container in the template's shared namespace: no
+// interface up, socket() works, connect ENETUNREACH), `loopback` (a
+// container's namespace of its own, lo up).
+std::string run_network(const PreparedRun& run) {
+  const Request& req = run.request;
+  if (req.tier == Tier::container) return run.container && run.container->ns.in_template() ? "empty_namespace" : "loopback";
+  if (req.tier == Tier::none || req.net == NetworkAccess::host) return "host";
+  return req.tcp_connect_ports.empty() ? "none" : "tcp_allowlist";
+}
+
+}  // namespace
+
+void classify_outcome(const RunEnd& end, const Limits& limits, Result& r) {
+  r.resource.clear();  // a second classification (the container's) starts afresh
+  if (end.report.stage != SpawnStage::none) {
+    r.outcome = Outcome::spawn_failed;
+    r.spawn_stage = std::string(to_string(end.report.stage));
+    r.spawn_errno = end.report.error;
+    return;
+  }
+  if (end.status) {
+    r.exit_code = end.status->exited ? end.status->exit_code : -1;
+    r.signal = end.status->exited ? 0 : end.status->signal;
+  }
+  if (end.cancelled) {
+    r.outcome = Outcome::cancelled;
+    return;
+  }
+  if (!end.output_limit.empty()) {
+    // The overrun is the verdict whether the kill or the program's own exit
+    // came first (a program that printed too much and exited is not
+    // `exited`): the same output always gets the same outcome, 137.
+    r.outcome = Outcome::killed_resource;
+    r.resource = end.output_limit;
+    r.exit_code = -1;
+    r.signal = SIGKILL;
+    return;
+  }
+  if (end.cpu_limit_hit) {
+    // The supervisor's CPU watch (a fractional cpu_seconds) killed it.
+    r.outcome = Outcome::killed_resource;
+    r.resource = "cpu_seconds";
+    r.exit_code = -1;
+    r.signal = SIGKILL;
+    return;
+  }
+  if (end.timed_out) {
+    r.outcome = Outcome::killed_timeout;
+    r.cpu_wait_seconds = end.runqueue_seconds;
+    return;
+  }
+  if (!end.status || end.status->exited) {
+    r.outcome = Outcome::exited;
+    return;
+  }
+  int sig = end.status->signal;
+  auto cpu_limit = limits.seconds(Limit::cpu_seconds);
+  if (sig == SIGKILL && end.oom_killed) {
+    // Evidence from the tier (the cgroup's counters, the OOM eventfd), not a
+    // guess from the signal: a plain SIGKILL stays `signaled`.
+    r.outcome = Outcome::killed_oom;
+    r.resource = "memory_bytes";
+  } else if (sig == SIGXCPU && cpu_limit) {
+    r.outcome = Outcome::killed_resource;
+    r.resource = "cpu_seconds";
+  } else if (sig == SIGXFSZ && limits.has(Limit::file_bytes)) {
+    r.outcome = Outcome::killed_resource;
+    r.resource = "file_bytes";
+  } else if (sig == SIGKILL && cpu_limit && end.status->cpu_seconds() + 0.05 >= *cpu_limit) {
+    // The hard RLIMIT_CPU (soft + 1) ends a program that ignored SIGXCPU.
+    r.outcome = Outcome::killed_resource;
+    r.resource = "cpu_seconds";
+  } else {
+    r.outcome = Outcome::signaled;
+  }
+}
+
+namespace {
+
+std::string describe_end(const Result& r, const std::string& program) {
+  switch (r.outcome) {
+    case Outcome::exited: return "exited with " + std::to_string(r.exit_code);
+    case Outcome::signaled: return std::string("killed by signal ") + sigabbrev_np(r.signal);
+    case Outcome::killed_timeout:
+      // A quarter of the deadline spent waiting for a CPU: the host's load
+      // (more runs than CPUs), not the program, used up the wall time.
+      if (r.cpu_starved()) {
+        char waited[32];
+        std::snprintf(waited, sizeof waited, "%.2f", *r.cpu_wait_seconds);
+        return std::string("killed: wall_seconds deadline passed while the program waited ") + waited +
+               " s of it for a CPU (cpu_starved: more runs than CPUs; lower --parallel or raise wall_seconds)";
+      }
+      return "killed: wall_seconds deadline passed";
+    case Outcome::killed_oom: return "killed: out of memory under memory_bytes";
+    case Outcome::killed_resource:
+      return "killed: " + r.resource + " limit (SIG" + (sigabbrev_np(r.signal) ? sigabbrev_np(r.signal) : "?") + ")";
+    case Outcome::spawn_failed: {
+      const char* name = strerrorname_np(r.spawn_errno);
+      // "execve '/usr/bin/x': ENOENT": the reader sees which program was not found.
+      std::string what = r.spawn_stage == "execve" ? "execve '" + program + "'" : "'" + program + "': " + r.spawn_stage;
+      return "could not start: " + what + ": " + (name ? name : std::to_string(r.spawn_errno)) + " (" +
+             std::strerror(r.spawn_errno) + ")";
+    }
+    case Outcome::cancelled: return "cancelled";
+  }
+  return "";
+}
+
+// The request's output globs: collected, then delivered file by file.
+// r.artifacts lists exactly what was delivered (copied under the artifact
+// root when there is one); every other file gets a note saying why not.
+void collect_outputs(PreparedRun& run, Result& r) {
+  auto collected = run.workspace->collect(run.request.outputs, CollectLimits::from(run.limits));
+  if (!collected) {
+    r.artifact_notes.push_back(collected.error().message());
+    return;
+  }
+  std::vector<Skipped> skipped = std::move(collected->skipped);
+  // A name holding a secret's value is not copied: it would put the secret
+  // on the host's disk in clear; under a masked name it could collide with
+  // another file and would not be the name the program wrote. (Without an
+  // artifact root nothing touches the disk: it is listed, masked.)
+  const std::vector<std::string> none;
+  const auto& secrets = run.secrets && run.request.artifact_root ? run.secrets->values() : none;
+  std::erase_if(collected->artifacts, [&](const CollectedFile& a) {
+    for (const auto& secret : secrets)
+      if (a.name.find(secret) != std::string::npos) {
+        skipped.push_back({a.name, "its name contains a secret's value; not delivered"});
+        return true;
+      }
+    return false;
+  });
+  if (!run.request.artifact_root) {
+    for (const auto& a : collected->artifacts) r.artifacts.push_back({a.name, a.bytes, a.sha256, ""});
+  } else if (auto copied = Workspace::copy_to(*collected, *run.request.artifact_root, run.run_id); !copied) {
+    r.artifact_notes.push_back(copied.error().message() + "; none of the " +
+                               std::to_string(collected->artifacts.size()) + " collected files was delivered");
+  } else {
+    for (std::size_t i = 0; i < collected->artifacts.size(); ++i) {
+      const auto& a = collected->artifacts[i];
+      if (!copied->paths[i].empty()) r.artifacts.push_back({a.name, a.bytes, a.sha256, copied->paths[i]});
+    }
+    for (auto& s : copied->skipped) skipped.push_back(std::move(s));
+  }
+  for (const auto& s : skipped) r.artifact_notes.push_back(printable_name(s.name) + ": " + s.reason);
+}
+
+// Secrets are masked in whatever the Result says about files, since a
+// program can put a secret's value into a file's name: artifact names and
+// paths, notes and detail (captured output is masked as it streams).
+void mask_names(const SecretSet& secrets, Result& r) {
+  if (secrets.empty()) return;
+  auto mask = [&](std::string& text) { text = scrub_secrets(text, secrets.values()); };
+  for (auto& a : r.artifacts) {
+    mask(a.name);
+    mask(a.path);
+  }
+  for (auto& note : r.artifact_notes) mask(note);
+  mask(r.detail);
+}
+
+}  // namespace
+
+Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, StreamCapture* err) {
+  const auto collect_started = std::chrono::steady_clock::now();
+  // A container's spawn did not wait for the exec: whether the set-up
+  // failed, and how long it took, is known only now.
+  RunEnd end = ended;
+  if (run.container) read_container_exec_report(*run.container, end);
+  Result r;
+  r.id = run.request.id;
+  r.run_id = run.run_id;
+  r.tier = std::string(to_string(run.request.tier));
+  r.env_path = run.env_path;
+  r.limits = run.limits;
+  r.binary_output = run.request.binary_output;
+  r.enforcement = run_enforcement(run.enforcement, run.request, run.limits);
+  r.enforcement["network"] = run_network(run);
+  if (!run.cpu_enforcer.empty()) r.enforcement["cpu_seconds"] = run.cpu_enforcer;
+  else if (run.limits.fractional(Limit::cpu_seconds) && r.enforcement.count("cpu_seconds"))
+    r.enforcement["cpu_seconds"] += "_rounded_up";  // RLIMIT_CPU alone: whole seconds
+  classify_outcome(end, run.limits, r);
+  auto fill = [](CapturedStream& c, StreamCapture& cap) {
+    c.text = cap.kept();
+    c.bytes = cap.total_bytes();
+    c.truncated = cap.truncated();
+    c.sha256 = cap.sha256_hex();
+  };
+  fill(r.stdout_capture, out);
+  if (err) fill(r.stderr_capture, *err);
+  else r.stderr_capture.sha256 = Sha256::hex_of("");
+  if (end.status) {
+    r.cpu_seconds = end.status->cpu_seconds();
+    r.max_rss_bytes = end.status->max_rss_bytes();
+  }
+  r.timings.plan = run.plan_seconds;
+  r.timings.clone = end.clone_seconds;
+  r.timings.child_setup = static_cast<double>(end.report.setup_ns) / 1e9;
+  r.timings.exec = end.exec_seconds;
+  if (end.spawned != std::chrono::steady_clock::time_point{} && end.report.stage == SpawnStage::none)
+    r.timings.run = std::chrono::duration<double>(collect_started - end.spawned).count();
+
+  // Nothing of the run may write into the workspace while it is collected
+  // and removed, or hold its uid once it is returned: as root, every
+  // process of the run's uid is killed now, unless the supervisor did at
+  // the leader's exit (the lease says so).
+  if (run.uid_lease && run.uid_lease->host_wide() && !run.uid_lease->reaped())
+    if (auto st = run.uid_lease->signal_processes(SIGKILL); !st) r.warnings.push_back(st.error().message());
+
+  std::vector<std::string> container_notes;
+  if (run.container) container_notes = finish_container(run, end, r);
+
+  std::string detail = describe_end(r, run.program);
+  for (const auto& note : container_notes) detail += "; " + note;
+  if (run.workspace && !run.request.outputs.empty()) collect_outputs(run, r);
+  if (run.workspace && run.request.on_workspace) {
+    const SecretSet no_secrets(std::vector<std::string>{});
+    run.request.on_workspace(*run.workspace, r, run.secrets ? *run.secrets : no_secrets);
+  }
+  if (run.workspace) {
+    if (auto st = run.workspace->remove(); !st) detail += "; workspace not fully removed: " + st.error().message();
+    run.workspace.reset();
+  }
+  run.uid_lease.reset();
+  std::string limits = run.limits.describe();
+  if (!limits.empty()) detail += "; limits: " + limits;
+  for (const auto& w : run.warnings) detail += "; not enforced: " + w;
+  r.warnings = run.warnings;
+  r.detail = std::move(detail);
+  if (run.secrets) mask_names(*run.secrets, r);
+  const auto now = std::chrono::steady_clock::now();
+  r.timings.collect = std::chrono::duration<double>(now - collect_started).count();
+  r.wall_seconds = std::chrono::duration<double>(now - run.started).count();
+  return r;
+}
+
+}  // namespace corral
