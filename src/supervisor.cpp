@@ -1,5 +1,5 @@
-// The supervisor's submit path and loop turn; the per-run state machine is
-// Supervisor::Impl in supervisor_impl.hpp.
+// The supervisor's submit path and loop turn; the per-run state is
+// Supervisor::Impl in supervisor_impl.hpp, its steps supervisor_run.cpp.
 #include "corral/enforcement.hpp"
 #include "supervisor_impl.hpp"
 

@@ -1,6 +1,6 @@
 // Out-of-line members of Supervisor::Impl (supervisor_impl.hpp): the
 // completion dispatch of the loop and the check that spares a run's uid
-// kill. Kept here so the header holds the state and the short steps.
+// kill. A run's steps are supervisor_run.cpp.
 #include "supervisor_impl.hpp"
 
 namespace corral {
