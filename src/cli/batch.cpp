@@ -30,6 +30,7 @@
 #include "corral/json.hpp"
 #include "corral/shard.hpp"
 #include "corral/supervisor.hpp"
+#include "batch_pace.hpp"
 #include "batch_session.hpp"
 #include "line_reader.hpp"
 #include "options.hpp"
@@ -124,20 +125,6 @@ struct Options {
   std::string jobs_sha256;     // FILE's fingerprint, with --shard
 };
 
-std::size_t usable_cpus() {
-  cpu_set_t set;
-  long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
-  return static_cast<std::size_t>(cpus > 0 ? cpus : 1);
-}
-
-// Most jobs wait on something (I/O, a child, a sleep): four per CPU keeps
-// the CPUs busy. A job with a cpu_seconds limit is one that computes: more
-// of them than CPUs share the CPUs, and each one's wall_seconds runs out
-// while it waits for its turn (16 on 2 CPUs: 18 of 20 cpu_seconds=1 jobs
-// with wall_seconds=2 came back killed_timeout). By default those run at
-// most one per CPU; --parallel N says otherwise on purpose.
-std::size_t default_parallel() { return usable_cpus() * 4; }
-
 enum : int { kRoutes = 256, kAllowHostPath, kMinTier, kUntrusted, kAudit, kMaxLineBytes, kShard, kKeepSessions };
 
 const option kBatchOptions[] = {
@@ -209,44 +196,14 @@ int parse(int argc, char** argv, Options& o) {
   return -1;
 }
 
-bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
-
-// Jobs in a regular file, counted up front for the progress line (pread:
-// the read position stays where it is).
-std::optional<std::size_t> count_jobs(int fd) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  std::size_t jobs = 0;
-  bool content = false;
-  char buf[64 * 1024];
-  off_t off = lseek(fd, 0, SEEK_CUR);
-  for (ssize_t n; (n = pread(fd, buf, sizeof buf, off)) > 0; off += n) {
-    for (ssize_t i = 0; i < n; ++i) {
-      char c = buf[i];
-      if (c == '\n') {
-        jobs += content;
-        content = false;
-      } else if (c != ' ' && c != '\t' && c != '\r') {
-        content = true;
-      }
-    }
-  }
-  return jobs + content;
-}
-
 class Batch {
  public:
   // cpu_parallel: jobs with a cpu_seconds limit in flight at most.
   Batch(Supervisor& sup, int in_fd, std::size_t max_line_bytes, std::size_t parallel, std::size_t cpu_parallel,
         bool progress, const Options& options)
-      : sup_(sup), in_(in_fd, max_line_bytes), parallel_(parallel), cpu_parallel_(cpu_parallel),
+      : sup_(sup), in_(in_fd, max_line_bytes), parallel_(parallel), cpu_(cpu_parallel), shard_(options.shard),
         progress_(progress), options_(options), t0_(std::chrono::steady_clock::now()) {
-    total_ = count_jobs(in_fd);
-    // Shard I of N holds the jobs k = I, I+N, I+2N, ...
-    if (total_ && options_.shard)
-      total_ = *total_ > options_.shard->index
-                   ? (*total_ - options_.shard->index + options_.shard->count - 1) / options_.shard->count
-                   : 0;
+    total_ = shard_.of(count_jobs(in_fd));
   }
 
   void stop(int sig) {
@@ -278,9 +235,8 @@ class Batch {
     // The results still queued: written before exit (a SIGINT/SIGTERM stops
     // the wait; what is left is then lost).
     if (!broken_) out_.flush(&signal_);
-    if (pending_) {
-      refused(pending_->id, pending_->line, "cancelled before it started");
-      pending_.reset();
+    if (auto held = cpu_.take()) {
+      refused(held->id, held->line, "cancelled before it started");
       if (!broken_) out_.flush(&signal_);
     }
     settle_output();
@@ -306,18 +262,17 @@ class Batch {
     // No new job while the results queue is over its high water: the
     // intake waits for the reader, the runs in flight do not.
     while (!stopping_ && sup_.in_flight() < parallel_ && !out_.over()) {
-      if (pending_) {
+      if (cpu_.holding()) {
         // A CPU-limited job waits for a CPU-limited one to finish.
-        if (cpu_in_flight_ >= cpu_parallel_) break;
-        Pending p = std::move(*pending_);
-        pending_.reset();
-        submit(std::move(p.request), p.id, p.line);
+        auto held = cpu_.release();
+        if (!held) break;
+        submit(std::move(held->request), held->id, held->line);
         continue;
       }
       LineReader::Line got = in_.next(line);
       if (got == LineReader::Line::too_long) {
         ++line_no_;
-        if (!mine()) continue;
+        if (!shard_.mine()) continue;
         ++jobs_seen_;
         refused("", line_no_,
                 "line " + std::to_string(line_no_) + " is longer than the --max-line-bytes cap of " +
@@ -326,7 +281,7 @@ class Batch {
       }
       if (got == LineReader::Line::ok) {
         ++line_no_;
-        if (!blank(line) && mine()) start(line);
+        if (!blank(line) && shard_.mine()) start(line);
         continue;
       }
       if (in_.eof()) break;
@@ -346,11 +301,6 @@ class Batch {
       break;
     }
   }
-
-  // Whether the next job (a non-blank or too-long line) is this batch's:
-  // with --shard, the k-th job is shard k mod N's (shard.hpp says why by
-  // place, not by id).
-  bool mine() { return !options_.shard || options_.shard->owns(job_ordinal_++); }
 
   // A shard that read its whole file and wrote every result says so last;
   // merge takes a stream without this line as not finished.
@@ -415,8 +365,8 @@ class Batch {
       sessions_.run_or_queue(*sid, [this, r = std::move(r), id, at, sid = *sid]() mutable { submit(std::move(r), id, at, sid); });
       return;
     }
-    if (req->limits.has(Limit::cpu_seconds) && cpu_in_flight_ >= cpu_parallel_) {
-      pending_ = Pending{std::move(*req), id, at};  // feed() starts it when a CPU is free
+    if (cpu_.must_wait(*req)) {
+      cpu_.hold({std::move(*req), id, at});  // feed() starts it when a CPU is free
       return;
     }
     submit(std::move(*req), id, at);
@@ -424,10 +374,10 @@ class Batch {
 
   // `session`: the warm session the job runs in (its next job starts when this one ends).
   void submit(Request req, const std::string& id, long at, const std::string& session = "") {
-    const bool cpu = req.limits.has(Limit::cpu_seconds);
+    const bool cpu = CpuQueue::limited(req);
     RunCallbacks cb;
     cb.on_result = [this, at, cpu, session](const Result& r) {
-      if (cpu) --cpu_in_flight_;
+      if (cpu) cpu_.finished();
       if (r.outcome != Outcome::exited || r.exit_code != 0) ++failed_;
       ++outcomes_[static_cast<std::size_t>(r.outcome)];
       emit(result_to_json(r, at), r.id, at);
@@ -439,7 +389,7 @@ class Batch {
       if (!session.empty()) sessions_.finished(session);
       return;
     }
-    if (cpu) ++cpu_in_flight_;
+    if (cpu) cpu_.started();
     handle->detach();  // the result comes through on_result
   }
 
@@ -556,14 +506,8 @@ class Batch {
   BatchSessions sessions_;
   LineReader in_;
   std::size_t parallel_;
-  std::size_t cpu_parallel_;
-  std::size_t cpu_in_flight_ = 0;
-  struct Pending {
-    Request request;
-    std::string id;
-    long line;
-  };
-  std::optional<Pending> pending_;  // a CPU-limited job admitted, waiting for a CPU
+  CpuQueue cpu_;     // CPU-limited jobs: at most cpu_parallel in flight
+  ShardSkip shard_;  // --shard: only this slice of the file
   std::array<std::size_t, 7> outcomes_{};  // results by Outcome
   std::size_t errors_ = 0;                 // lines refused (outcome "error")
   bool progress_;
@@ -571,7 +515,6 @@ class Batch {
   std::chrono::steady_clock::time_point t0_, last_draw_{};
   std::optional<std::size_t> total_;
   long line_no_ = 0;
-  std::size_t job_ordinal_ = 0;  // jobs read so far, this shard's or not
   std::uint64_t end_queued_ = 0;  // out_.written() once the shard's end record is out
   std::size_t jobs_seen_ = 0, written_ = 0, failed_ = 0, lost_ = 0;
   bool watching_ = false, stopping_ = false, broken_ = false;
