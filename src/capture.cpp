@@ -1,6 +1,9 @@
 #include "corral/capture.hpp"
 
 #include <algorithm>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <cstring>
 #include <limits>
 
@@ -36,6 +39,27 @@ std::string scrub_secrets(std::string_view text, std::span<const std::string> se
 
 // ---- SecretSet / SecretMasker ---------------------------------------------
 
+namespace {
+
+// How common a byte is in ordinary program output, roughly (text, code,
+// logs): higher is more common. Only the order matters: SecretSet probes a
+// secret's two rarest bytes.
+int byte_rank(char ch) {
+  const auto c = static_cast<unsigned char>(ch);
+  if (c == '\n') return 230;
+  if (auto at = std::string_view(" etaoinsrhldcumfpgwybvkxjqz").find(static_cast<char>(c)); at != std::string_view::npos)
+    return 255 - static_cast<int>(at) * 3;
+  if (c >= '0' && c <= '9') return 120;
+  if (c >= 'A' && c <= 'Z') return 110;
+  if (std::string_view(".,_-/:=\"'()").find(static_cast<char>(c)) != std::string_view::npos) return 100;
+  if (c >= 0x21 && c < 0x7f) return 60;
+  if (c == '\t' || c == '\r' || c == 0) return 50;
+  return 20;  // control and high bytes
+}
+
+}  // namespace
+
+
 SecretSet::SecretSet(std::vector<std::string> secrets) {
   secrets.erase(std::remove_if(secrets.begin(), secrets.end(), [](const std::string& s) { return s.empty(); }),
                 secrets.end());
@@ -46,6 +70,55 @@ SecretSet::SecretSet(std::vector<std::string> secrets) {
   secrets.erase(std::unique(secrets.begin(), secrets.end()), secrets.end());
   secrets_ = std::move(secrets);
   for (const auto& s : secrets_) first_bytes_[static_cast<unsigned char>(s.front())] = true;
+  probes_.reserve(secrets_.size());
+  for (const auto& s : secrets_) {
+    // The two rarest bytes (distinct positions; the same byte twice is
+    // fine). A one-byte secret probes its byte twice.
+    std::uint32_t a = 0, b = s.size() > 1 ? 1 : 0;
+    if (byte_rank(s[b]) < byte_rank(s[a])) std::swap(a, b);
+    for (std::uint32_t i = 2; i < s.size(); ++i) {
+      if (byte_rank(s[i]) < byte_rank(s[a])) {
+        b = a;
+        a = i;
+      } else if (byte_rank(s[i]) < byte_rank(s[b])) {
+        b = i;
+      }
+    }
+    probes_.push_back({a, b, static_cast<unsigned char>(s[a]), static_cast<unsigned char>(s[b])});
+  }
+}
+
+std::size_t SecretSet::find(std::size_t index, std::string_view data, std::size_t from,
+                            std::size_t end) const noexcept {
+  const std::string& needle = secrets_[index];
+  const Probe& pr = probes_[index];
+  const std::size_t m = needle.size();
+  end = std::min(end, data.size());
+  if (end < m || from > end - m) return std::string_view::npos;
+  const std::size_t last = end - m;  // the last start that fits
+  const char* d = data.data();
+  std::size_t p = from;
+#if defined(__SSE2__)
+  // 16 starts at a time: both probe bytes compared, the whole secret only
+  // where both match. Loads stay inside data[0, end): p + 15 + at <= last + m - 1.
+  const __m128i b1 = _mm_set1_epi8(static_cast<char>(pr.byte1));
+  const __m128i b2 = _mm_set1_epi8(static_cast<char>(pr.byte2));
+  for (; last >= 15 && p <= last - 15; p += 16) {
+    __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + p + pr.at1));
+    __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + p + pr.at2));
+    auto mask = static_cast<unsigned>(_mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(v1, b1), _mm_cmpeq_epi8(v2, b2))));
+    while (mask != 0) {
+      std::size_t q = p + static_cast<std::size_t>(__builtin_ctz(mask));
+      if (std::memcmp(d + q, needle.data(), m) == 0) return q;
+      mask &= mask - 1;
+    }
+  }
+#endif
+  for (; p <= last; ++p)
+    if (static_cast<unsigned char>(d[p + pr.at1]) == pr.byte1 && static_cast<unsigned char>(d[p + pr.at2]) == pr.byte2 &&
+        std::memcmp(d + p, needle.data(), m) == 0)
+      return p;
+  return std::string_view::npos;
 }
 
 namespace {
@@ -58,17 +131,13 @@ const std::shared_ptr<const SecretSet>& no_secrets() {
 constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
 constexpr std::string_view kMask = "***";
 
-// First start p >= from with p < start_limit of `needle` wholly inside data.
-// memmem is glibc's linear-time two-way/SSE search: no per-byte loop here.
-std::size_t find_start(std::string_view data, std::string_view needle, std::size_t from,
+// First start p >= from with p < start_limit of secret `index` wholly inside data.
+std::size_t find_start(const SecretSet& set, std::size_t index, std::string_view data, std::size_t from,
                        std::size_t start_limit) {
   if (from >= start_limit) return kNone;
   // An occurrence starting before start_limit ends at most here.
-  std::size_t end = std::min(data.size(), start_limit - 1 + needle.size());
-  if (end < from + needle.size()) return kNone;
-  const void* hit = ::memmem(data.data() + from, end - from, needle.data(), needle.size());
-  if (!hit) return kNone;
-  return static_cast<std::size_t>(static_cast<const char*>(hit) - data.data());
+  std::size_t end = std::min(data.size(), start_limit - 1 + set.values()[index].size());
+  return set.find(index, data, from, end);
 }
 
 }  // namespace
@@ -101,8 +170,8 @@ void SecretMasker::feed_into(std::string_view chunk, std::string& out) {
 
 bool SecretMasker::needs_no_change(std::string_view data) const {
   if (hold_start(data) != data.size()) return false;
-  for (const auto& secret : secrets_->values())
-    if (::memmem(data.data(), data.size(), secret.data(), secret.size()) != nullptr) return false;
+  for (std::size_t i = 0; i < secrets_->values().size(); ++i)
+    if (secrets_->find(i, data, 0, data.size()) != kNone) return false;
   return true;
 }
 
@@ -163,7 +232,8 @@ void SecretMasker::process(std::string_view data, bool final, std::string& out) 
 
   if (secrets.size() == 1) {
     const std::string_view s = secrets.front();
-    for (std::size_t p = find_start(data, s, 0, safe); p != kNone; p = find_start(data, s, p + 1, safe)) {
+    const SecretSet& set = *secrets_;
+    for (std::size_t p = find_start(set, 0, data, 0, safe); p != kNone; p = find_start(set, 0, data, p + 1, safe)) {
       if (p >= cursor) {
         out.append(data.substr(cursor, p - cursor));
         out.append(kMask);
@@ -174,7 +244,7 @@ void SecretMasker::process(std::string_view data, bool final, std::string& out) 
     // next[i]: the next start of secret i at or after the scan position.
     std::vector<std::size_t>& next = next_;
     next.resize(secrets.size());
-    for (std::size_t i = 0; i < secrets.size(); ++i) next[i] = find_start(data, secrets[i], 0, safe);
+    for (std::size_t i = 0; i < secrets.size(); ++i) next[i] = find_start(*secrets_, i, data, 0, safe);
     for (;;) {
       std::size_t p = kNone, len = 0;
       for (std::size_t i = 0; i < secrets.size(); ++i) {
@@ -190,7 +260,7 @@ void SecretMasker::process(std::string_view data, bool final, std::string& out) 
       }
       cursor = std::max(cursor, p + len);
       for (std::size_t i = 0; i < secrets.size(); ++i)
-        if (next[i] != kNone && next[i] <= p) next[i] = find_start(data, secrets[i], p + 1, safe);
+        if (next[i] != kNone && next[i] <= p) next[i] = find_start(*secrets_, i, data, p + 1, safe);
     }
   }
 

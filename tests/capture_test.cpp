@@ -148,6 +148,63 @@ Test(capture, random_chunkings_agree_with_reference) {
   }
 }
 
+// The masker's search tests two bytes of a secret 16 starts at a time
+// before comparing it whole: every start offset within a block, the tail
+// after the last whole block, and a `from` or `end` inside a block must
+// answer as std::string_view::find does.
+Test(capture, secret_search_agrees_with_find_at_every_offset) {
+  std::mt19937 rng(4242);
+  const std::vector<std::string> secrets = {"hunter2-swordfish", "xy", "q", "abcabcabcabcabcabcabcab", "zzzz"};
+  const SecretSet set(secrets);
+  for (int round = 0; round < 400; ++round) {
+    std::string text(rng() % 140, 'a');
+    for (char& c : text) {
+      // Mostly the secrets' own bytes, so partial matches abound.
+      const std::string& s = secrets[rng() % secrets.size()];
+      c = s[rng() % s.size()];
+    }
+    // Plant a few whole occurrences at random places.
+    for (int k = 0; k < 3; ++k) {
+      const std::string& s = set.values()[rng() % set.values().size()];
+      if (text.size() >= s.size()) text.replace(rng() % (text.size() - s.size() + 1), s.size(), s);
+    }
+    const std::string_view t(text);
+    for (std::size_t i = 0; i < set.values().size(); ++i) {
+      const std::string& s = set.values()[i];
+      std::size_t from = text.empty() ? 0 : rng() % (text.size() + 1);
+      std::size_t end = from + rng() % (text.size() - from + 1);
+      std::size_t want = t.substr(0, end).find(s, from);
+      std::size_t got = set.find(i, t, from, end);
+      cr_assert_eq(got, want, "secret '%s' text '%s' from %zu end %zu: got %zu want %zu", s.c_str(), text.c_str(),
+                   from, end, got, want);
+    }
+  }
+}
+
+// Chunks long enough for the block-wise search, secrets whose rare bytes
+// sit at the start, the middle and the end: streamed masking agrees with
+// the reference.
+Test(capture, long_chunks_agree_with_reference) {
+  std::mt19937 rng(99);
+  const std::vector<std::vector<std::string>> sets = {
+      {"hunter2-swordfish"}, {"a-b", "b-c-a"}, {"aaaaaaaaaaaaaaaaaaaaaaaa-"}, {"-aaaaaaaaaaaaaaaaaab", "b"}};
+  for (const auto& secrets : sets) {
+    for (int round = 0; round < 150; ++round) {
+      std::string alphabet;
+      for (const auto& s : secrets) alphabet += s;
+      std::string text(rng() % 700, 'a');
+      for (char& c : text) c = alphabet[rng() % alphabet.size()];
+      std::vector<std::size_t> sizes;
+      for (std::size_t i = 0; i < text.size(); ++i) sizes.push_back(1 + rng() % 120);
+      SecretMasker m(secrets);
+      std::string got = mask_in_chunks(m, text, sizes);
+      std::string want = reference_mask(secrets, text);
+      cr_assert(got == want, "secrets[0]=%s text=%s got=%s want=%s", secrets[0].c_str(), text.c_str(), got.c_str(),
+                want.c_str());
+    }
+  }
+}
+
 Test(capture, feed_view_passes_clean_chunks_through_and_agrees_with_feed) {
   SecretMasker m(std::vector<std::string>{"hunter2"});
   std::string out;

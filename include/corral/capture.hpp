@@ -39,9 +39,21 @@ class SecretSet {
   std::size_t longest() const noexcept { return secrets_.empty() ? 0 : secrets_.front().size(); }
   const std::vector<std::string>& values() const noexcept { return secrets_; }
   bool starts_secret(unsigned char c) const noexcept { return first_bytes_[c]; }
+  // The first start p of values()[index] with from <= p and the whole
+  // occurrence inside data[0, end); npos when there is none.
+  std::size_t find(std::size_t index, std::string_view data, std::size_t from, std::size_t end) const noexcept;
 
  private:
+  // Two positions of a secret whose bytes are tested at every offset of
+  // the text before the whole secret is compared: chosen as the secret's
+  // rarest bytes in ordinary output, so a text full of its first letter
+  // (memmem's weak spot) does not slow the scan down.
+  struct Probe {
+    std::uint32_t at1 = 0, at2 = 0;
+    unsigned char byte1 = 0, byte2 = 0;
+  };
   std::vector<std::string> secrets_;  // sorted by length, longest first
+  std::vector<Probe> probes_;         // one per secret
   std::array<bool, 256> first_bytes_{};
 };
 
@@ -111,6 +123,9 @@ class StreamCapture {
   std::string_view finish();
 
   const std::string& kept() const noexcept { return kept_; }
+  // The kept bytes, moved out (up to the cap: 16 MiB by default, not worth
+  // a copy at the end of a run); kept() is empty afterwards.
+  std::string take_kept() noexcept { return std::move(kept_); }
   std::uint64_t total_bytes() const noexcept { return total_; }  // raw bytes seen
   std::uint64_t masked_bytes() const noexcept { return masked_total_; }  // bytes hashed
   bool truncated() const noexcept { return truncated_; }
