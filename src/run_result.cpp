@@ -202,8 +202,9 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   else if (run.limits.fractional(Limit::cpu_seconds) && r.enforcement.count("cpu_seconds"))
     r.enforcement["cpu_seconds"] += "_rounded_up";  // RLIMIT_CPU alone: whole seconds
   classify_outcome(end, run.limits, r);
+  if (r.outcome == Outcome::spawn_failed && end.report.stage == SpawnStage::execve) explain_exec_failure(run, r.spawn_errno);
   auto fill = [](CapturedStream& c, StreamCapture& cap) {
-    c.text = cap.kept();
+    c.text = cap.take_kept();
     c.bytes = cap.total_bytes();
     c.truncated = cap.truncated();
     c.sha256 = cap.sha256_hex();

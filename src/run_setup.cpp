@@ -42,26 +42,39 @@ const char* find_env(const char* name) {
 
 // execvp semantics, decided in the parent: a name with a slash is used as
 // is; otherwise every PATH entry of the CHILD's environment is a candidate,
-// tried in order by the child.
-std::vector<std::string> exec_candidates(const std::string& program, const std::string& child_path) {
+// tried in order by the child (ENOENT and ENOTDIR go on to the next, as in
+// execvp). An empty entry means the cwd for execvp; a sandbox does not
+// search it. With `existing`, entries where nothing by that name exists are
+// dropped: the child would only collect EACCES from directories its uid
+// cannot search and report that instead of the truth, ENOENT. Without it
+// (the process tiers, where it cost a stat per PATH entry per run, most of
+// them after the entry the program is found in) that check is made only
+// when the exec failed (exec_failure_detail).
+std::vector<std::string> exec_candidates(const std::string& program, const std::string& child_path, bool existing) {
   if (program.find('/') != std::string::npos) return {program};
   std::vector<std::string> out;
   std::string_view rest = child_path.empty() ? std::string_view("/usr/local/bin:/usr/bin:/bin") : child_path;
   while (true) {
     auto colon = rest.find(':');
     std::string_view dir = rest.substr(0, colon);
-    // An empty entry means the cwd for execvp; a sandbox does not search it.
-    // Entries where nothing by that name exists are dropped here: the child
-    // would only collect EACCES from directories its uid cannot search and
-    // report that instead of the truth, ENOENT.
-    std::string candidate = std::string(dir) + "/" + program;
-    struct stat st;
-    if (!dir.empty() && (::stat(candidate.c_str(), &st) == 0 || errno != ENOENT)) out.push_back(std::move(candidate));
+    if (!dir.empty()) {
+      std::string candidate = std::string(dir) + "/" + program;
+      struct stat st;
+      if (!existing || ::stat(candidate.c_str(), &st) == 0 || errno != ENOENT) out.push_back(std::move(candidate));
+    }
     if (colon == std::string_view::npos) break;
     rest.remove_prefix(colon + 1);
   }
   if (out.empty()) out.push_back(program);  // execve then fails with ENOENT, as it should
   return out;
+}
+
+// The first candidate that opens (the file execve would run), for the
+// 32-bit check: opened in PATH order, as the search would find it.
+std::string first_existing(const std::vector<std::string>& candidates) {
+  for (const auto& c : candidates)
+    if (::access(c.c_str(), F_OK) == 0) return c;
+  return candidates.front();
 }
 
 // The tiers' seccomp filters are for x86_64 (seccomp.hpp): a 32-bit program
@@ -268,6 +281,14 @@ static std::string tried_program(const ChildPlan& plan) {
   return out;
 }
 
+void explain_exec_failure(PreparedRun& run, int& spawn_errno) {
+  if (run.searched_name.empty()) return;
+  auto existing = exec_candidates(run.searched_name, run.env_path, /*existing=*/true);
+  run.program.clear();
+  for (const auto& p : existing) run.program += (run.program.empty() ? "" : ", ") + p;
+  if (spawn_errno == EACCES && existing.size() == 1 && existing.front() == run.searched_name) spawn_errno = ENOENT;
+}
+
 Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string run_id) {
   auto t0 = std::chrono::steady_clock::now();
   HostFacts probed;
@@ -413,11 +434,14 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   }
   auto path_it = env.find("PATH");
   run.env_path = path_it == env.end() ? "" : path_it->second;
-  plan.exec_paths = exec_candidates(plan.argv_storage.front(), path_it == env.end() ? "" : path_it->second);
-  run.program = tried_program(plan);  // the plan's strings are released after the spawn
+  plan.exec_paths = exec_candidates(plan.argv_storage.front(), run.env_path, /*existing=*/container);
+  if (!container && plan.argv_storage.front().find('/') == std::string::npos)
+    run.searched_name = plan.argv_storage.front();  // run.program is found if the exec fails
+  else
+    run.program = tried_program(plan);  // the plan's strings are released after the spawn
   // A session exec runs the session's files, not the host's: not checked here.
   if (!session && req.tier != Tier::none && !req.rootfs && !(container && plan.exec_paths.front().rfind("/workspace/", 0) == 0))
-    if (auto st = refuse_32bit_program(plan.exec_paths.front()); !st) return who(st.error());
+    if (auto st = refuse_32bit_program(first_existing(plan.exec_paths)); !st) return who(st.error());
   // container: the mount tree's chdir
   if (!session) plan.cwd = container ? "" : req.chdir ? *req.chdir : req.cwd ? *req.cwd : wp->path();
   plan.merge_output = req.merge_output;

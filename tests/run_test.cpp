@@ -281,6 +281,31 @@ Test(run, spawn_failure_names_the_stage) {
   cr_assert_eq(h.leftovers(), 0u);
 }
 
+// The process tiers' child searches PATH itself (no stat per entry in the
+// supervisor): a PATH directory the run's uid cannot search comes before
+// the one holding the program, and the program still runs; a name found
+// nowhere is ENOENT, not the EACCES that directory gave the child.
+Test(run, path_search_skips_unsearchable_dirs_and_missing_is_enoent) {
+  if (geteuid() != 0) cr_skip_test("needs root: the run's own uid meets a 0700 directory of root's");
+  Harness h;
+  char dir[] = "/tmp/corral-path-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  cr_assert_eq(chmod(dir, 0700), 0);  // root's only: the run's uid gets EACCES in it
+  const std::string path = std::string(dir) + ":/usr/bin:/bin";
+  Request found = req(Tier::os_process, {"true"});
+  found.env["PATH"] = path;
+  Result ok = h.run(std::move(found));
+  cr_assert_eq(ok.outcome, Outcome::exited, "%s", ok.detail.c_str());
+  cr_assert_eq(ok.exit_code, 0);
+  Request gone = req(Tier::os_process, {"corral-no-such-program"});
+  gone.env["PATH"] = path;
+  Result missing = h.run(std::move(gone));
+  rmdir(dir);
+  cr_assert_eq(missing.outcome, Outcome::spawn_failed, "%s", missing.detail.c_str());
+  cr_assert_eq(missing.spawn_errno, ENOENT, "%s", missing.detail.c_str());
+  cr_assert(contains(missing.detail, "execve 'corral-no-such-program': ENOENT"), "%s", missing.detail.c_str());
+}
+
 Test(run, a_program_exiting_127_is_not_a_spawn_failure) {
   Harness h;
   Result res = h.run(req(Tier::none, {helper("hostile"), "exit", "127"}));

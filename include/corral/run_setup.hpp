@@ -52,6 +52,9 @@ struct PreparedRun {
   std::string run_id;
   Request request;
   std::string program;                         // what execve was given, for a spawn failure's detail
+  // argv[0] when the child searches PATH for it untested (a process tier):
+  // a failed exec redoes the search here to name what exists and why.
+  std::string searched_name;
   std::string env_path;                        // the PATH the program got (Result::env_path)
   Limits limits;                               // effective: defaults + request
   ChildPlan plan;
@@ -72,6 +75,12 @@ struct PreparedRun {
 // Build everything the child needs. An Error means corral refuses or
 // cannot run this request; nothing was spawned and nothing is left behind.
 Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string run_id);
+
+// After a spawn failed at execve: a process-tier child searched PATH
+// untested (PreparedRun::searched_name), so the candidates that exist are
+// found now to name them in run.program, and an EACCES that came only from
+// directories holding no such program becomes the truth, ENOENT.
+void explain_exec_failure(PreparedRun& run, int& spawn_errno);
 
 // How the supervisor saw the run end.
 struct RunEnd {
