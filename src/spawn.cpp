@@ -167,10 +167,9 @@ Status make_child_pipe(UniqueFd& read_end, UniqueFd& write_end, const std::strin
   read_end.reset(fds[0]);
   write_end.reset(fds[1]);
   if (nonblocking_read) {
-    // Only our end: the program gets an ordinary blocking pipe.
-    int flags = fcntl(fds[0], F_GETFL);
-    if (flags < 0 || fcntl(fds[0], F_SETFL, flags | O_NONBLOCK) != 0)
-      return Error::from_errno(errno, "fcntl O_NONBLOCK on " + what);
+    // Only our end: the program gets an ordinary blocking pipe. A fresh
+    // read end has no other status flag F_SETFL could clear, so no F_GETFL.
+    if (fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0) return Error::from_errno(errno, "fcntl O_NONBLOCK on " + what);
   }
   return {};
 }
@@ -204,7 +203,10 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
 
   const int sources[3] = {plan.stdin_fd ? plan.stdin_fd.get() : devnull_.get(), out_write.get(),
                           plan.merge_output ? out_write.get() : err_write.get()};
-  for (int i = 0; i < 3; ++i)
+  // The slots hold /dev/null between spawns: stdin's is already right
+  // unless the plan gives one (two dup3 calls a run saved).
+  const int first = plan.stdin_fd ? 0 : 1;
+  for (int i = first; i < 3; ++i)
     if (dup3(sources[i], slots_[i].get(), O_CLOEXEC) < 0) return Error::from_errno(errno, "spawn: fill fd slot");
 
   const int slot_fds[3] = {slots_[0].get(), slots_[1].get(), slots_[2].get()};
@@ -227,7 +229,7 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
 
   // Give the slots back to /dev/null: holding a pipe's write end open here
   // would keep the program's stdout from ever reaching EOF.
-  for (const UniqueFd& slot : slots_) dup3(devnull_.get(), slot.get(), O_CLOEXEC);
+  for (int i = first; i < 3; ++i) dup3(devnull_.get(), slots_[i].get(), O_CLOEXEC);
   plan.stdin_fd.reset();
   if (!pidfd) return std::move(pidfd).error().context("spawn");
   child.pidfd = std::move(*pidfd);

@@ -171,8 +171,10 @@ void Supervisor::Impl::on_leader_exit(std::uint32_t slot, Run& run) {
   // the run's uid (escapees of the group too: nothing of the run outlives
   // it, and an escapee holding the pipes no longer makes us wait for the
   // drain). The leader's zombie keeps the pgid from being reused until we
-  // reap it just below, so the guardian lets go of the run first.
-  kill_group(run.pidfd, SIGKILL);
+  // reap it just below, so the guardian lets go of the run first. The
+  // group only: the leader itself is a zombie already (kill_group would
+  // signal it through its pidfd too, a system call per run for nothing).
+  (void)::kill(-run.pidfd.pid(), SIGKILL);
   reap_uid_at_exit(run);
   if (guardian) guardian->unwatch(slot);
   auto status = wait_exit(run.pidfd, true);
