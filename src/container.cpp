@@ -211,7 +211,14 @@ std::vector<std::string> finish_container(PreparedRun& run, const RunEnd& end, R
       if (stats->pids_limit_hits.value_or(0) > 0)
         notes.push_back("process_count: pids.max refused " + std::to_string(*stats->pids_limit_hits) + " fork(s)");
     }
-    if (auto st = c.cgroup->remove(); !st) notes.push_back("cgroup not fully removed: " + st.error().message());
+    // remove() kills what is left and waits until the group is empty before
+    // its rmdir (a v1 group with a task refuses one): success is the
+    // evidence that nothing of the run lives on.
+    auto removed = c.cgroup->remove();
+    if (!removed) notes.push_back("cgroup not fully removed: " + removed.error().message());
+    const bool killed = end.timed_out || end.cancelled || !end.output_limit.empty() || end.cpu_limit_hit ||
+                        end.oom_notified;
+    if (killed) r.kill_confirmed = static_cast<bool>(removed);
   }
   classify_outcome(mapped, run.limits, r);
   if (mapped.oom_killed && r.outcome != Outcome::killed_oom)

@@ -331,6 +331,7 @@ std::string result_to_json(const Result& r, long line) {
   j["cpu_seconds"] = r.cpu_seconds;
   j["cpu_wait_seconds"] = r.cpu_wait_seconds ? json(*r.cpu_wait_seconds) : json(nullptr);
   j["cpu_starved"] = r.cpu_starved();
+  j["kill_confirmed"] = r.kill_confirmed ? json(*r.kill_confirmed) : json(nullptr);
   j["max_rss_bytes"] = r.max_rss_bytes;
   json arts = json::array();
   for (const auto& a : r.artifacts)

@@ -67,6 +67,13 @@ Test(session_cli, open_exec_files_close_daemonless) {
   auto cat = run_cli({"session", "exec", id, "--", "/bin/cat", "f"});
   cr_expect_eq(cat.out, "kept\n");
   cr_expect_eq(run_cli({"session", "exec", id, "--limit", "wall_seconds=1", "--", "/bin/sleep", "30"}).code, 124);
+  // The Result says the kill was confirmed: a setsid escapee of the exec is gone too.
+  auto killed = run_cli({"session", "exec", id, "--json", "--limit", "wall_seconds=1", "--", "/bin/sh", "-c",
+                         "setsid /bin/sleep 7791 & /bin/sleep 30"});
+  cr_expect_eq(killed.code, 124);
+  cr_expect(contains(killed.out, "\"kill_confirmed\":true"), "%s", killed.out.c_str());
+  cr_expect_eq(host_processes_with("sleep 7791"), 0, "the exec's setsid escapee outlived its kill");
+  cr_expect(contains(run_cli({"session", "exec", id, "--json", "--", "/bin/true"}).out, "\"kill_confirmed\":null"));
   cr_expect_eq(run_cli({"session", "put", id, "d/x.txt", "--text", "hello"}).code, 0);
   cr_expect_eq(run_cli({"session", "get", id, "d/x.txt"}).out, "hello");
   auto ls = run_cli({"session", "ls", id, "d/*"});

@@ -175,8 +175,10 @@ Test(session, a_timed_out_exec_takes_its_setsid_children_and_the_session_serves_
   l.set(Limit::wall_seconds, 1);
   auto r = exec(*sup, s.id, {"/bin/sh", "-c", "setsid /bin/sleep 7772 & /bin/sleep 7773; wait"}, l);
   cr_expect_eq(r.outcome, Outcome::killed_timeout, "%s", r.detail.c_str());
-  cr_expect(gone_within([] { return host_processes_with("sleep 7772") == 0 && host_processes_with("sleep 7773") == 0; }, 2),
-            "the exec's processes (a setsid one too) outlived its kill");
+  cr_expect(r.kill_confirmed.value_or(false), "the kill was not confirmed: %s", r.detail.c_str());
+  // Confirmed means gone already, not gone eventually.
+  cr_expect_eq(host_processes_with("sleep 7772") + host_processes_with("sleep 7773"), 0,
+               "the exec's processes (a setsid one too) outlived a confirmed kill");
   cr_expect(process_alive(s.pid1), "the session's pid 1 died with the exec");
   cr_expect(process_alive(s.keeper));
   // Nothing of that exec is left in the cgroup tree either.
@@ -191,6 +193,30 @@ Test(session, a_timed_out_exec_takes_its_setsid_children_and_the_session_serves_
   auto next = exec(*sup, s.id, {"/bin/echo", "still here"});
   cr_expect_eq(next.outcome, Outcome::exited, "%s", next.detail.c_str());
   cr_expect_eq(next.stdout_capture.text, "still here\n");
+  cr_expect(!next.kill_confirmed, "an exec corral did not kill says kill_confirmed");
+}
+
+Test(session, a_cancelled_execs_setsid_escapee_is_killed_and_the_kill_confirmed) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("cancel")};
+  auto s = open_session(sc.name, "t", spec_with_helpers());
+  auto sup = supervisor();
+  Request r;
+  r.argv = {"/bin/sh", "-c", "setsid /bin/sleep 7774 & exec /bin/sleep 7775"};
+  r.limits.set(Limit::wall_seconds, 60);
+  std::shared_ptr<Result> got;
+  auto h = sup->submit(session_exec_request(s.id, r), RunCallbacks{nullptr, [&](const Result& res) {
+                                                                     got = std::make_shared<Result>(res);
+                                                                   }});
+  cr_assert(h, "%s", h ? "" : h.error().message().c_str());
+  // The escapee runs in a session of its own, outside the exec's process group.
+  cr_assert(gone_within([] { return host_processes_with("sleep 7774") == 1 && host_processes_with("sleep 7775") == 1; }, 5));
+  h->cancel();
+  while (!got) (void)sup->run_once(1);
+  cr_expect_eq(got->outcome, Outcome::cancelled, "%s", got->detail.c_str());
+  cr_expect(got->kill_confirmed.value_or(false), "the kill was not confirmed: %s", got->detail.c_str());
+  cr_expect_eq(host_processes_with("sleep 7774"), 0, "the setsid escapee outlived a confirmed kill");
+  cr_expect(process_alive(s.pid1), "the session died with the exec");
 }
 
 Test(session, an_oom_exec_is_killed_oom_and_the_session_survives) {

@@ -87,6 +87,14 @@ struct Result {
     auto wall = limits.seconds(Limit::wall_seconds);
     return outcome == Outcome::killed_timeout && cpu_wait_seconds && wall && *cpu_wait_seconds >= 0.25 * *wall;
   }
+  // A run corral killed (its deadline, a cancel, an output or CPU limit, an
+  // OOM it ended the run for): whether every process of the run was seen
+  // gone afterwards — true when the run's cgroup was found empty and
+  // removed, so nothing it started (setsid or not) lives on; false when
+  // that could not be confirmed (the detail says why). Unset when corral
+  // killed nothing, or the tier has no group to look at (tiers none and
+  // process, whose kill is the process group's and the uid's).
+  std::optional<bool> kill_confirmed;
   std::uint64_t max_rss_bytes = 0;
   std::vector<ArtifactInfo> artifacts;
   std::vector<std::string> artifact_notes;  // skipped outputs and why

@@ -43,6 +43,7 @@ class Result:
     cpu_seconds: float = 0.0
     cpu_wait_seconds: Optional[float] = None  # killed_timeout: time spent waiting for a CPU (process tiers)
     cpu_starved: bool = False  # a wall kill of a run that waited >= 1/4 of wall_seconds for a CPU
+    kill_confirmed: Optional[bool] = None  # a run corral killed: its cgroup found empty afterwards (container tier)
     max_rss_bytes: int = 0
     artifacts: List[Artifact] = field(default_factory=list)
     artifact_notes: List[str] = field(default_factory=list)
