@@ -3,9 +3,13 @@
 // verbs find the session from host state, batch serializes a session's jobs
 // and disposes what it opened.
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 
 #include "cli_runner.hpp"
 #include "container_support.hpp"
@@ -114,4 +118,45 @@ Test(session_cli, batch_serializes_a_sessions_jobs_and_disposes_it) {
   cr_assert_eq(kept.code, 0, "%s", kept.err.c_str());
   cr_expect_eq(sessions_of(scope), 1u, "--keep-sessions did not keep it");
   cr_expect_eq(dispose_scope(scope), 1);
+}
+
+// Session jobs go through batch's cpu_seconds queue like any other job: on
+// one usable CPU (the default CPU-limited parallelism is one per CPU) three
+// CPU-limited jobs in three sessions run one after another, never together,
+// though --parallel's default (four per CPU) would let them all start.
+Test(session_cli, cpu_limited_session_jobs_wait_for_a_cpu) {
+  SKIP_UNLESS_SESSIONS();
+  const std::string scope = scope_for("cpuq");
+  corral_test::TempDir dir;
+  std::string jobs;
+  for (const char* t : {"a", "b", "c"})
+    jobs += std::string("{\"id\":\"") + t + "\",\"tier\":\"container\",\"limits\":{\"cpu_seconds\":5},"
+            "\"argv\":[\"/bin/sh\",\"-c\",\"date +%s.%N; sleep 0.4; date +%s.%N\"],"
+            "\"session\":{\"scope\":\"" + scope + "\",\"thread\":\"" + t + "\"}}\n";
+  corral_test::write_file(dir / "jobs.jsonl", jobs);
+  cpu_set_t saved, one;
+  cr_assert_eq(sched_getaffinity(0, sizeof saved, &saved), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &saved)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);  // the batch inherits it
+  auto run = run_cli({"batch", dir / "jobs.jsonl"});
+  sched_setaffinity(0, sizeof saved, &saved);
+  cr_assert_eq(run.code, 0, "%s", run.err.c_str());
+  std::vector<std::pair<double, double>> spans;
+  std::size_t at = 0;
+  while ((at = run.out.find("\"stdout\":\"", at)) != std::string::npos) {
+    at += 10;
+    double start = 0, end = 0;
+    cr_assert_eq(std::sscanf(run.out.c_str() + at, "%lf\\n%lf", &start, &end), 2, "%s", run.out.c_str());
+    spans.emplace_back(start, end);
+  }
+  cr_assert_eq(spans.size(), 3u, "%s", run.out.c_str());
+  std::sort(spans.begin(), spans.end());
+  for (std::size_t i = 1; i < spans.size(); ++i)
+    cr_expect_geq(spans[i].first, spans[i - 1].second, "CPU-limited session jobs ran together: %s", run.out.c_str());
+  cr_expect_eq(sessions_of(scope), 0u, "the batch left its sessions open");
 }

@@ -219,7 +219,9 @@ class Batch {
       feed();
       if (!stopping_) sessions_.pump();  // the next job of each session whose last one ended
       settle_output();
-      if (sup_.in_flight() == 0 && (stopping_ || (in_.exhausted() && sessions_.queued() == 0))) break;
+      if (sup_.in_flight() == 0 &&
+          (stopping_ || (in_.exhausted() && sessions_.queued() == 0 && !cpu_.turns_waiting())))
+        break;
       auto more = sup_.run_once(progress_ ? 0.1 : -1);
       if (!more) {
         say("batch: %s", more.error().message().c_str());
@@ -239,6 +241,8 @@ class Batch {
       refused(held->id, held->line, "cancelled before it started");
       if (!broken_) out_.flush(&signal_);
     }
+    for (const auto& turn : cpu_.take_turns()) refused(turn.id, turn.line, "cancelled before it started");
+    if (!broken_) out_.flush(&signal_);
     settle_output();
     for (const Queued& q : queued_) lost(q.id, q.line);
     queued_.clear();
@@ -259,6 +263,12 @@ class Batch {
   // Start jobs while there is room; ask the ring to wake us for more input.
   void feed() {
     std::string line;
+    // Session jobs whose turn came while the CPUs were taken go first.
+    while (!stopping_ && sup_.in_flight() < parallel_) {
+      auto turn = cpu_.release_turn();
+      if (!turn) break;
+      submit(std::move(turn->request), turn->id, turn->line, turn->session);
+    }
     // No new job while the results queue is over its high water: the
     // intake waits for the reader, the runs in flight do not.
     while (!stopping_ && sup_.in_flight() < parallel_ && !out_.over()) {
@@ -375,6 +385,11 @@ class Batch {
   // `session`: the warm session the job runs in (its next job starts when this one ends).
   void submit(Request req, const std::string& id, long at, const std::string& session = "") {
     const bool cpu = CpuQueue::limited(req);
+    if (!session.empty() && cpu_.must_wait(req)) {
+      // A session's next job does not jump the CPU limit (its session stays busy).
+      cpu_.hold_turn({std::move(req), id, at, session});
+      return;
+    }
     RunCallbacks cb;
     cb.on_result = [this, at, cpu, session](const Result& r) {
       if (cpu) cpu_.finished();

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "corral/request.hpp"
 #include "corral/shard.hpp"
@@ -40,6 +42,7 @@ class CpuQueue {
     Request request;
     std::string id;
     long line = 0;
+    std::string session{};  // a session job's session (batch_session.hpp)
   };
 
   explicit CpuQueue(std::size_t cpu_parallel) : cpu_parallel_(cpu_parallel) {}
@@ -60,6 +63,18 @@ class CpuQueue {
     held_.reset();
     return out;
   }
+  // A session job whose turn came (its session's previous job ended) while
+  // every slot is taken: it waits too, in the order the turns came, its
+  // session busy meanwhile. The intake goes on (other sessions, other jobs).
+  void hold_turn(Job job) { turns_.push_back(std::move(job)); }
+  bool turns_waiting() const { return !turns_.empty(); }
+  std::optional<Job> release_turn() {
+    if (turns_.empty() || in_flight_ >= cpu_parallel_) return std::nullopt;
+    Job job = std::move(turns_.front());
+    turns_.pop_front();
+    return job;
+  }
+  std::deque<Job> take_turns() { return std::exchange(turns_, {}); }
   void started() { ++in_flight_; }
   void finished() { --in_flight_; }
 
@@ -67,6 +82,7 @@ class CpuQueue {
   std::size_t cpu_parallel_;
   std::size_t in_flight_ = 0;
   std::optional<Job> held_;
+  std::deque<Job> turns_;
 };
 
 // --shard I/N: which jobs of the file are this batch's, by place (shard.hpp
