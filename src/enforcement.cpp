@@ -171,6 +171,14 @@ void probe_container_facts(HostFacts& h, std::string_view template_root) {
   h.containers_probed = true;
 }
 
+void note_live_session(HostFacts& h) {
+  if (h.containers_probed) return;
+  h.user_namespaces = h.pivot_root = true;
+  h.container_probe.clear();
+  h.container_probe_how = "shown by a live session (its sandbox was made on this host)";
+  h.containers_probed = true;
+}
+
 void set_workspace_facts(HostFacts& h, const std::string& given) {
   auto c = choose_workspace_base(given, /*prepare=*/false);
   h.workspace_base = c.path;

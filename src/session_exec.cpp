@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -29,6 +30,10 @@ namespace corral {
 struct SessionJoin {
   std::string session_dir;
   Pidfd pid1;
+  // LOCK_EX on the exec's cgroup directory in the session's first
+  // hierarchy while this process holds the exec: the keeper removes an
+  // exec cgroup nobody claims (sweep_unclaimed_execs).
+  UniqueFd claim;
   long inside_uid = 0, inside_gid = 0;
   ~SessionJoin() {
     if (!session_dir.empty()) session_state::touch_active(session_dir);
@@ -182,6 +187,13 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host) {
   }
   c->cgroup.emplace(std::move(*cg));
   auto join = std::make_shared<SessionJoin>();
+  const std::string first = info->cgroup_dirs.empty() ? std::string() : info->cgroup_dirs.front() + "/";
+  for (const auto& d : c->cgroup->dirs())
+    if (!first.empty() && d.rfind(first, 0) == 0) {
+      join->claim.reset(::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (!join->claim || ::flock(join->claim.get(), LOCK_EX) != 0)
+        return Error::from_errno(errno, "session exec: claim the exec's cgroup '" + d + "'");
+    }
   join->session_dir = info->dir;
   join->pid1 = std::move(*pid1);
   join->inside_uid = info->inside_uid;

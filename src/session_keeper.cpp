@@ -183,6 +183,12 @@ void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::strin
       if (now - created >= spec.max_lifetime_seconds) break;
       wait = std::min(wait, spec.max_lifetime_seconds - (now - created));
     }
+    // What an exec whose owner died left (its leader died with the owner,
+    // PDEATHSIG; a setsid child of it did not) is killed here.
+    if (busy(info.cgroup_dirs)) {
+      std::vector<std::string> problems;
+      (void)sweep_unclaimed_execs(info.cgroup_dirs, 2.0, problems);
+    }
     if (spec.idle_seconds > 0) {
       if (busy(info.cgroup_dirs)) {
         touch_active(session_dir);

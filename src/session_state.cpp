@@ -183,6 +183,44 @@ int remove_exec_cgroups(const std::vector<std::string>& session_cgroup_dirs, std
   return left;
 }
 
+int sweep_unclaimed_execs(const std::vector<std::string>& session_cgroup_dirs, double min_age_seconds,
+                          std::vector<std::string>& problems) {
+  if (session_cgroup_dirs.empty()) return 0;
+  const std::string execs = session_cgroup_dirs.front() + "/execs";
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(execs.c_str())) {
+    while (struct dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.' && e->d_type == DT_DIR) names.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  int removed = 0;
+  const double now = now_realtime();
+  for (const auto& name : names) {
+    UniqueFd dir(::open((execs + "/" + name).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir) continue;
+    // Its owner holds LOCK_EX while the exec lives.
+    if (::flock(dir.get(), LOCK_SH | LOCK_NB) != 0) continue;
+    struct stat st {};
+    if (::fstat(dir.get(), &st) != 0 ||
+        now - (static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) / 1e9) < min_age_seconds)
+      continue;
+    std::vector<std::string> dirs;
+    for (const auto& sdir : session_cgroup_dirs) dirs.push_back(sdir + "/execs/" + name);
+    if (auto st2 = detail::kill_until_empty("session", dirs, 2000); !st2) {
+      problems.push_back(st2.error().message());
+      continue;
+    }
+    bool all = true;
+    for (const auto& d : dirs)
+      if (::rmdir(d.c_str()) != 0 && errno != ENOENT) {
+        problems.push_back("session: rmdir '" + d + "': " + std::strerror(errno));
+        all = false;
+      }
+    removed += all;
+  }
+  return removed;
+}
+
 void remove_files(const std::string& session_dir) {
   for (const char* f : {"state", "state.tmp", "active", "lock"}) (void)::unlink((session_dir + "/" + f).c_str());
   (void)::rmdir(session_dir.c_str());

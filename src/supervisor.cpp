@@ -19,7 +19,8 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   impl->host = probe_host(/*with_containers=*/false);  // probed on the first container run
   // As root a run's uid is its own on the whole host, not only among our
   // runs: locked in /run/corral/uids.lock (uid_lock.hpp).
-  if (impl->host.root) impl->uids.lock_host_wide();
+  const bool full = !options.session_execs_only;
+  if (impl->host.root && full) impl->uids.lock_host_wide();
   // Run ids name this supervisor by 48 random bits, not by its pid: two
   // processes that are each pid 1 of a pid namespace of their own, or a
   // restart that got the same pid, must not make the same ids (an artifact
@@ -62,13 +63,15 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
 
   // One base fd for every workspace (a private 0711 directory when the
   // given base is writable by others; see WorkspaceBase).
-  auto base = WorkspaceBase::open(options.workspace_base);
-  if (!base) return std::move(base).error().context("supervisor");
-  impl->base = std::move(*base);
+  if (full) {
+    auto base = WorkspaceBase::open(options.workspace_base);
+    if (!base) return std::move(base).error().context("supervisor");
+    impl->base = std::move(*base);
+  }
 
   // As root: register (what we leave if we die is then found by token),
   // then sweep what dead supervisors left (leftovers.hpp).
-  if (impl->host.root) {
+  if (impl->host.root && full) {
     auto owner = OwnerRecord::create(impl->owner_token, impl->base->path());
     if (!owner) return std::move(owner).error().context("supervisor");
     impl->owner.emplace(std::move(*owner));
@@ -93,8 +96,13 @@ std::size_t Supervisor::capacity() const { return impl_->capacity; }
 
 Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) {
   Impl& s = *impl_;
+  const bool session_exec = !request.session.empty();
+  if (s.options.session_execs_only && !session_exec)
+    return Error::invalid("submit: this supervisor runs execs into live sessions only (session_execs_only)");
   if (request.tier == Tier::container && !s.host.containers_probed) {
-    probe_container_facts(s.host);
+    // A live session is the host's answer already: its sandbox was made here.
+    if (session_exec) note_live_session(s.host);
+    else probe_container_facts(s.host);
     s.cache.enforcement.erase(Tier::container);
   }
   const std::size_t weight = fds_per_run(request.tier);
@@ -104,7 +112,10 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
                              std::to_string(s.held_fds) + " of the " + std::to_string(s.fd_budget) +
                              " fds the fd limit (RLIMIT_NOFILE) leaves for runs (" +
                              std::to_string(weight) + " more needed); wait for some to finish");
-  if (!s.guardian) {
+  if (!s.guardian && !session_exec) {
+    // A session exec needs none: the exec's own cgroup, below its session's,
+    // holds everything it starts, its leader dies with us (PDEATHSIG), and
+    // the session's keeper kills what an exec whose owner is gone left.
     // Before the first run: from its first instant a run is covered. The
     // guardian shares the uid lock file (opened now when root) so a dead
     // supervisor's uids stay locked until it has killed their processes.
@@ -180,7 +191,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   s.by_pid[run.pidfd.pid()] = slot;
   // The leader leads its own group (pgid = pid); as root the uid is the run's alone.
   const UidPool::Lease* lease = run.prep.uid_lease ? &*run.prep.uid_lease : nullptr;
-  s.guardian->watch(slot, run.pidfd.pid(), lease && lease->host_wide() ? lease->uid() : 0);
+  if (s.guardian) s.guardian->watch(slot, run.pidfd.pid(), lease && lease->host_wide() ? lease->uid() : 0);
   s.arm_pid(slot, run);
   s.arm_poll(slot, run, run.out, kOpOut);
   if (run.err_capture) s.arm_poll(slot, run, run.err, kOpErr);

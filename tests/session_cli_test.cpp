@@ -3,9 +3,11 @@
 // verbs find the session from host state, batch serializes a session's jobs
 // and disposes what it opened.
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,6 +45,8 @@ bool process_alive(pid_t pid) {
   auto paren = stat.rfind(')');
   return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
 }
+
+int open_devnull() { return open("/dev/null", O_RDWR); }
 
 std::size_t sessions_of(const std::string& scope) {
   std::size_t n = 0;
@@ -159,4 +163,51 @@ Test(session_cli, cpu_limited_session_jobs_wait_for_a_cpu) {
   for (std::size_t i = 1; i < spans.size(); ++i)
     cr_expect_geq(spans[i].first, spans[i - 1].second, "CPU-limited session jobs ran together: %s", run.out.c_str());
   cr_expect_eq(sessions_of(scope), 0u, "the batch left its sessions open");
+}
+
+// `corral session exec` runs without a guardian process: when it is
+// SIGKILLed mid-exec, the exec's leader dies with it (PDEATHSIG) and the
+// session's keeper kills what the exec started in its cgroup (a setsid
+// child too) once nobody claims that cgroup any more. The session lives on.
+Test(session_cli, an_exec_whose_cli_was_sigkilled_leaves_nothing_running) {
+  SKIP_UNLESS_SESSIONS();
+  const std::string scope = scope_for("sigkill");
+  auto open = run_cli({"session", "open", "--scope", scope, "--thread", "t"});
+  cr_assert_eq(open.code, 0, "%s", open.err.c_str());
+  const std::string id = trim(open.out);
+  const std::string cli = corral_test::build_dir() + "/bin/corral";
+  // Markers of this run only (a sleeper of another run must not count).
+  const std::string escapee = "sleep 1" + std::to_string(getpid() % 100000) + "1";
+  const std::string leader = "sleep 1" + std::to_string(getpid() % 100000) + "2";
+  // Through a variable: the markers are then in the sleepers' command lines only.
+  const std::string script = "m=" + std::to_string(getpid() % 100000) + "; setsid /bin/sleep 1${m}1 & exec /bin/sleep 1${m}2";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int devnull = open_devnull();
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    execl(cli.c_str(), cli.c_str(), "session", "exec", id.c_str(), "--", "/bin/sh", "-c", script.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  cr_assert_gt(pid, 0);
+  bool started = false;
+  for (int i = 0; i < 1500 && !started; ++i) {
+    started = host_processes_with(escapee) == 1 && host_processes_with(leader) == 1;
+    if (!started) usleep(20000);
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  cr_assert(started, "the exec's processes did not start within 30 s");
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {  // the keeper looks every second, at groups 2 s old
+    gone = host_processes_with(escapee) == 0 && host_processes_with(leader) == 0;
+    if (!gone) usleep(20000);
+  }
+  cr_expect(gone, "the exec's processes outlived its SIGKILLed CLI");
+  auto info = find_session(id);
+  cr_expect(info && process_alive(info->pid1), "the session died with the exec");
+  cr_expect_eq(run_cli({"session", "exec", id, "--", "/bin/true"}).code, 0);
+  cr_expect_eq(trim(run_cli({"session", "close", "--scope", scope}).out), "1");
 }

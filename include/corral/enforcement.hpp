@@ -34,6 +34,11 @@ void set_workspace_facts(HostFacts& host, const std::string& given);
 // `template_root`: where the namespace templates that can stand in for the
 // probe are looked for (tests point it elsewhere).
 void probe_container_facts(HostFacts& host, std::string_view template_root = kTemplateRoot);
+// For an exec into a live session (session.hpp): the session's sandbox was
+// made on this host, which shows what the probe would try (user and mount
+// namespaces, pivot_root); the facts are set without a probe. A no-op once
+// probed.
+void note_live_session(HostFacts& host);
 
 // Guarantees (beyond limits) a run may ask for or get.
 inline constexpr std::string_view kGuaranteeWriteConfinement = "write_confinement";

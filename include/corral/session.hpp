@@ -23,6 +23,9 @@
 // — everything the exec started, setsid or not — and nothing else; its end
 // does too (nothing an exec starts outlives it). An OOM at the exec's
 // ceiling (min of its memory_bytes and the session's) is its killed_oom.
+// The exec's process holds an flock on the exec's cgroup directory while
+// the exec runs (its leader has PDEATHSIG): the keeper kills and removes an
+// exec cgroup nobody claims, so no guardian process is needed for execs.
 //
 // Files (put/get/list/remove) work on the session's /workspace from the
 // host through /proc/<pid1>/root, with the collection rules: openat2

@@ -51,6 +51,13 @@ struct SupervisorOptions {
   // with the run's secret values scrubbed; a failed append becomes a
   // warning on that run's Result. Shared: batch and run use the same sink.
   std::shared_ptr<AuditSink> audit;
+  // A supervisor for execs into live sessions only (`corral session exec`):
+  // no host-wide uid lock, workspace base, owner record or sweep of dead
+  // supervisors' leftovers at create — an exec takes neither a uid nor a
+  // workspace, and what it starts lives in a cgroup below its session's,
+  // which the session's keeper sweeps once the exec's owner is gone
+  // (session.hpp). submit() refuses any other request.
+  bool session_execs_only = false;
 };
 
 class Supervisor;

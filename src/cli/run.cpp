@@ -462,6 +462,9 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
   // One run needs a handful of ring entries; the default 4096 (sized for a
   // batch) costs ~0.1 ms of ring mapping in a one-run process.
   sopts.ring_entries = 32;
+  // An exec into a live session takes no uid and no workspace: none of the
+  // supervisor's host-wide set-up (session.hpp).
+  sopts.session_execs_only = !session.empty();
   if (!o.audit_path.empty()) {
     auto audit = FileAuditSink::open(o.audit_path);
     if (!audit) return say("%s", audit.error().message().c_str()), exit_code_for_error(audit.error().code());
