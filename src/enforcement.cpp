@@ -377,7 +377,8 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   else
     add(kGuaranteePrivilegeDrop, h.root ? "hard_per_run" : "unsupported",
         h.root ? "a uid of its own per run in flight, held by no other run on the host (a lock in "
-                 "/run/corral/uids.lock the kernel drops if its holder dies); not reused while a process of it lives"
+                 "/run/corral/uids.lock the kernel drops if its holder dies); not reused while a process of it lives; "
+                 "it has no passwd entry (getpwuid fails; HOME, USER and LOGNAME are set): use tier container for one"
                : "not root: the program runs as the caller's uid");
   if (tier == Tier::none)
     add(kGuaranteeCapabilityDrop, "unsupported", "tier none keeps the caller's capabilities");

@@ -294,3 +294,26 @@ Test(enforcement, a_pinned_uid_makes_process_count_per_user) {
   // The program and the other process: one fork left under 3.
   cr_assert(forked(res) >= 0 && forked(res) <= 1, "forked %d with another process of uid %u alive", forked(res), uid);
 }
+
+// Tier process as root runs the program on a uid of its own that the host's
+// passwd does not know. The map says so (issue 21: a program that looks up its
+// own user — pip, git, ssh, Path.home() — must be told where to find one), and
+// the run shows it: getpwuid fails there while USER/LOGNAME/HOME are set.
+Test(enforcement, the_process_tier_uid_has_no_passwd_entry_and_the_map_says_so) {
+  need_root();
+  bool said = false;
+  for (const auto& e : enforcement_map(probe_host(false), Tier::os_process))
+    if (e.name == "privilege_drop") said = contains(e.note, "no passwd entry");
+  cr_assert(said, "the map's privilege_drop note does not say the run's uid has no passwd entry");
+
+  Harness h;
+  Result res = h.run(req(Tier::os_process,
+                         {"/usr/bin/python3", "-c",
+                          "import os,pwd\n"
+                          "try:\n pwd.getpwuid(os.getuid()); print('entry')\n"
+                          "except KeyError: print('none', os.environ['USER'] == os.environ['LOGNAME'], "
+                          "bool(os.environ['HOME']))"}));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  cr_assert_str_eq(res.stdout_capture.text.c_str(), "none True True\n",
+                   "the map says no passwd entry; the run saw: %s", res.stdout_capture.text.c_str());
+}
