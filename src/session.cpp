@@ -59,8 +59,8 @@ bool sweep_one_locked(const std::string& dir, const std::string& id, std::vector
   return true;
 }
 
-// Forks the keeper, detached (setsid, then a second fork so it is nobody's
-// child here), and waits for its "ok" or its error.
+// Starts the keeper, detached (spawn_keeper: setsid, then a fork of its own
+// so it is nobody's child here), and waits for its "ok" or its error.
 Expected<SessionInfo> create_session(const SessionKey& key, const SessionSpec& spec, const std::string& id) {
   const std::string sdir = spec.dir + "/" + id;
   if (::mkdir(sdir.c_str(), 0700) != 0) return Error::from_errno(errno, "session " + id + ": mkdir '" + sdir + "'");
@@ -69,25 +69,14 @@ Expected<SessionInfo> create_session(const SessionKey& key, const SessionSpec& s
     ss::remove_files(sdir);
     return Error::from_errno(errno, "session " + id + ": pipe");
   }
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    int e = errno;
+  auto spawned = ss::spawn_keeper(key, spec, id, ready[1]);
+  if (!spawned) {
     ::close(ready[0]);
     ::close(ready[1]);
     ss::remove_files(sdir);
-    return Error::from_errno(e, "session " + id + ": fork the keeper");
+    return std::move(spawned).error();
   }
-  if (pid == 0) {
-    // Nothing of the caller's: its stdio (a `$(corral session open)` must
-    // see EOF), its locks (the sessions directory's), its pipes.
-    ::setsid();
-    if (::fork() != 0) ::_exit(0);
-    int devnull = ::open("/dev/null", O_RDWR);
-    for (int fd = 0; fd < 3; ++fd) ::dup2(devnull, fd);
-    ::dup2(ready[1], 3);
-    ::close_range(4, ~0u, 0);
-    ss::run_keeper(key, spec, id, sdir, 3);
-  }
+  const pid_t pid = *spawned;
   ::close(ready[1]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

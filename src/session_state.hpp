@@ -55,7 +55,27 @@ void remove_files(const std::string& session_dir);
 
 bool valid_id(std::string_view id);
 
-// The keeper (session_keeper.cpp), in the detached process acquire forked:
+// Starting the keeper (session_spawn.cpp): posix_spawn of the keeper program
+// (SessionSpec::keeper_program, else the corral CLI beside the library or
+// this program, else on PATH) as `corral session keep SPEC`, `ready_fd` as
+// its fd 3, stdio /dev/null, a session of its own, default signals. It
+// forks the keeper and exits at once: reap the pid returned.
+Expected<pid_t> spawn_keeper(const SessionKey& key, const SessionSpec& spec, const std::string& id, int ready_fd);
+std::string keeper_program(const SessionSpec& spec);
+// What `session keep` gets on its argv: the key, the id and the spec's
+// container options, every value hex-encoded.
+struct KeeperSpec {
+  std::string id;
+  SessionKey key;
+  SessionSpec spec;
+};
+std::string encode_keeper_spec(const SessionKey& key, const SessionSpec& spec, const std::string& id);
+Expected<KeeperSpec> decode_keeper_spec(std::string_view text);
+// `corral session keep SPEC`, with the ready pipe at fd 3: decodes, forks
+// the keeper (which never returns), returns an exit code.
+int keeper_main(std::string_view encoded);
+
+// The keeper (session_keeper.cpp), in the process `session keep` forked:
 // builds the sandbox, takes <session_dir>/lock, writes the state, writes
 // "ok\n" or the error's message to ready_fd and closes it, then keeps the
 // session until it is disposed, idles out, reaches its lifetime or its

@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "container_support.hpp"
@@ -336,4 +338,38 @@ Test(session, an_idle_session_is_disposed) {
   cr_expect(gone_within([&] { return !process_alive(s.keeper) && !exists(s.dir); }, 5), "idle session kept");
   cr_expect(!process_alive(s.pid1));
   for (const auto& d : s.cgroup_dirs) cr_expect(!exists(d), "cgroup %s left", d.c_str());
+}
+
+// acquire starts the keeper without running our code in a forked copy of
+// the caller (which may be multithreaded: a lock held by another thread at
+// the fork would be held forever in the copy): the keeper is the corral
+// CLI exec'd afresh, so it holds nothing of the caller's memory. Made here
+// from a caller with a second thread and 64 MiB of touched heap; a keeper
+// forked from it would map (and count in its RSS) those pages.
+Test(session, the_keeper_is_a_fresh_program_not_a_fork_of_the_caller) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("fresh")};
+  std::vector<char> heap(64u << 20, 'x');
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop) {
+      std::vector<char> v(4096, 'y');
+      (void)v;
+    }
+  });
+  auto s = open_session(sc.name, "t", spec_with_helpers());
+  stop = true;
+  busy.join();
+  char exe[4096] = {0};
+  ssize_t n = readlink(("/proc/" + std::to_string(s.keeper) + "/exe").c_str(), exe, sizeof exe - 1);
+  cr_assert_gt(n, 0);
+  cr_expect(contains(std::string(exe), "/bin/corral"), "the keeper runs %s, not the corral CLI", exe);
+  std::string status = corral_test::read_file("/proc/" + std::to_string(s.keeper) + "/status");
+  auto at = status.find("VmRSS:");
+  cr_assert_neq(at, std::string::npos);
+  long rss_kib = std::atol(status.c_str() + at + 6);
+  cr_expect_lt(rss_kib, 32 * 1024, "the keeper holds %ld KiB: the caller's heap came along", rss_kib);
+  cr_expect_eq(heap[12345], 'x');
+  auto sup = supervisor();
+  cr_expect_eq(exec(*sup, s.id, {"/bin/true"}).exit_code, 0);
 }

@@ -3,8 +3,9 @@
 // of workspace_bytes), keyed by {scope, thread, agent} that the host
 // supplies — never the workload.
 //
-// No daemon. acquire() forks a keeper process (setsid, detached from the
-// caller) that builds the sandbox the way a container run is built
+// No daemon. acquire() starts a keeper process (posix_spawn of the corral
+// CLI's internal `session keep`, so nothing of ours runs in a forked child
+// of the caller; setsid, detached from the caller) that builds the sandbox the way a container run is built
 // (prepare_run + spawn_container: namespaces, read-only root, the session's
 // cgroup with its memory and pids ceilings, a uid of the host-wide pool
 // held for the session's life) with an idle program under pid 1, then
@@ -36,7 +37,7 @@
 // session's namespaces); cgroup v1 for the per-exec cgroups (on v2 the
 // session's own group holds pid 1, and a v2 group with processes cannot
 // enable controllers for children: not done yet, refused with the reason).
-// acquire() forks: call it from a single-threaded process (the CLI is).
+// acquire() is safe in a multithreaded caller: it forks nothing itself.
 #pragma once
 
 #include <sys/types.h>
@@ -76,6 +77,10 @@ struct SessionSpec {
   double max_lifetime_seconds = 4 * 3600;  // 0: none
   std::size_t max_sessions = 64;      // live sessions on the host, checked at create
   std::string dir = std::string(kSessionsDir);
+  // The program that becomes the keeper: the corral CLI (its internal verb
+  // `session keep`). "": beside the library (<libdir>/../bin/corral), beside
+  // this program (<dir>/../bin/corral), else `corral` on PATH.
+  std::string keeper_program{};
 };
 
 // What decides whether acquire() may hand an existing session out: tier,
@@ -168,6 +173,10 @@ Expected<std::vector<SessionEntry>> session_list(std::string_view id, std::strin
 // work dir itself ("", ".", "/") is refused.
 Status session_remove(std::string_view id, std::string_view path, bool recursive,
                       const std::string& dir = std::string(kSessionsDir));
+
+// ---- internal: `corral session keep SPEC` (the keeper acquire starts), the
+// ready pipe at fd 3. Returns an exit code; the keeper it forks never returns.
+int session_keeper_main(std::string_view encoded_spec);
 
 // ---- internal to the run layer (run_setup.cpp, container_spawn.cpp)
 struct PreparedRun;

@@ -278,6 +278,8 @@ int session_main(int argc, char** argv) {
   std::string verb = argv[1];
   --argc, ++argv;  // argv[0] is now the sub-verb
   if (verb == "open") return open_main(argc, argv);
+  // Internal: the keeper acquire_session starts (session.hpp), not for people.
+  if (verb == "keep" && argc == 2) return session_keeper_main(argv[1]);
   if (verb == "exec") {
     if (argc < 2) return say("usage: corral session exec ID [options] [--] PROGRAM [ARGS...]"), 2;
     std::string id = argv[1];
