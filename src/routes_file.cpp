@@ -384,6 +384,13 @@ Status check_toml_bounds(std::string_view text, std::string_view path) {
       while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
       continue;
     }
+    // TOML allows non-ASCII only inside strings and comments. toml++ 3.3's
+    // whitespace test for a non-ASCII character outside them reaches a
+    // __builtin_unreachable for some (U+00A1 and up: `é = 1` is undefined
+    // behaviour under UBSan), so the scan refuses it first.
+    if (static_cast<unsigned char>(c) >= 0x80)
+      return refuse(line, "a non-ASCII character outside a string or comment (TOML allows it only there; quote the "
+                          "key or value)");
     if (line_start) {
       line_start = false;
       in_key = true;

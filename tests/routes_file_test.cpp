@@ -406,3 +406,20 @@ Test(routes_file, keys_and_nesting_beyond_the_bounds_are_refused_before_the_pars
                            "fine.toml");
   cr_assert(fine.ok(), "%s", fine.ok() ? "" : fine.error().message().c_str());
 }
+
+// Non-ASCII outside a string or comment: toml++ 3.3's whitespace test for
+// such a character reaches an unreachable point (undefined behaviour; UBSan
+// stops `corral check` on `é = 1`). The scan refuses it with FILE:LINE first;
+// inside strings and comments it stays legal.
+Test(routes_file, non_ascii_outside_strings_and_comments_is_refused_before_the_parser) {
+  for (const char* text : {"\xc3\xa9 = 1\n", "[[route]]\nname = \xc3\xa9\n", "[\xc2\xa1]\n", "x = [\xd2\x99]\n",
+                           "a.\xc3\xa9 = 1\n"}) {
+    auto parsed = parse_routes(text, "u.toml");
+    cr_assert(!parsed.ok(), "accepted: %s", text);
+    cr_assert(contains(parsed.error().message(), "non-ASCII character outside a string or comment"), "%s",
+              parsed.error().message().c_str());
+    cr_assert(contains(parsed.error().message(), "u.toml:"), "%s", parsed.error().message().c_str());
+  }
+  auto fine = parse_routes("# caf\xc3\xa9\n[[route]]\nname = \"caf\xc3\xa9\"\nprovenance = 'trusted'\n", "fine.toml");
+  cr_assert(fine.ok(), "%s", fine.ok() ? "" : fine.error().message().c_str());
+}
