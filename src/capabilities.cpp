@@ -22,15 +22,19 @@ int kernel_last_cap() {
 
 }  // namespace
 
+std::uint64_t effective_capabilities() noexcept {
+  // capget with pid 0 reads the calling thread's sets: capabilities are per
+  // thread, and a forked child inherits this thread's. One raw call
+  // (libcap's cap_get_proc asks the kernel's version first: two, and a
+  // malloc).
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (sys::call(SYS_capget, reinterpret_cast<long>(&header), reinterpret_cast<long>(data)) != 0) return 0;
+  return (std::uint64_t{data[1].effective} << 32) | data[0].effective;
+}
+
 bool has_effective_capability(int cap) noexcept {
-  // cap_get_proc() reads the calling thread's sets (capget with pid 0):
-  // capabilities are per thread, and a forked child inherits this thread's.
-  cap_t caps = cap_get_proc();
-  if (caps == nullptr) return false;
-  cap_flag_value_t value = CAP_CLEAR;
-  bool ok = cap_get_flag(caps, static_cast<cap_value_t>(cap), CAP_EFFECTIVE, &value) == 0;
-  cap_free(caps);
-  return ok && value == CAP_SET;
+  return cap >= 0 && cap < 64 && ((effective_capabilities() >> cap) & 1) != 0;
 }
 
 Expected<CapabilityDrop> prepare_capability_drop() {

@@ -168,6 +168,16 @@ void probe_container_facts(HostFacts& h, std::string_view template_root) {
   h.pivot_root = probed.pivot_root;
   h.container_probe = probed.failed;
   h.container_probe_how = probed.how;
+  // The cgroup module decides: a backend exists only where we may create
+  // groups (root, or a delegated subtree), and has() says which
+  // controllers. Only the container tier makes a cgroup per run: a process
+  // tier run does not pay for reading the mount table.
+  CgroupProbeSources sources;
+  sources.kernel_release = h.kernel;
+  h.cgroups = probe_cgroups(sources);
+  h.cgroup_memory = h.cgroups.backend != CgroupVersion::none && h.cgroups.has("memory");
+  h.cgroup_pids = h.cgroups.backend != CgroupVersion::none && h.cgroups.has("pids");
+  h.cgroup_summary = h.cgroups.describe();
   h.containers_probed = true;
 }
 
@@ -187,10 +197,13 @@ void set_workspace_facts(HostFacts& h, const std::string& given) {
   h.workspace_note = c.note;
 }
 
-HostFacts probe_host(bool with_containers) {
+HostFacts probe_host(bool with_containers, bool with_workspace) {
   HostFacts h;
-  h.root = is_root_capable();
-  h.cap_sys_resource = has_effective_capability(24 /* CAP_SYS_RESOURCE */);
+  // One capget for the three (is_root_capable() asks for two).
+  const std::uint64_t caps = effective_capabilities();
+  auto holds = [&](int cap) { return ((caps >> cap) & 1) != 0; };
+  h.root = geteuid() == 0 && holds(7 /* CAP_SETUID */) && holds(6 /* CAP_SETGID */);
+  h.cap_sys_resource = holds(24 /* CAP_SYS_RESOURCE */);
   {
     // execve(2), "Capabilities during execve": no file capabilities, so
     // uid 0 gets its bounding set and any other uid its ambient set.
@@ -202,23 +215,17 @@ HostFacts probe_host(bool with_containers) {
     h.program_raises_rlimits = program_has(24 /* CAP_SYS_RESOURCE */);
     h.program_nproc_exempt = getuid() == 0 || h.program_raises_rlimits || program_has(21 /* CAP_SYS_ADMIN */);
   }
-  h.cap_sys_admin = has_effective_capability(21 /* CAP_SYS_ADMIN */);
+  h.cap_sys_admin = holds(21 /* CAP_SYS_ADMIN */);
   h.landlock_abi = landlock_abi();
   h.seccomp = prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0;
   h.io_uring = probe_io_uring();
   long pidfd = sys::call(SYS_pidfd_open, getpid(), 0);
   h.pidfd = pidfd >= 0;
   if (pidfd >= 0) close(static_cast<int>(pidfd));
-  if (with_containers) probe_container_facts(h);
-  // The cgroup module decides: a backend exists only where we may create
-  // groups (root, or a delegated subtree), and has() says which controllers.
-  h.cgroups = probe_cgroups();
-  h.cgroup_memory = h.cgroups.backend != CgroupVersion::none && h.cgroups.has("memory");
-  h.cgroup_pids = h.cgroups.backend != CgroupVersion::none && h.cgroups.has("pids");
-  h.cgroup_summary = h.cgroups.describe();
   struct utsname u;
   if (uname(&u) == 0) h.kernel = u.release;
-  set_workspace_facts(h, "");
+  if (with_containers) probe_container_facts(h);
+  if (with_workspace) set_workspace_facts(h, "");
   return h;
 }
 

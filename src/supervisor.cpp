@@ -16,7 +16,10 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->uids = UidPool(options.uid_range_first, options.uid_range_count);
-  impl->host = probe_host(/*with_containers=*/false);  // probed on the first container run
+  // The container facts (the namespace probe, the cgroups) are probed on
+  // the first container run; the workspace facts are those of our base,
+  // chosen once below.
+  impl->host = probe_host(/*with_containers=*/false, /*with_workspace=*/false);
   // As root a run's uid is its own on the whole host, not only among our
   // runs: locked in /run/corral/uids.lock (uid_lock.hpp).
   const bool full = !options.session_execs_only;
@@ -34,12 +37,11 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
 
   // The fd table is what bounds runs in flight: raise the soft limit to the
   // hard one (raising the hard limit needs CAP_SYS_RESOURCE; we don't try).
-  struct rlimit nofile;
+  struct rlimit nofile {};
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
     nofile.rlim_cur = nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &nofile);
+    if (setrlimit(RLIMIT_NOFILE, &nofile) != 0) getrlimit(RLIMIT_NOFILE, &nofile);
   }
-  getrlimit(RLIMIT_NOFILE, &nofile);
   std::size_t soft = nofile.rlim_cur == RLIM_INFINITY ? 1 << 20 : static_cast<std::size_t>(nofile.rlim_cur);
 
   io_uring_params params;
@@ -64,9 +66,18 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   // One base fd for every workspace (a private 0711 directory when the
   // given base is writable by others; see WorkspaceBase).
   if (full) {
-    auto base = WorkspaceBase::open(options.workspace_base);
+    // Chosen once (prepared: root's tmpfs mounted if it is not yet); the
+    // host facts say where our runs' workspaces go, which is this base.
+    WorkspaceBaseChoice where = choose_workspace_base(options.workspace_base, /*prepare=*/true);
+    impl->host.workspace_base = where.path;
+    impl->host.workspace_source = where.source;
+    impl->host.workspace_tmpfs = where.tmpfs;
+    impl->host.workspace_note = where.note;
+    auto base = WorkspaceBase::open(where.path);
     if (!base) return std::move(base).error().context("supervisor");
     impl->base = std::move(*base);
+  } else {
+    set_workspace_facts(impl->host, options.workspace_base);
   }
 
   // As root: register (what we leave if we die is then found by token),

@@ -211,7 +211,9 @@ UniqueFd open_private_dir(int parent, const std::string& name) {
 }  // namespace
 
 Expected<std::shared_ptr<const WorkspaceBase>> WorkspaceBase::open(const std::string& dir) {
-  std::string given = default_base(dir);
+  // A named directory is the base as it is (choose_workspace_base would
+  // only statfs it again).
+  std::string given = dir.empty() ? default_base(dir) : dir;
   std::string who = "workspace: base directory " + quoted(given);
   UniqueFd fd(::open(given.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!fd) return errno_error(who);

@@ -118,7 +118,7 @@ Test(door, untrusted_below_container_and_below_the_floor_are_refused) {
 }
 
 Test(door, a_job_naming_a_route_runs_under_it_and_is_refused_where_it_refuses) {
-  auto router = load_router("examples/routes.toml", probe_host(false));
+  auto router = load_router("examples/routes.toml", probe_host());
   cr_assert(router.ok(), "%s", router.ok() ? "" : router.error().message().c_str());
   DoorPolicy policy;
   policy.routes = *router;

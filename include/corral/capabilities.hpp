@@ -62,6 +62,10 @@ int apply_capability_drop_in_child(const CapabilityDrop& drop) noexcept;
 // Parent side: whether `cap` (CAP_*) is in the calling thread's effective
 // set. Used by prepare functions to refuse what the child could not do.
 bool has_effective_capability(int cap) noexcept;
+// The calling thread's effective set as a mask (bit CAP_* set when held),
+// from one capget(2): a caller that asks about several capabilities reads
+// them all at once. 0 when capget fails.
+std::uint64_t effective_capabilities() noexcept;
 
 // Everything above in one call, without a prepared object (the C ABI's
 // corral_drop_capabilities). Child side; async-signal-safe; 0 or errno.

@@ -36,7 +36,7 @@ struct HostFacts {
   bool pivot_root = false;
   std::string container_probe;    // the step that failed ("" when all worked)
   std::string container_probe_how; // what was tried, for `corral enforcement`
-  bool containers_probed = false; // the three fields above hold a probe's answer
+  bool containers_probed = false; // the three fields above and the cgroup fields below hold a probe's answer
   CgroupProbe cgroups;            // the cgroup module's probe (backend, controllers, delegation)
   bool cgroup_memory = false;     // a per-run memory cgroup can be created (root or delegated)
   bool cgroup_pids = false;
