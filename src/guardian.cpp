@@ -235,6 +235,17 @@ void Guardian::unwatch(std::uint32_t slot) noexcept {
   shared_->entries[slot].store(0, std::memory_order_release);
 }
 
+void Guardian::adopt(const Guardian& other) noexcept {
+  if (!shared_ || !other.shared_) return;
+  const std::uint32_t n = std::min(other.shared_->used.load(std::memory_order_acquire), kSlots);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint64_t e = other.shared_->entries[i].load(std::memory_order_acquire);
+    if (e != 0) watch(i, static_cast<pid_t>(e >> 32), static_cast<uid_t>(e));
+  }
+}
+
+int Guardian::keep_fd() const noexcept { return shared_ ? shared_->keep_fd : -1; }
+
 void Guardian::stop() noexcept {
   if (!shared_ || !quit_write_) return;
   shared_->quit.store(1, std::memory_order_release);

@@ -123,23 +123,29 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
                              std::to_string(s.held_fds) + " of the " + std::to_string(s.fd_budget) +
                              " fds the fd limit (RLIMIT_NOFILE) leaves for runs (" +
                              std::to_string(weight) + " more needed); wait for some to finish");
-  if (!s.guardian && !session_exec) {
-    // A session exec needs none: the exec's own cgroup, below its session's,
-    // holds everything it starts, its leader dies with us (PDEATHSIG), and
-    // the session's keeper kills what an exec whose owner is gone left.
-    // Before the first run: from its first instant a run is covered. The
-    // guardian shares the uid lock file (opened now when root) so a dead
-    // supervisor's uids stay locked until it has killed their processes.
-    auto lock_fd = s.uids.host_lock_fd();
-    if (!lock_fd) return std::move(lock_fd).error().context("supervisor");
-    auto guardian = Guardian::start(*lock_fd);
-    if (!guardian) return std::move(guardian).error().context("supervisor");
-    s.guardian = std::move(*guardian);
-  }
   RunContext ctx{&s.uids, s.options.workspace_base, &s.host, &s.cache, s.base, s.owner_token};
   std::string run_id = next_run_id();
   auto prepared = prepare_run(std::move(request), ctx, run_id);
   if (!prepared) return std::move(prepared).error();
+  // A container's pid 1 dies with us and takes its pid namespace along
+  // (guardian.hpp). A session exec needs none either: the exec's own
+  // cgroup, below its session's, holds everything it starts, its leader
+  // dies with us (PDEATHSIG), and the session's keeper kills what an exec
+  // whose owner is gone left.
+  const bool guarded = !prepared->container;
+  if (guarded) {
+    // Before the run starts: from its first instant it is covered
+    // (guardian.hpp). The guardian shares the uid lock file, once a lease
+    // opened it, so a dead supervisor's uids stay locked until it has
+    // killed their processes; one started without it is replaced.
+    const int lock_fd = s.uids.opened_lock_fd();
+    if (!s.guardian || (lock_fd >= 0 && s.guardian->keep_fd() != lock_fd)) {
+      auto guardian = Guardian::start(lock_fd);
+      if (!guardian) return std::move(guardian).error().context("supervisor");
+      if (s.guardian) (*guardian)->adopt(*s.guardian);
+      s.guardian = std::move(*guardian);
+    }
+  }
 
   std::uint32_t slot;
   if (!s.free_slots.empty()) {
@@ -202,7 +208,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   s.by_pid[run.pidfd.pid()] = slot;
   // The leader leads its own group (pgid = pid); as root the uid is the run's alone.
   const UidPool::Lease* lease = run.prep.uid_lease ? &*run.prep.uid_lease : nullptr;
-  if (s.guardian) s.guardian->watch(slot, run.pidfd.pid(), lease && lease->host_wide() ? lease->uid() : 0);
+  if (guarded) s.guardian->watch(slot, run.pidfd.pid(), lease && lease->host_wide() ? lease->uid() : 0);
   s.arm_pid(slot, run);
   s.arm_poll(slot, run, run.out, kOpOut);
   if (run.err_capture) s.arm_poll(slot, run, run.err, kOpErr);

@@ -126,6 +126,11 @@ Expected<int> UidPool::host_lock_fd() {
   return state_->lock->fd();
 }
 
+int UidPool::opened_lock_fd() const noexcept {
+  std::lock_guard lock(state_->mu);
+  return state_->host_wide && !state_->pinned && state_->lock ? state_->lock->fd() : -1;
+}
+
 std::uint32_t UidPool::in_use() const noexcept {
   std::lock_guard lock(state_->mu);
   return state_->in_use;

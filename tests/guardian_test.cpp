@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -252,6 +253,35 @@ Test(guardian, sigkill_to_the_cli_leaves_nothing_running_and_the_next_start_swee
   auto next = Supervisor::create();  // any start sweeps
   cr_assert(next.ok());
   cr_assert(empty_soon(base.path()), "the next start did not remove the dead CLI's workspace");
+}
+
+// Tier container starts no guardian: its pid 1 dies with the CLI
+// (PDEATHSIG) and takes the pid namespace along, escapees of the group and
+// setsid ones too, seen from the host within 2 s; the CLI has no
+// corral-guard child while it runs.
+Test(guardian, sigkill_to_a_container_cli_leaves_nothing_running_without_a_guardian) {
+  need_root();
+  if (!probe_host().user_namespaces) cr_skip_test("no user namespaces here: no container tier");
+  TempDir base;
+  chmod(base.path().c_str(), 0755);
+  const std::string tag = tag_for("container");
+  pid_t cli = start_cli({"run", "--tier", "container", "--limit", "wall_seconds=60", "--input",
+                         helper("hostile") + ":hostile", "--", "./hostile", "escapees", "-1", tag},
+                        base.path());
+  std::vector<pid_t> procs;
+  for (int i = 0; i < 500 && procs.size() < 3; ++i, usleep(20000)) procs = tagged(tag, /*run_uids_only=*/true);
+  // pid 1 (a copy of the CLI, its command line too) counts with them.
+  if (procs.size() < 3) kill(cli, SIGKILL);
+  cr_assert_geq(procs.size(), 3u, "the program and its two escapees should be running");
+  std::string kids = corral_test::read_file("/proc/" + std::to_string(cli) + "/task/" + std::to_string(cli) + "/children");
+  std::istringstream in(kids);
+  for (std::string p; in >> p;)
+    cr_expect_neq(corral_test::read_file("/proc/" + p + "/comm"), "corral-guard\n", "a container run started a guardian");
+  kill(cli, SIGKILL);
+  waitpid(cli, nullptr, 0);
+  auto left = still_alive(procs, 2000);
+  kill_all(left);
+  cr_assert(left.empty(), "%zu process(es) of the container run outlived the CLI by 2 s", left.size());
 }
 
 Test(guardian, sigkill_to_a_batch_leaves_nothing_running_and_the_next_start_sweeps) {

@@ -3,8 +3,8 @@
 // PR_SET_PDEATHSIG (set in every run's first process) reaches only that
 // process: what it forked, and anything that left its process group,
 // lives on when the supervisor is SIGKILLed. The guardian is one process
-// per supervisor, started at its first run, that waits for the supervisor
-// to die and then kills what its runs were:
+// per supervisor, started at its first run that is not a container, that
+// waits for the supervisor to die and then kills what its runs were:
 //   - the process group of every run in flight (killpg: all a run without
 //     a uid of its own can be reached by), and
 //   - as root, every process of every uid a run in flight held
@@ -20,9 +20,18 @@
 // watch()/unwatch() are one atomic store each and no syscall. It runs
 // raw syscalls only (never malloc: a dead supervisor may have died holding
 // the allocator's lock). It shares the uid lock file's open file
-// description (UidPool::host_lock_fd), so a dead supervisor's uids stay
+// description (UidPool::opened_lock_fd), so a dead supervisor's uids stay
 // locked — and no other run can take one — until the guardian has killed
-// their processes and exited.
+// their processes and exited. The file is opened by the first run that
+// holds a uid (a tier none run holds none): a guardian started before
+// that is replaced, before that run starts, by one that holds it and
+// adopts the old one's table; the old one watched no uid (none was held).
+//
+// Container runs are not watched and start none (a session's exec neither:
+// session.hpp says what covers it): their pid 1 dies with the
+// supervisor (PR_SET_PDEATHSIG, checked after it is set) and takes its pid
+// namespace with it, so nothing of such a run can be left; its uid stays
+// marked in use (uid_lock.hpp), so the next holder reaps it first.
 //
 // What it does not cover, stated: a supervisor that execs is taken as dead
 // (the pipe's write end is CLOEXEC); the kernel's OOM killer kills every
@@ -62,6 +71,10 @@ class Guardian {
   void watch(std::uint32_t slot, pid_t pgid, uid_t uid) noexcept;
   // The run's processes are dead: nothing to kill for it any more.
   void unwatch(std::uint32_t slot) noexcept;
+  // Watches every slot `other` watches (a guardian that replaces it, e.g.
+  // one that holds the uid lock file the other was started without).
+  void adopt(const Guardian& other) noexcept;
+  int keep_fd() const noexcept;  // the fd start() was given
 
   pid_t pid() const noexcept { return pidfd_.pid(); }
 

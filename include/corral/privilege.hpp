@@ -174,6 +174,10 @@ class UidPool {
   // the supervisor's guardian holds it so a dead supervisor's uids stay
   // locked until their processes are killed.
   Expected<int> host_lock_fd();
+  // The lock file's fd if it is open already (a lease, or host_lock_fd(),
+  // opened it), else -1: a caller that only needs it once uids are held
+  // opens nothing.
+  int opened_lock_fd() const noexcept;
 
   // A uid no other live lease holds (host-wide: no other run on the host),
   // or the pinned one; an error naming the range when all are in use.
