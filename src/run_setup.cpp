@@ -18,6 +18,7 @@
 #include "corral/capabilities.hpp"
 #include "corral/container.hpp"
 #include "corral/enforcement.hpp"
+#include "corral/host_probe.hpp"
 #include "corral/session.hpp"
 #include "corral/landlock.hpp"
 #include "corral/names.hpp"

@@ -17,7 +17,7 @@
 #include <chrono>
 
 #include "corral/container.hpp"
-#include "corral/enforcement.hpp"
+#include "corral/host.hpp"
 #include "corral/run_setup.hpp"
 #include "corral/session.hpp"
 #include "corral/syscalls.hpp"

@@ -16,7 +16,7 @@
 #include <cstring>
 
 #include "corral/container.hpp"
-#include "corral/enforcement.hpp"
+#include "corral/host_probe.hpp"
 #include "corral/privilege.hpp"
 #include "corral/run_setup.hpp"
 #include "session_state.hpp"

@@ -1,6 +1,6 @@
 // The supervisor's submit path and loop turn; the per-run state is
 // Supervisor::Impl in supervisor_impl.hpp, its steps supervisor_run.cpp.
-#include "corral/enforcement.hpp"
+#include "corral/host_probe.hpp"
 #include "supervisor_impl.hpp"
 
 #include <sys/random.h>

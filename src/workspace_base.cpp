@@ -1,5 +1,5 @@
 // Where a run's workspace goes when nobody names a directory
-// (choose_workspace_base in workspace.hpp): a memory-backed place where the
+// (choose_workspace_base in workspace_base.hpp): a memory-backed place where the
 // host has one, so that making and removing a workspace costs no disk flush.
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string>
 
-#include "corral/workspace.hpp"
+#include "corral/workspace_base.hpp"
 
 namespace corral {
 

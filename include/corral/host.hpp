@@ -1,8 +1,8 @@
 // host: the facts of this host a run is set up against (Landlock ABI,
 // seccomp, user namespaces, cgroup controllers, where workspaces go), as
-// plain data, below the run layer that reads them. probe_host() and the
-// map from these facts to what enforces each limit (enforcement.hpp) are
-// the policy layer's.
+// plain data, below the run layer that reads them. probe_host() is
+// host_probe.hpp; the map from these facts to what enforces each limit
+// (enforcement.hpp) is the policy layer's.
 #pragma once
 
 #include <string>
