@@ -1,6 +1,6 @@
 // The second half of a run (run_setup.hpp): a finished run becomes a
 // Result. Its outcome classified from the evidence the supervisor and the
-// tier gathered, the enforcement map of what this run had applied, the
+// tier gathered, what this run had applied (the run policy: run_policy.hpp), the
 // captured streams, the declared outputs collected and delivered, the
 // workspace removed and the uid returned. Parent side.
 #include "corral/run_setup.hpp"
@@ -11,7 +11,6 @@
 #include <cstring>
 
 #include "corral/container.hpp"
-#include "corral/enforcement.hpp"
 #include "corral/names.hpp"
 
 namespace corral {
@@ -196,7 +195,8 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   r.env_path = run.env_path;
   r.limits = run.limits;
   r.binary_output = run.request.binary_output;
-  r.enforcement = run_enforcement(run.enforcement, run.request, run.limits);
+  const RunPolicy& policy = run.policy ? *run.policy : default_run_policy();
+  r.enforcement = policy.run_enforcement(run.enforcement, run.request, run.limits);
   r.enforcement["network"] = run_network(run);
   if (!run.cpu_enforcer.empty()) r.enforcement["cpu_seconds"] = run.cpu_enforcer;
   else if (run.limits.fractional(Limit::cpu_seconds) && r.enforcement.count("cpu_seconds"))

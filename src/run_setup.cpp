@@ -17,7 +17,6 @@
 
 #include "corral/capabilities.hpp"
 #include "corral/container.hpp"
-#include "corral/enforcement.hpp"
 #include "corral/host_probe.hpp"
 #include "corral/session.hpp"
 #include "corral/landlock.hpp"
@@ -295,6 +294,8 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   HostFacts probed;
   const HostFacts& host = ctx.host ? *ctx.host : (probed = probe_host());
   PreparedRun run;
+  const RunPolicy& policy = ctx.policy ? *ctx.policy : default_run_policy();
+  run.policy = &policy;
   run.run_id = std::move(run_id);
   run.started = t0;
   run.request = std::move(request);
@@ -320,7 +321,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   Limits defaults = default_limits();
   run.limits = defaults;
   run.limits.merge(req.limits);
-  if (auto st = check_enforceable(host, req, defaults, run.warnings); !st) return who(st.error());
+  if (auto st = policy.check(host, req, defaults, run.warnings); !st) return who(st.error());
 
   // Secrets are resolved now and live only in the child's environment and
   // the masker; the Result never carries them.
@@ -468,10 +469,10 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   if (ctx.cache) {
     auto it = ctx.cache->enforcement.find(req.tier);
     if (it == ctx.cache->enforcement.end())
-      it = ctx.cache->enforcement.emplace(req.tier, enforcement_summary(host, req.tier)).first;
+      it = ctx.cache->enforcement.emplace(req.tier, policy.host_enforcement(host, req.tier)).first;
     run.enforcement = it->second;
   } else {
-    run.enforcement = enforcement_summary(host, req.tier);
+    run.enforcement = policy.host_enforcement(host, req.tier);
   }
   run.plan_seconds = since(t0);
   return run;

@@ -123,7 +123,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
                              std::to_string(s.held_fds) + " of the " + std::to_string(s.fd_budget) +
                              " fds the fd limit (RLIMIT_NOFILE) leaves for runs (" +
                              std::to_string(weight) + " more needed); wait for some to finish");
-  RunContext ctx{&s.uids, s.options.workspace_base, &s.host, &s.cache, s.base, s.owner_token};
+  RunContext ctx{&s.uids, s.options.workspace_base, &s.host, &s.cache, s.base, s.owner_token, s.options.policy.get()};
   std::string run_id = next_run_id();
   auto prepared = prepare_run(std::move(request), ctx, run_id);
   if (!prepared) return std::move(prepared).error();

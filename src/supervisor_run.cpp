@@ -6,7 +6,7 @@
 // is supervisor_loop.cpp, the submit path supervisor.cpp.
 #include "supervisor_impl.hpp"
 
-#include "corral/audit.hpp"
+#include "corral/run_policy.hpp"
 
 namespace corral {
 
@@ -287,12 +287,11 @@ void Supervisor::Impl::deliver(Run& run) {
   run.prep.enforcement = cache.enforcement[run.prep.request.tier];
   // Not const, and not used after the callback: run() moves from it.
   Result result = finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get());
-  if (options.audit) {
-    std::span<const std::string> secrets;
-    if (run.prep.secrets) secrets = run.prep.secrets->values();
-    if (Status st = options.audit->record(audit_record(run.prep.request, result), secrets); !st)
-      result.warnings.push_back("audit line not written: " + st.error().message());
-  }
+  // The audit line (the policy's: run_policy.hpp), with the secrets scrubbed.
+  std::span<const std::string> secrets;
+  if (run.prep.secrets) secrets = run.prep.secrets->values();
+  const RunPolicy& policy = run.prep.policy ? *run.prep.policy : default_run_policy();
+  policy.finished(run.prep.request, result, secrets, options.audit.get());
   --in_flight;
   if (run.callbacks.on_result) run.callbacks.on_result(result);
 }

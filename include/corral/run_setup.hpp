@@ -19,6 +19,7 @@
 #include "corral/process.hpp"
 #include "corral/request.hpp"
 #include "corral/result.hpp"
+#include "corral/run_policy.hpp"
 #include "corral/spawn.hpp"
 #include "corral/workspace.hpp"
 
@@ -46,6 +47,9 @@ struct RunContext {
   // The supervisor's token: workspaces are corral-<tag>-<hex>, so a dead
   // supervisor's are found (leftovers.hpp). "" for corral-<hex>.
   std::string workspace_tag;
+  // What decides enforceability and the Result's enforcement map
+  // (run_policy.hpp); null: default_run_policy(), the policy layer's.
+  const RunPolicy* policy = nullptr;
 };
 
 struct PreparedRun {
@@ -63,6 +67,7 @@ struct PreparedRun {
   std::optional<UidPool::Lease> uid_lease;
   std::shared_ptr<ContainerRun> container;     // tier container only (container.hpp)
   std::map<std::string, std::string> enforcement;
+  const RunPolicy* policy = nullptr;           // RunContext::policy, or the default (never null once prepared)
   std::vector<std::string> warnings;           // defaults this host cannot enforce
   // What enforces a fractional cpu_seconds (the supervisor's CPU watch:
   // "supervisor_cpu_clock", "supervisor_cgroup_cpu"); "" when RLIMIT_CPU

@@ -26,6 +26,7 @@
 namespace corral {
 
 class AuditSink;
+class RunPolicy;  // run_policy.hpp
 
 enum class StreamId { stdout_stream, stderr_stream };
 
@@ -58,6 +59,11 @@ struct SupervisorOptions {
   // which the session's keeper sweeps once the exec's owner is gone
   // (session.hpp). submit() refuses any other request.
   bool session_execs_only = false;
+  // What decides, for every run, what the host must enforce, what the
+  // Result's enforcement says and how the audit line is written
+  // (run_policy.hpp). Null: default_run_policy(), the enforcement map and
+  // the audit of the policy layer.
+  std::shared_ptr<const RunPolicy> policy;
 };
 
 class Supervisor;
