@@ -231,12 +231,4 @@ HostFacts probe_host(bool with_containers, bool with_workspace) {
   return h;
 }
 
-void note_live_session(HostFacts& h) {
-  if (h.containers_probed) return;
-  h.user_namespaces = h.pivot_root = true;
-  h.container_probe.clear();
-  h.container_probe_how = "shown by a live session (its sandbox was made on this host)";
-  h.containers_probed = true;
-}
-
 }  // namespace corral
