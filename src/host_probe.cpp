@@ -153,6 +153,19 @@ bool probe_io_uring() {
   return r == -EFAULT || r >= 0;
 }
 
+// The cgroup module decides: a backend exists only where we may create
+// groups (root, or a delegated subtree), and has() says which controllers.
+// Only the container tier (and a session's exec) makes a cgroup per run: a
+// process tier run does not pay for reading the mount table.
+void probe_cgroup_facts(HostFacts& h) {
+  CgroupProbeSources sources;
+  sources.kernel_release = h.kernel;
+  h.cgroups = probe_cgroups(sources);
+  h.cgroup_memory = h.cgroups.backend != CgroupVersion::none && h.cgroups.has("memory");
+  h.cgroup_pids = h.cgroups.backend != CgroupVersion::none && h.cgroups.has("pids");
+  h.cgroup_summary = h.cgroups.describe();
+}
+
 }  // namespace
 
 void probe_container_facts(HostFacts& h, std::string_view template_root) {
@@ -170,16 +183,7 @@ void probe_container_facts(HostFacts& h, std::string_view template_root) {
   h.pivot_root = probed.pivot_root;
   h.container_probe = probed.failed;
   h.container_probe_how = probed.how;
-  // The cgroup module decides: a backend exists only where we may create
-  // groups (root, or a delegated subtree), and has() says which
-  // controllers. Only the container tier makes a cgroup per run: a process
-  // tier run does not pay for reading the mount table.
-  CgroupProbeSources sources;
-  sources.kernel_release = h.kernel;
-  h.cgroups = probe_cgroups(sources);
-  h.cgroup_memory = h.cgroups.backend != CgroupVersion::none && h.cgroups.has("memory");
-  h.cgroup_pids = h.cgroups.backend != CgroupVersion::none && h.cgroups.has("pids");
-  h.cgroup_summary = h.cgroups.describe();
+  probe_cgroup_facts(h);
   h.containers_probed = true;
 }
 
@@ -188,6 +192,7 @@ void note_live_session(HostFacts& h) {
   h.user_namespaces = h.pivot_root = true;
   h.container_probe.clear();
   h.container_probe_how = "shown by a live session (its sandbox was made on this host)";
+  probe_cgroup_facts(h);  // an exec makes a cgroup of its own below the session's
   h.containers_probed = true;
 }
 
