@@ -317,3 +317,23 @@ Test(enforcement, the_process_tier_uid_has_no_passwd_entry_and_the_map_says_so) 
   cr_assert_str_eq(res.stdout_capture.text.c_str(), "none True True\n",
                    "the map says no passwd entry; the run saw: %s", res.stdout_capture.text.c_str());
 }
+
+// file_bytes defaults to 4 GiB by measurement (README "Defaults"): CPython's
+// test_io writes a sparse file past 2 GiB, which the old 1 GiB default
+// killed with SIGXFSZ. At the defaults such a write succeeds; an explicit
+// 1 GiB still binds.
+Test(enforcement, a_sparse_file_past_2_gib_fits_the_default_file_bytes) {
+  const char* sparse = "dd if=/dev/zero of=big bs=1 count=1 seek=2500000000 status=none && stat -c %s big && rm big";
+  Harness h;
+  Result fits = h.run(req(Tier::none, {"/bin/sh", "-c", sparse}));
+  cr_assert_eq(fits.outcome, Outcome::exited, "%s", fits.detail.c_str());
+  cr_assert_eq(fits.exit_code, 0, "%s", fits.stderr_capture.text.c_str());
+  cr_assert_str_eq(fits.stdout_capture.text.c_str(), "2500000001\n");
+
+  // dd itself is the program, so its SIGXFSZ is the run's end.
+  Request capped = req(Tier::none, {"/bin/dd", "if=/dev/zero", "of=big", "bs=1", "count=1", "seek=2500000000"});
+  capped.limits.set(Limit::file_bytes, 1ull << 30);
+  Result over = h.run(capped);
+  cr_assert_eq(over.outcome, Outcome::killed_resource, "file_bytes=1GiB let a write at 2.5 GB through: %s",
+               over.detail.c_str());
+}
