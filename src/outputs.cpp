@@ -104,7 +104,8 @@ struct Planned {
   std::string source_path;
   std::string landing;
   std::uint64_t size = 0;
-  std::string content;  // filled in phase 3
+  std::string content;   // filled in phase 3
+  bool skipped = false;  // phase 3 found it gone, refused or changed
 };
 
 class Transfer {
@@ -161,20 +162,32 @@ class Transfer {
     for (auto& [file, landing] : files) {
       auto size = source_.stat(file);
       if (!size) {
-        bool missing = size.error().code() == ENOENT;
-        if (missing && !output.is_glob()) {
+        int code = size.error().code();
+        if (code == ENOENT && !output.is_glob()) {
           if (output.required)
             return failure(TransferErrorKind::required_missing, ENOENT,
                            label + " is required and does not exist");
           continue;  // optional and absent: skipped
         }
-        return failure(TransferErrorKind::source_failed, size.error().code(),
+        // A file the source will not give (a hard link), or a match gone
+        // since the listing, costs only that file.
+        if (code == EPERM || code == ENOENT) {
+          if (auto refused =
+                  skip_file(output, TransferErrorKind::required_missing, code, size.error().message(), file))
+            return refused;
+          continue;
+        }
+        return failure(TransferErrorKind::source_failed, code,
                        label + ": stat " + quote_input(file) + ": " + size.error().message());
       }
-      if (!size->has_value())
-        return failure(TransferErrorKind::size_unknown, EINVAL,
-                       label + ": the size of " + quote_input(file) +
-                           " cannot be known before reading it (not a regular file?)");
+      if (!size->has_value()) {
+        if (auto refused = skip_file(output, TransferErrorKind::size_unknown, EINVAL,
+                                     "the size of " + quote_input(file) +
+                                         " cannot be known before reading it (not a regular file?)",
+                                     file))
+          return refused;
+        continue;
+      }
       std::uint64_t bytes = **size;
       if (bytes > limits_.max_bytes_per_file)
         return failure(TransferErrorKind::cap_exceeded, EFBIG,
@@ -190,33 +203,51 @@ class Transfer {
       total_ += bytes;
       planned_.push_back(Planned{&output, std::move(file), std::move(landing), bytes, {}});
     }
-    return std::nullopt;
+    return still_required(output);
   }
 
   std::vector<SkippedOutput> take_skipped() { return std::move(skipped_); }
 
-  // Phase 3: read everything, sizes checked again.
-  std::optional<TransferError> read_all() {
+  // Phase 3: read everything, sizes checked again. A file that is gone,
+  // refused or changed since its stat is skipped on its own (an output the
+  // route requires refuses the transfer instead).
+  std::optional<TransferError> read_all(const std::vector<DeclaredOutput>& outputs) {
     for (auto& p : planned_) {
       std::string label = output_label(*p.output);
       auto bytes = source_.read(p.source_path, p.size + 1);
-      if (!bytes)
-        return failure(TransferErrorKind::source_failed, bytes.error().code(),
-                       label + ": read " + quote_input(p.source_path) + ": " + bytes.error().message());
+      if (!bytes) {
+        int code = bytes.error().code();
+        if (code != EPERM && code != ENOENT)
+          return failure(TransferErrorKind::source_failed, code,
+                         label + ": read " + quote_input(p.source_path) + ": " + bytes.error().message());
+        if (auto refused = skip_planned(p, TransferErrorKind::required_missing, code,
+                                        "read " + quote_input(p.source_path) + ": " + bytes.error().message()))
+          return refused;
+        continue;
+      }
       std::uint64_t got = bytes->size();
-      if (got > p.size && got > limits_.max_bytes_per_file)
-        return failure(TransferErrorKind::cap_exceeded, EFBIG,
-                       label + ": " + quote_input(p.source_path) + " grew past max_bytes_per_file (" +
-                           std::to_string(limits_.max_bytes_per_file) + ") while being read");
-      if (got != p.size)
-        return failure(TransferErrorKind::size_changed, EAGAIN,
-                       label + ": " + quote_input(p.source_path) + " changed size between stat (" +
-                           std::to_string(p.size) + " bytes) and read (" +
-                           (got > p.size ? "more than " + std::to_string(p.size)
-                                         : std::to_string(got)) +
-                           " bytes)");
+      if (got > p.size && got > limits_.max_bytes_per_file) {
+        if (auto refused = skip_planned(p, TransferErrorKind::cap_exceeded, EFBIG,
+                                        quote_input(p.source_path) +
+                                            " grew past max_bytes_per_file (" +
+                                            std::to_string(limits_.max_bytes_per_file) + ") while being read"))
+          return refused;
+        continue;
+      }
+      if (got != p.size) {
+        if (auto refused = skip_planned(
+                p, TransferErrorKind::size_changed, EAGAIN,
+                quote_input(p.source_path) + " changed size between stat (" +
+                    std::to_string(p.size) + " bytes) and read (" +
+                    (got > p.size ? "more than " + std::to_string(p.size) : std::to_string(got)) + " bytes)"))
+          return refused;
+        continue;
+      }
       p.content = std::move(*bytes);
     }
+    std::erase_if(planned_, [](const Planned& p) { return p.skipped; });
+    for (const auto& output : outputs)
+      if (auto missing = still_required(output)) return missing;
     return std::nullopt;
   }
 
@@ -259,6 +290,33 @@ class Transfer {
   OutputSource& source_;
   void skip(const std::string& match, std::string why) {
     skipped_.push_back(SkippedOutput{match, std::move(why) + "; not delivered"});
+  }
+
+  // A file found but not deliverable, and `why`: a literal output the
+  // route requires refuses the transfer as `kind`; any other file is
+  // skipped with a note, and the rest are delivered.
+  std::optional<TransferError> skip_file(const DeclaredOutput& output, TransferErrorKind kind, int code,
+                                         const std::string& why, const std::string& file) {
+    std::string label = output_label(output);
+    if (output.required && !output.is_glob())
+      return failure(kind, code,
+                     label + (kind == TransferErrorKind::required_missing ? " is required and cannot be delivered: "
+                                                                          : ": ") + why);
+    skip(file, label + ": " + why);
+    return std::nullopt;
+  }
+  std::optional<TransferError> skip_planned(Planned& p, TransferErrorKind kind, int code, std::string why) {
+    p.skipped = true;
+    return skip_file(*p.output, kind, code, std::move(why), p.source_path);
+  }
+
+  // A required glob must still have a file planned after the skips.
+  std::optional<TransferError> still_required(const DeclaredOutput& output) const {
+    if (!output.required || !output.is_glob()) return std::nullopt;
+    for (const auto& p : planned_)
+      if (p.output == &output && !p.skipped) return std::nullopt;
+    return failure(TransferErrorKind::required_missing, ENOENT,
+                   output_label(output) + " is required and matched nothing deliverable (every match was skipped)");
   }
 
   std::vector<Planned> planned_;
@@ -336,7 +394,7 @@ TransferResult transfer(const std::vector<DeclaredOutput>& outputs, const Transf
     if (auto problem = t.plan(output)) return finish(std::move(*problem));
 
   // Phase 3: read everything.
-  if (auto problem = t.read_all()) return finish(std::move(*problem));
+  if (auto problem = t.read_all(outputs)) return finish(std::move(*problem));
 
   // Phase 4: deliver.
   return finish(t.deliver_all(sink));

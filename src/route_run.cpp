@@ -263,7 +263,7 @@ Expected<std::string> WorkspaceOutputSource::read(std::string_view name, std::ui
   if (!fd) return std::move(fd).error();
   struct stat st {};
   if (::fstat(fd->get(), &st) != 0) return Error::from_errno(errno, "fstat " + q(name));
-  if (!S_ISREG(st.st_mode)) return Error(EINVAL, q(name) + " is no longer a regular file");
+  if (!S_ISREG(st.st_mode)) return Error(EPERM, q(name) + " is no longer a regular file");
   if (Status ok = check_single_link(st, name); !ok) return ok.error();
   std::string out;
   char buf[65536];

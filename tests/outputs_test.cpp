@@ -16,6 +16,7 @@ struct FakeFile {
   std::string bytes;
   bool size_known = true;
   std::size_t grows_by = 0;  // extra bytes that appear between stat and read
+  bool refused = false;      // the source will not give it (a hard link): EPERM
 };
 
 class FakeSource final : public OutputSource {
@@ -41,6 +42,7 @@ class FakeSource final : public OutputSource {
     if (fail_on == "stat:" + std::string(name)) return Error(EIO, "stat failed");
     auto it = files.find(std::string(name));
     if (it == files.end()) return Error(ENOENT, "no such file");
+    if (it->second.refused) return Error(EPERM, "'" + it->second.bytes + "' is a hard link");
     if (!it->second.size_known) return std::optional<std::uint64_t>{};
     return std::optional<std::uint64_t>{it->second.bytes.size()};
   }
@@ -236,12 +238,36 @@ Test(outputs, required_missing_is_an_error_and_optional_missing_is_skipped) {
                 TransferErrorKind::required_missing, {"output '*.json' is required and matched nothing"});
 }
 
-Test(outputs, unknown_size_is_an_error) {
+Test(outputs, a_file_of_unknown_size_is_skipped_alone_unless_required) {
   FakeSource src;
-  src.files = {{"fifo", {"", false}}};
+  src.files = {{"fifo", {"", false}}, {"good.txt", {"good"}}};
   RecordingSink sink;
-  assert_failed(transfer({out("fifo")}, TransferLimits{}, src, &sink), TransferErrorKind::size_unknown,
-                {"output 'fifo'", "cannot be known"});
+  auto r = transfer({out("fifo"), out("good.txt")}, TransferLimits{}, src, &sink);
+  cr_assert(r.ok(), "one file of unknown size refused the transfer: %s", r.error().message().c_str());
+  cr_assert(r->size() == 1 && (*r)[0].name == "good.txt");
+  cr_assert(sink.got.size() == 1 && sink.got[0].name == "good.txt");
+  cr_assert_eq(r.skipped().size(), 1u);
+  cr_assert_str_eq(r.skipped()[0].source_path.c_str(), "fifo");
+  assert_mentions(r.skipped()[0].note, {"output 'fifo': the size of 'fifo' cannot be known", "; not delivered"});
+  // A literal output the route requires is not the run's to drop.
+  assert_failed(transfer({out("fifo", true), out("good.txt")}, TransferLimits{}, src, &sink),
+                TransferErrorKind::size_unknown, {"output 'fifo'", "cannot be known"});
+}
+
+Test(outputs, a_file_the_source_refuses_is_skipped_alone_unless_required) {
+  FakeSource src;
+  src.files = {{"good.txt", {"good"}}, {"link.txt", {"link.txt", true, 0, true}}};
+  RecordingSink sink;
+  auto r = transfer({out("*.txt")}, TransferLimits{}, src, &sink);
+  cr_assert(r.ok(), "one refused match refused the transfer: %s", r.error().message().c_str());
+  cr_assert(r->size() == 1 && (*r)[0].name == "good.txt");
+  cr_assert(r.skipped().size() == 1 && r.skipped()[0].source_path == "link.txt");
+  assert_mentions(r.skipped()[0].note, {"output '*.txt': 'link.txt' is a hard link; not delivered"});
+  assert_failed(transfer({out("link.txt", true)}, TransferLimits{}, src, &sink), TransferErrorKind::required_missing,
+                {"output 'link.txt' is required and cannot be delivered: 'link.txt' is a hard link"});
+  // A required glob whose only match is refused has delivered nothing.
+  assert_failed(transfer({out("l*.txt", true)}, TransferLimits{}, src, &sink), TransferErrorKind::required_missing,
+                {"output 'l*.txt' is required and matched nothing deliverable"});
 }
 
 Test(outputs, each_cap_is_named_with_the_file) {
@@ -276,15 +302,32 @@ Test(outputs, a_cap_breach_on_the_third_output_delivers_nothing) {
 
 // ---- phase 3: read, sizes checked again
 
-Test(outputs, a_file_that_changed_after_stat_is_an_error) {
+Test(outputs, a_file_that_changed_after_stat_is_skipped_alone_unless_required) {
   FakeSource src;
-  src.files = {{"a", {"1234", true, 3}}};
+  src.files = {{"a", {"1234", true, 3}}, {"b", {"bb"}}};
   RecordingSink sink;
-  assert_failed(transfer({out("a")}, caps(100, 100, 10), src, &sink), TransferErrorKind::size_changed,
-                {"output 'a'", "changed size between stat (4 bytes)"});
-  assert_failed(transfer({out("a")}, caps(4, 100, 10), src, &sink), TransferErrorKind::cap_exceeded,
-                {"output 'a'", "grew past max_bytes_per_file (4)"});
+  auto r = transfer({out("a"), out("b")}, caps(100, 100, 10), src, &sink);
+  cr_assert(r.ok(), "one changed file refused the transfer: %s", r.error().message().c_str());
+  cr_assert(r->size() == 1 && (*r)[0].name == "b");
+  cr_assert(sink.got.size() == 1 && sink.got[0].bytes == "bb");
+  cr_assert_eq(r.skipped().size(), 1u);
+  assert_mentions(r.skipped()[0].note, {"output 'a': 'a' changed size between stat (4 bytes)", "; not delivered"});
+  sink.got.clear();
+  auto grew = transfer({out("*")}, caps(4, 100, 10), src, &sink);
+  cr_assert(grew.ok(), "%s", grew.error().message().c_str());
+  cr_assert(grew->size() == 1 && (*grew)[0].name == "b");
+  assert_mentions(grew.skipped()[0].note, {"output '*': 'a' grew past max_bytes_per_file (4) while being read"});
+  auto alone = transfer({out("a")}, caps(4, 100, 10), src, &sink);
+  cr_assert(alone.ok() && alone->empty() && alone.skipped().size() == 1);
   cr_assert_eq(src.last_at_most, 5u, "the read was not bounded by the stat size");
+  // Required: refused, nothing delivered.
+  sink.got.clear();
+  assert_failed(transfer({out("b"), out("a", true)}, caps(100, 100, 10), src, &sink),
+                TransferErrorKind::size_changed, {"output 'a'", "changed size between stat (4 bytes)"});
+  assert_failed(transfer({out("b"), out("a", true)}, caps(4, 100, 10), src, &sink), TransferErrorKind::cap_exceeded,
+                {"output 'a'", "grew past max_bytes_per_file (4)"});
+  assert_failed(transfer({out("a*", true)}, caps(100, 100, 10), src, &sink), TransferErrorKind::required_missing,
+                {"output 'a*' is required and matched nothing deliverable"});
   cr_assert(sink.got.empty());
 }
 

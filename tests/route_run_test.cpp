@@ -355,6 +355,33 @@ Test(route_run, a_case_collision_under_a_glob_skips_only_that_file) {
   cr_assert_eq(::access((artifacts / res.run_id + "/logs/report.txt").c_str(), F_OK), -1, "the skipped file landed");
 }
 
+// A match that is a hard link (both names of the linked file) and an
+// optional output that is a symlink cost only themselves: good.txt lands,
+// each of the others is a note saying why, and the Result lists only what
+// was delivered (the whole transfer was refused).
+Test(route_run, a_hard_link_or_a_symlink_among_the_outputs_skips_only_that_file) {
+  Harness h;
+  TempDir artifacts;
+  RouteSpec s = spec("grader", "os_process");
+  s.outputs = {output("*.txt", Disposition::land, "texts"), output("passwd")};
+  Request b = base({"sh", "-c",
+                    "echo good > good.txt; echo other > other.txt; ln other.txt link.txt; ln -s /etc/passwd passwd"});
+  b.artifact_root = artifacts.path();
+  Result res = h.run(routed(built(std::move(s)), std::move(b)));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  std::string names;
+  for (const auto& a : res.artifacts) names += a.name + " ";
+  cr_assert_str_eq(names.c_str(), "texts/good.txt ", "notes: %s", notes(res).c_str());
+  assert_mentions(notes(res), {"outputs: output '*.txt': 'link.txt' is a hard link (st_nlink=2)",
+                               "outputs: output '*.txt': 'other.txt' is a hard link (st_nlink=2)",
+                               "outputs: output 'passwd': the size of 'passwd' cannot be known", "not delivered"});
+  cr_assert(!contains(notes(res), "outputs refused"), "%s", notes(res).c_str());
+  const std::string dir = artifacts / res.run_id;
+  expect_text(corral_test::read_file(dir + "/texts/good.txt"), "good\n");
+  cr_assert_eq(entries(dir + "/texts"), 1u, "a skipped file landed");
+  cr_assert_eq(entries(dir), 1u, "a skipped file landed");
+}
+
 Test(route_run, a_cap_breach_on_the_third_output_delivers_nothing) {
   Harness h;
   TempDir artifacts;

@@ -7,17 +7,21 @@
 //      a sink present when any output lands;
 //   2. stat: every declared output found (or skipped when optional), its
 //      size known, per-file, total and count caps checked;
-//   3. read: every file read, its size checked again (a file that changed
-//      between stat and read is an error);
+//   3. read: every file read, its size checked again;
 //   4. deliver: to the sink, in declaration order.
 // Every refusal the policy can make happens in phases 1-3; phase 4 can only
 // fail on the sink's own I/O, and then the error lists what was delivered.
-// A file a glob lists is judged on its own name, as `corral run --output`
-// judges each file: a name no destination may hold, or one that would be
-// the same file at the destination as an output already planned (a
-// declared literal, or an earlier match), is skipped with a note
+// A file is judged on its own, as `corral run --output` judges each file:
+// a glob's match whose name no destination may hold, or that would be the
+// same file at the destination as an output already planned (a declared
+// literal, or an earlier match), and any file the source will not give (a
+// hard link), whose size cannot be known (not a regular file), that is
+// gone or that changed size between stat and read, is skipped with a note
 // (TransferResult::skipped()) and the others are delivered. The run chose
-// those names; the route's declaration did not.
+// those files; the route's declaration did not. Only a literal output the
+// route requires refuses the transfer when its file is not deliverable,
+// and a required glob when every match was skipped. The caps are the
+// route's: a file over one refuses the transfer.
 #pragma once
 
 #include <cstdint>
@@ -87,10 +91,13 @@ class OutputSource {
   virtual Expected<std::vector<std::string>> list(std::string_view glob) = 0;
   // The size of a file; std::nullopt when it exists but its size cannot be
   // known in advance (a pipe, a device). An Error with code ENOENT means
-  // the file does not exist; any other Error is the source failing.
+  // the file does not exist, EPERM that the source will not give this file
+  // (a hard link out of a workspace; the message says why); any other
+  // Error is the source failing.
   virtual Expected<std::optional<std::uint64_t>> stat(std::string_view name) = 0;
   // At most `at_most` bytes of the file (the transfer asks for one more
-  // byte than it expects, to see a file that grew).
+  // byte than it expects, to see a file that grew). ENOENT and EPERM as
+  // for stat().
   virtual Expected<std::string> read(std::string_view name, std::uint64_t at_most) = 0;
 };
 
@@ -119,10 +126,11 @@ struct Delivered {
   std::optional<Landed> landed;     // for `land` only
 };
 
-// A file a glob listed that the transfer left out, and why ("output
-// 'logs/*': match 'logs/a\b' contains a backslash; not delivered").
+// A file the transfer left out, and why ("output 'logs/*': match
+// 'logs/a\b' contains a backslash; not delivered", "output '*.txt':
+// 'link.txt' is a hard link (st_nlink=2); …; not delivered").
 struct SkippedOutput {
-  std::string source_path;  // the match as the source listed it
+  std::string source_path;  // the file as the source names it
   std::string note;         // names the output, the match and the reason
 };
 
@@ -148,7 +156,7 @@ class [[nodiscard]] TransferResult {
   std::vector<Delivered>& operator*() { return value(); }
   const std::vector<Delivered>& operator*() const { return value(); }
   const TransferError& error() const { return std::get<1>(v_); }
-  // The glob matches left out by name, in listing order, whether or not
+  // The files left out one by one, in the order met, whether or not
   // the transfer then succeeded (a refusal delivers them no more than the
   // rest).
   const std::vector<SkippedOutput>& skipped() const { return skipped_; }
