@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "corral/names.hpp"
+#include "corral/request_fields.hpp"
 #include "corral/routes_file.hpp"
 
 namespace corral {
@@ -97,8 +98,8 @@ Expected<Request> admit(Request request, const Ask& ask, const DoorPolicy& polic
     // The stricter word wins: an untrusted job stays untrusted on a trusted route.
     if (!provenance || *provenance == Provenance::trusted) provenance = route->spec.provenance;
     allowed.insert(allowed.end(), route->spec.allow_host_paths.begin(), route->spec.allow_host_paths.end());
-  } else if (ask.given.net == NetworkAccess::host && request.tier == Tier::container) {
-    return Error::invalid(net_host_in_container());
+  } else if (Status st = check_asked_network(request, ask); !st) {
+    return st.error();
   }
   if (provenance == Provenance::untrusted && request.tier < Tier::container)
     return Error::invalid(untrusted_below_container(request.tier));

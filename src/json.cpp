@@ -3,49 +3,54 @@
 #include <nlohmann/json.hpp>
 
 #include "corral/capture.hpp"
-#include "corral/container.hpp"
 #include "corral/door.hpp"
 #include "corral/names.hpp"
+#include "corral/request_fields.hpp"
 
 namespace corral {
 namespace {
 
 using nlohmann::json;
 
-Expected<std::vector<std::string>> strings(const json& v, const char* field) {
-  if (!v.is_array()) return Error::invalid(std::string("field '") + field + "' must be an array of strings");
-  std::vector<std::string> out;
-  for (const auto& item : v) {
-    if (!item.is_string()) return Error::invalid(std::string("field '") + field + "' must be an array of strings");
-    out.push_back(item.get<std::string>());
+// A JSON value as the field table takes it (request_fields.hpp). Strings
+// are moved out of the tree, so a job's bytes are held once more only
+// while its field is applied, as before the table.
+FieldValue field_value(json& v) {
+  FieldValue out;
+  using Type = FieldValue::Type;
+  switch (v.type()) {
+    case json::value_t::string: out.text = std::move(v.get_ref<std::string&>()); break;
+    case json::value_t::number_unsigned:
+      out.type = Type::integer;
+      out.text = std::to_string(v.get<std::uint64_t>());
+      break;
+    case json::value_t::number_integer:
+      out.type = Type::integer;
+      out.text = std::to_string(v.get<long long>());
+      break;
+    case json::value_t::number_float:
+      out.type = Type::real;
+      out.real = v.get<double>();
+      break;
+    case json::value_t::boolean: out = FieldValue::of_boolean(v.get<bool>()); break;
+    case json::value_t::array:
+      out.type = Type::list;
+      for (auto& item : v) out.items.push_back(field_value(item));
+      break;
+    case json::value_t::object:
+      out.type = Type::table;
+      for (auto& [key, item] : v.items()) out.entries.emplace_back(key, field_value(item));
+      break;
+    case json::value_t::null:
+      out.type = Type::other;
+      out.other = "null";
+      break;
+    default:
+      out.type = Type::other;
+      out.other = "a binary value";
+      break;
   }
   return out;
-}
-
-// Each value goes through the one limit parser (limits.hpp): a number is
-// written out as text first, so 0.25 and "0.25", 536870912 and "512MiB"
-// mean the same.
-Status parse_limits(const json& v, Limits& limits) {
-  if (!v.is_object()) return Error::invalid("field 'limits' must be an object of NAME: number or \"text\"");
-  for (const auto& [name, value] : v.items()) {
-    std::string text;
-    if (value.is_number_unsigned()) text = std::to_string(value.get<std::uint64_t>());
-    else if (value.is_number_integer()) text = std::to_string(value.get<long long>());
-    else if (value.is_string()) text = value.get<std::string>();
-    else if (!value.is_number_float())
-      return Error::invalid("limit " + quote_input(name) + ": value must be a number or a string such as \"512MiB\"");
-    if (value.is_number_float()) {
-      auto limit = limit_from_name(name);
-      if (!limit) return std::move(parse_limit_assignment(name + "=0")).error();  // the unknown-name message
-      auto raw = parse_limit_number(limit_info(*limit), value.get<double>());
-      if (!raw) return std::move(raw).error();
-      text = limit_value_text(limit_info(*limit), *raw);
-    }
-    auto parsed = parse_limit_assignment(name + "=" + text);
-    if (!parsed) return std::move(parsed).error();
-    limits.set_raw(parsed->limit, parsed->raw);
-  }
-  return {};
 }
 
 // nlohmann's message repeats the bad token, raw and whole ("last read:
@@ -73,170 +78,26 @@ Expected<json> parse_json(std::string_view text) {
   }
 }
 
+// Every key goes through the field table: the same parser, and the same
+// reason text, as the flag and the routes key of the same field.
 Expected<Job> parse_job(std::string_view text, bool door_fields) {
   auto parsed = parse_json(text);
   if (!parsed) return std::move(parsed).error();
-  const json& j = *parsed;
+  json& j = *parsed;
   if (!j.is_object()) return Error::invalid("a job must be a JSON object");
   Job job;
-  Request& r = job.request;
-  Ask& ask = job.ask;
-  std::optional<std::string> source;
-  std::vector<std::string> interpreter;
-  for (const auto& [key, v] : j.items()) {
-    Status st;
-    if (key == "id") {
-      if (v.is_string()) r.id = v.get<std::string>();
-      else if (v.is_number_integer()) r.id = std::to_string(v.get<long long>());
-      else st = Error::invalid("field 'id' must be a string or an integer");
-    } else if (key == "argv") {
-      auto s = strings(v, "argv");
-      if (!s) return std::move(s).error();
-      r.argv = std::move(*s);
-    } else if (key == "env") {
-      if (!v.is_object()) return Error::invalid("field 'env' must be an object of strings");
-      for (const auto& [k, val] : v.items()) {
-        if (!val.is_string()) return Error::invalid("env " + quote_input(k) + ": value must be a string");
-        r.env[k] = val.get<std::string>();
-      }
-    } else if (key == "pass_env") {
-      auto s = strings(v, "pass_env");
-      if (!s) return std::move(s).error();
-      r.pass_env = *s;
-      ask.given.pass_env = std::move(*s);
-    } else if (key == "secret_env") {
-      auto s = strings(v, "secret_env");
-      if (!s) return std::move(s).error();
-      for (auto& name : *s) r.secrets.push_back(SecretRef{name, name, {}});
-    } else if (key == "limits") {
-      st = parse_limits(v, r.limits);
-    } else if (key == "tier") {
-      if (!v.is_string()) return Error::invalid("field 'tier' must be a string");
-      auto t = parse_tier(v.get<std::string>());
-      if (!t) return std::move(t).error();
-      r.tier = *t;
-      ask.given.tier = *t;
-    } else if (key == "inputs") {
-      if (!v.is_array()) return Error::invalid("field 'inputs' must be an array");
-      for (const auto& in : v) {
-        if (!in.is_object() || !in.contains("name") || !in["name"].is_string())
-          return Error::invalid("each input needs a string 'name'");
-        Input input;
-        input.name = in["name"].get<std::string>();
-        for (const auto& [ik, iv] : in.items()) {
-          if (ik == "name") continue;
-          if (ik == "bytes" && iv.is_string()) input.bytes = iv.get<std::string>();
-          else if (ik == "host_path" && iv.is_string()) input.host_path = iv.get<std::string>();
-          else return Error::invalid("input " + quote_input(input.name) + ": unknown or mistyped field " + quote_input(ik));
-        }
-        if (input.bytes.has_value() == input.host_path.has_value())
-          return Error::invalid("input " + quote_input(input.name) + ": give exactly one of 'bytes' and 'host_path'");
-        r.inputs.push_back(std::move(input));
-      }
-    } else if (key == "outputs") {
-      auto s = strings(v, "outputs");
-      if (!s) return std::move(s).error();
-      r.outputs = std::move(*s);
-    } else if (key == "stdin" || key == "stdin_b64") {
-      if (!v.is_string()) return Error::invalid("field '" + key + "' must be a string");
-      if (r.stdin_text) return Error::invalid("give one of 'stdin' (text) and 'stdin_b64' (bytes, base64), not both");
-      if (key == "stdin") {
-        r.stdin_text = v.get<std::string>();
-      } else {
-        auto bytes = base64_decode(v.get<std::string>());
-        if (!bytes) return std::move(bytes).error().context("field 'stdin_b64'");
-        r.stdin_text = std::move(*bytes);
-      }
-    } else if (key == "binary_output") {
-      if (!v.is_boolean()) return Error::invalid("field 'binary_output' must be true or false");
-      r.binary_output = v.get<bool>();
-    } else if (key == "source") {
-      if (!v.is_string()) return Error::invalid("field 'source' must be a string");
-      source = v.get<std::string>();
-    } else if (key == "interpreter") {
-      auto s = strings(v, "interpreter");
-      if (!s) return std::move(s).error();
-      interpreter = std::move(*s);
-    } else if (key == "cwd" || key == "chdir") {
-      if (!v.is_string()) return Error::invalid("field '" + key + "' must be a string");
-      (key == "cwd" ? r.cwd : r.chdir) = v.get<std::string>();
-    } else if (key == "tmpfs") {
-      auto s = strings(v, "tmpfs");
-      if (!s) return std::move(s).error();
-      for (const auto& spec : *s) {
-        auto t = parse_tmpfs_spec(spec);
-        if (!t) return std::move(t).error();
-        r.tmpfs.push_back(std::move(*t));
-      }
-    } else if (key == "dev_binds") {
-      auto s = strings(v, "dev_binds");
-      if (!s) return std::move(s).error();
-      r.dev_binds = std::move(*s);
-    } else if (key == "merge_output" || key == "confine_writes" || key == "loopback") {
-      if (!v.is_boolean()) return Error::invalid("field '" + key + "' must be true or false");
-      (key == "merge_output" ? r.merge_output : key == "loopback" ? r.loopback : r.confine_writes) = v.get<bool>();
-    } else if (key == "write_paths") {
-      auto s = strings(v, "write_paths");
-      if (!s) return std::move(s).error();
-      r.write_paths = std::move(*s);
-    } else if (key == "net") {
-      if (v == "none") r.net = NetworkAccess::none;
-      else if (v == "host") r.net = NetworkAccess::host;
-      else return Error::invalid("field 'net' must be \"none\" or \"host\"");
-      ask.given.net = r.net;
-    } else if (door_fields && key == "route") {
-      if (!v.is_string() || v.get<std::string>().empty()) return Error::invalid("field 'route' must be a route's name");
-      ask.route = v.get<std::string>();
-    } else if (door_fields && key == "provenance") {
-      if (!v.is_string()) return Error::invalid("field 'provenance' must be \"trusted\" or \"untrusted\"");
-      auto p = parse_provenance(v.get<std::string>());
-      if (!p) return std::move(p).error().context("field 'provenance'");
-      ask.provenance = *p;
-    } else if (key == "acknowledge") {
-      auto s = strings(v, "acknowledge");
-      if (!s) return std::move(s).error();
-      r.acknowledged.insert(s->begin(), s->end());
-    } else if (key == "grace_seconds") {
-      if (!v.is_number()) return Error::invalid("field 'grace_seconds' must be a number");
-      r.grace_seconds = v.get<double>();
-    } else if (key == "on_output_limit") {
-      if (!v.is_string()) return Error::invalid("field 'on_output_limit' must be \"truncate\" or \"kill\"");
-      auto p = parse_output_limit_policy(v.get<std::string>());
-      if (!p) return std::move(p).error();
-      r.on_output_limit = *p;
-    } else if (key == "rootfs") {
-      if (!v.is_string()) return Error::invalid("field 'rootfs' must be a string");
-      r.rootfs = v.get<std::string>();
-    } else if (key == "ro_binds" || key == "binds") {
-      auto s = strings(v, key.c_str());
-      if (!s) return std::move(s).error();
-      for (const auto& spec : *s) {
-        auto b = parse_bind_spec(spec, key == "binds");
-        if (!b) return std::move(b).error();
-        r.binds.push_back(std::move(*b));
-      }
-    } else if (key == "user") {
-      if (!v.is_number_unsigned()) return Error::invalid("field 'user' must be a uid (a positive integer)");
-      if (auto ok = check_run_user(v.get<std::uint64_t>()); !ok) return ok.error().context("field 'user'");
-      r.user = static_cast<uid_t>(v.get<std::uint64_t>());
-    } else if (key == "artifact_root") {
-      if (!v.is_string()) return Error::invalid("field 'artifact_root' must be a string");
-      r.artifact_root = v.get<std::string>();
-    } else {
+  for (auto& [key, v] : j.items()) {
+    const RequestField* field = field_named(key);
+    // route and provenance ask something of the door: job_from_json only.
+    bool door_field = key == "route" || key == "provenance";
+    if (!field || !field->accepts(kJobField) || (door_field && !door_fields))
       return Error::invalid("unknown field " + quote_input(key));
-    }
+    Status st = apply_value(*field, job, field_value(v), [&](std::string_view suffix, const FieldValue&, const Error& why) {
+      return Error(why.code(), "field " + quote_input(key + std::string(suffix)) + ": " + why.message());
+    });
     if (!st) return st.error();
   }
-  if (source) {
-    if (interpreter.empty()) return Error::invalid("field 'source' needs 'interpreter'");
-    r.payload = ProgramPayload{*source, interpreter, "program"};
-  } else if (!interpreter.empty()) {
-    return Error::invalid("field 'interpreter' needs 'source'");
-  }
-  if (r.argv.empty() && !r.payload) return Error::invalid("field 'argv' is missing or empty");
-  if (ask.given.net == NetworkAccess::host && r.tier == Tier::container && ask.route.empty())
-    return Error::invalid(net_host_in_container());
-  if (Status st = validate_request(r); !st) return st.error();
+  if (Status st = finish_job(job); !st) return st.error();
   return job;
 }
 

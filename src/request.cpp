@@ -67,6 +67,14 @@ Status texts(std::string_view field, const std::vector<std::string>& values) {
 
 }  // namespace
 
+std::string variable_name_problem(std::string_view name) {
+  if (name.empty()) return "an empty name is not a variable name";
+  for (char c : name)
+    if (c == '=' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      return quote_input(name) + " is not a variable name (no '=', NUL or control character)";
+  return "";
+}
+
 std::string net_host_in_container() {
   return "net host: tier container always runs in an empty network namespace (use tier process with net host)";
 }
@@ -80,19 +88,14 @@ Status validate_request(const Request& r) {
   if (r.user) check(check_run_user(*r.user));
   check(texts("argv", r.argv));
   if (!r.argv.empty() && r.argv.front().empty() && !r.payload) check(Error::invalid("field 'argv': the program name is empty"));
-  for (const auto& [k, v] : r.env) {
-    if (k.empty() || k.find('=') != std::string::npos) check(Error::invalid("field 'env': name " + q(k) + " is not a variable name"));
-    check(text("env", k));
-    if (has_nul(v)) check(Error::invalid("field 'env': " + q(k) + ": the value contains a NUL byte"));
-  }
-  // A name with '=' would read another variable's value out of corral's
-  // environment (getenv stops at '=') and write a different one into the
-  // program's; an empty one names nothing.
   auto variable = [&](std::string_view field, const std::string& name) {
-    if (name.empty() || name.find('=') != std::string::npos)
-      check(Error::invalid("field " + q(field) + ": name " + q(name) + " is not a variable name"));
-    check(text(field, name));
+    if (auto problem = variable_name_problem(name); !problem.empty())
+      check(Error::invalid("field " + q(field) + ": " + problem));
   };
+  for (const auto& [k, v] : r.env) {
+    variable("env", k);
+    if (has_nul(v)) check(Error::invalid("field " + q("env." + k) + ": the value contains a NUL byte"));
+  }
   for (const auto& p : r.pass_env) variable("pass_env", p);
   for (const auto& s : r.secrets) {
     variable("secret_env", s.name);
@@ -179,7 +182,7 @@ std::string_view to_string(OutputLimitPolicy policy) {
 Expected<OutputLimitPolicy> parse_output_limit_policy(std::string_view text) {
   if (text == "truncate") return OutputLimitPolicy::truncate;
   if (text == "kill") return OutputLimitPolicy::kill;
-  return Error::invalid("on_output_limit: " + quote_input(text) + " is neither truncate nor kill");
+  return Error::invalid(quote_input(text) + " is neither truncate nor kill");
 }
 
 int cli_exit_code(const Result& r) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "corral/names.hpp"
+#include "corral/request.hpp"
 
 namespace corral {
 namespace {
@@ -23,12 +24,9 @@ class Gate {
   const RouteSpec& spec_;
 };
 
-bool is_variable_name(std::string_view name) {
-  if (name.empty()) return false;
-  for (char c : name)
-    if (c == '=' || c == '\0' || static_cast<unsigned char>(c) < 0x20) return false;
-  return true;
-}
+// The one rule (request.hpp): a route's name, env_passthrough and secrets
+// are names as a request's variables are.
+bool is_variable_name(std::string_view name) { return variable_name_problem(name).empty(); }
 
 bool is_host_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||

@@ -7,6 +7,8 @@
 #include <cerrno>
 
 #include "corral/names.hpp"
+#include "corral/request_fields.hpp"
+#include "routes_scan.hpp"
 
 // toml++ 3.3, header-only and confined to this file: nothing else of corral
 // sees it, so libcorral.a/.so need no toml++ library at link time. No
@@ -63,6 +65,39 @@ std::vector<std::pair<const toml::key*, const toml::node*>> in_file_order(const 
   return items;
 }
 
+// A TOML value as the field table takes it (request_fields.hpp), with its
+// line for the message.
+FieldValue field_value(const toml::node& node) {
+  using Type = FieldValue::Type;
+  FieldValue out;
+  out.line = static_cast<int>(node.source().begin.line);
+  if (auto* s = node.as_string()) {
+    out.text = s->get();
+  } else if (auto* i = node.as_integer()) {
+    out.type = Type::integer;
+    out.text = std::to_string(i->get());
+  } else if (auto* f = node.as_floating_point()) {
+    out.type = Type::real;
+    out.real = f->get();
+  } else if (auto* b = node.as_boolean()) {
+    out.type = Type::boolean;
+    out.boolean = b->get();
+  } else if (auto* array = node.as_array()) {
+    out.type = Type::list;
+    for (std::size_t i = 0; i < array->size(); ++i) out.items.push_back(field_value(*array->get(i)));
+  } else if (auto* table = node.as_table()) {
+    out.type = Type::table;
+    for (auto [key, value] : in_file_order(*table)) {
+      out.entries.emplace_back(std::string(key->str()), field_value(*value));
+      out.entries.back().second.line = static_cast<int>(key->source().begin.line);
+    }
+  } else {
+    out.type = Type::other;
+    out.other = type_name(node.type());
+  }
+  return out;
+}
+
 // Reads one table of the file (a route, or [host]); every error says
 // "FILE:LINE: WHO: ..." with the dotted key.
 class Reader {
@@ -82,6 +117,10 @@ class Reader {
   }
   Error invalid(const toml::node& node, const std::string& key, const std::string& why) const {
     return at(node.source(), "key " + q(key) + ": " + why);
+  }
+  Error invalid_at(int line, const std::string& key, const Error& why) const {
+    return Error(why.code(), std::string(path_) + ":" + std::to_string(line) + ": " + who_ + ": key " + q(key) +
+                                 ": " + why.message());
   }
 
   Expected<std::string> string(const toml::node& node, const std::string& key) const {
@@ -138,28 +177,6 @@ Expected<std::string> as_is(const std::string& text) { return text; }
 Expected<Limit> limit_named(const std::string& text) {
   if (auto limit = limit_from_name(text)) return *limit;
   return Error::invalid(q(text) + " is not a limit (known: " + limit_names() + ")");
-}
-
-Status read_limits(const Reader& r, const toml::node& node, Limits& limits) {
-  Error error;
-  const toml::table* table = r.table(node, "limits", error);
-  if (!table) return error;
-  for (auto [key, value] : in_file_order(*table)) {
-    auto limit = limit_from_name(key->str());
-    if (!limit) return r.unknown(*key, "limits.", limit_names());
-    std::string k = "limits." + std::string(key->str());
-    // The one limit parser (limits.hpp), as for --limit and a job's limits:
-    // 1.5 and "1.5", "512MiB" and 536870912 mean the same here.
-    const LimitInfo& info = limit_info(*limit);
-    Expected<std::uint64_t> raw = Error::invalid("");
-    if (auto* i = value->as_integer()) raw = parse_limit_quantity(info, std::to_string(i->get()));
-    else if (auto* f = value->as_floating_point()) raw = parse_limit_number(info, f->get());
-    else if (auto* s = value->as_string()) raw = parse_limit_quantity(info, s->get());
-    else return r.wrong_type(*value, k, "a number or a string such as \"512MiB\"");
-    if (!raw) return r.invalid(*value, k, raw.error().message());
-    if (Status st = limits.set_raw_checked(*limit, *raw); !st) return r.invalid(*value, k, st.error().message());
-  }
-  return {};
 }
 
 Status read_transfer(const Reader& r, const toml::node& node, TransferLimits& transfer) {
@@ -220,11 +237,44 @@ Expected<DeclaredOutput> read_output(const Reader& r, const toml::node& node, co
   return out;
 }
 
-constexpr std::array<std::string_view, 15> kRouteKeys{
-    "name",    "provenance", "tier",     "min_isolation",   "requires", "egress_allow",
-    "limits",  "outputs",    "transfer", "env_passthrough", "secrets",  "acknowledge_network_egress",
-    "acknowledged_unenforced", "on_output_limit", "allow_host_paths",
+// The keys of a route that are not request fields; the request fields a
+// route takes (tier, provenance, limits, env_passthrough, secrets,
+// on_output_limit) come from the field table (request_fields.hpp).
+constexpr std::array<std::string_view, 9> kRouteOnlyKeys{
+    "name", "min_isolation", "requires", "egress_allow", "outputs", "transfer", "acknowledge_network_egress",
+    "acknowledged_unenforced", "allow_host_paths",
 };
+
+std::string route_keys() {
+  std::string out = known_list(kRouteOnlyKeys);
+  for (const auto& field : request_fields())
+    if (field.accepts(kRouteKey)) out += ", " + std::string(field.route_key);
+  return out;
+}
+
+// A request field's value, read through the field table into `scratch`,
+// and what the route keeps of it.
+Status read_field(const Reader& r, const RequestField& field, const std::string& k, const toml::node& node,
+                  Job& scratch, RouteSpec& spec) {
+  FieldValue value = field_value(node);
+  Status st = apply_value(field, scratch, value, [&](std::string_view suffix, const FieldValue& at, const Error& why) {
+    return r.invalid_at(at.line ? at.line : value.line, k + std::string(suffix), why);
+  });
+  if (!st) return st;
+  const Request& req = scratch.request;
+  if (field.name == "tier") spec.tier = value.text;
+  else if (field.name == "provenance") spec.provenance = scratch.ask.provenance;
+  else if (field.name == "limits") spec.limits = req.limits;
+  else if (field.name == "on_output_limit") spec.kill_on_output_limit = req.on_output_limit == OutputLimitPolicy::kill;
+  else if (field.name == "pass_env") spec.env_passthrough = req.pass_env;
+  else if (field.name == "secret_env") {
+    spec.secrets.clear();
+    for (const auto& secret : req.secrets) spec.secrets.push_back(secret.name);
+  } else {
+    return r.invalid_at(value.line, k, Error::invalid("is not a route's"));  // a table row claims a key read nowhere
+  }
+  return {};
+}
 
 Expected<RouteSpec> read_route(std::string_view path, const toml::table& table, std::size_t index) {
   RouteSpec spec;
@@ -235,47 +285,31 @@ Expected<RouteSpec> read_route(std::string_view path, const toml::table& table, 
   bool has_name = false;
   spec.env_passthrough = {"PATH"};  // the default of every run (request.hpp)
 
+  Job scratch;  // the request fields a route sets, read as a job's are
   for (auto [key, value] : in_file_order(table)) {
     std::string k(key->str());
-    auto text = [&]() { return r.string(*value, k); };
     Status st;
-    if (k == "name" || k == "tier") {
-      auto s = text();
+    if (const RequestField* field = field_by_route_key(k)) {
+      st = read_field(r, *field, k, *value, scratch, spec);
+    } else if (k == "name") {
+      auto s = r.string(*value, k);
       if (!s) return std::move(s).error();
-      if (k == "name") {
-        spec.name = *s;
-        has_name = true;
-      } else {
-        spec.tier = *s;
-      }
-    } else if (k == "on_output_limit") {
-      auto s = text();
+      spec.name = *s;
+      has_name = true;
+    } else if (k == "min_isolation") {
+      auto s = r.string(*value, k);
       if (!s) return std::move(s).error();
-      if (*s != "truncate" && *s != "kill") return r.invalid(*value, k, q(*s) + " is neither \"truncate\" nor \"kill\"");
-      spec.kill_on_output_limit = *s == "kill";
-    } else if (k == "provenance" || k == "min_isolation") {
-      auto s = text();
-      if (!s) return std::move(s).error();
-      if (k == "provenance") {
-        auto p = parse_provenance(*s);
-        if (!p) return r.invalid(*value, k, p.error().message());
-        spec.provenance = *p;
-      } else {
-        auto level = parse_isolation(*s);
-        if (!level) return r.invalid(*value, k, level.error().message());
-        spec.min_isolation = *level;
-      }
+      auto level = parse_isolation(*s);
+      if (!level) return r.invalid(*value, k, level.error().message());
+      spec.min_isolation = *level;
     } else if (k == "requires") {
       auto caps = r.list<Capability>(*value, k, [](const std::string& s) { return parse_capability(s); });
       if (!caps) return std::move(caps).error();
       spec.required_capabilities = std::move(*caps);
-    } else if (k == "egress_allow" || k == "env_passthrough" || k == "secrets" || k == "allow_host_paths") {
+    } else if (k == "egress_allow" || k == "allow_host_paths") {
       auto items = r.list<std::string>(*value, k, as_is);
       if (!items) return std::move(items).error();
-      (k == "egress_allow"       ? spec.egress_allow
-       : k == "secrets"          ? spec.secrets
-       : k == "allow_host_paths" ? spec.allow_host_paths
-                                 : spec.env_passthrough) = std::move(*items);
+      (k == "egress_allow" ? spec.egress_allow : spec.allow_host_paths) = std::move(*items);
     } else if (k == "acknowledged_unenforced") {
       auto limits = r.list<Limit>(*value, k, limit_named);
       if (!limits) return std::move(limits).error();
@@ -284,8 +318,6 @@ Expected<RouteSpec> read_route(std::string_view path, const toml::table& table, 
       auto flag = r.boolean(*value, k);
       if (!flag) return std::move(flag).error();
       spec.acknowledge_network_egress = *flag;
-    } else if (k == "limits") {
-      st = read_limits(r, *value, spec.limits);
     } else if (k == "transfer") {
       st = read_transfer(r, *value, spec.transfer);
     } else if (k == "outputs") {
@@ -297,7 +329,7 @@ Expected<RouteSpec> read_route(std::string_view path, const toml::table& table, 
         spec.outputs.push_back(std::move(*out));
       }
     } else {
-      return r.unknown(*key, "", known_list(kRouteKeys));
+      return r.unknown(*key, "", route_keys());
     }
     if (!st) return st.error();
   }
@@ -327,114 +359,6 @@ Status read_host(std::string_view path, const toml::node& node, HostPolicy& poli
     if (k == "floor") policy.floor_for_all = *level;
     else if (k == "trusted_floor") policy.trusted_floor = *level;
     else policy.untrusted_floor = *level;
-  }
-  return {};
-}
-
-// toml++ descends once per dotted key segment and per nested array or
-// inline table: 300,000 segments ("a.a.a...=1", a 600 KB line) overflow the
-// stack. A routes file needs two segments and two levels; these bounds are
-// checked by a scan of our own before the text reaches the parser.
-constexpr int kMaxKeySegments = 32;
-constexpr int kMaxNesting = 32;
-
-// Skips a string starting at text[i] (a quote); returns the index after its
-// end, counting the newlines of a multi-line string into `line`.
-std::size_t skip_string(std::string_view text, std::size_t i, int& line) {
-  char quote = text[i];
-  bool triple = text.substr(i, 3) == std::string(3, quote);
-  std::size_t j = i + (triple ? 3 : 1);
-  while (j < text.size()) {
-    char c = text[j];
-    if (c == '\\' && quote == '"') {
-      j += 2;
-      continue;
-    }
-    if (c == '\n') {
-      if (!triple) return j;  // an unterminated string: the parser says so
-      ++line;
-    }
-    if (c == quote && (!triple || text.substr(j, 3) == std::string(3, quote))) return j + (triple ? 3 : 1);
-    ++j;
-  }
-  return j;
-}
-
-Status check_toml_bounds(std::string_view text, std::string_view path) {
-  auto refuse = [&](int line, const std::string& why) {
-    return Error::invalid(std::string(path) + ":" + std::to_string(line) + ": " + why);
-  };
-  int line = 1;
-  std::string nesting;     // '[' arrays and '{' inline tables of the value being read
-  bool line_start = true;  // before the first character of a line at the top level
-  bool in_key = false;     // reading a key (or a table header's name)
-  int segments = 1;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (c == '\n') {
-      ++line;
-      if (nesting.empty()) {
-        line_start = true;
-        in_key = false;
-      }
-      continue;
-    }
-    if (c == ' ' || c == '\t' || c == '\r') continue;
-    if (c == '#') {
-      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
-      continue;
-    }
-    // TOML allows non-ASCII only inside strings and comments. toml++ 3.3's
-    // whitespace test for a non-ASCII character outside them reaches a
-    // __builtin_unreachable for some (U+00A1 and up: `é = 1` is undefined
-    // behaviour under UBSan), so the scan refuses it first.
-    if (static_cast<unsigned char>(c) >= 0x80)
-      return refuse(line, "a non-ASCII character outside a string or comment (TOML allows it only there; quote the "
-                          "key or value)");
-    if (line_start) {
-      line_start = false;
-      in_key = true;
-      segments = 1;
-      if (c == '[') {  // a table header: [a.b] or [[a.b]]
-        if (i + 1 < text.size() && text[i + 1] == '[') ++i;
-        // toml++ 3.3 asserts (aborts, or with NDEBUG assumes) that a header's
-        // name starts with a key character or a quote: "[[[route]]" killed
-        // corral check with SIGABRT. Anything else is refused here.
-        std::size_t k = i + 1;
-        while (k < text.size() && (text[k] == ' ' || text[k] == '\t')) ++k;
-        char n = k < text.size() ? text[k] : '\n';
-        bool key_start = (n >= 'a' && n <= 'z') || (n >= 'A' && n <= 'Z') || (n >= '0' && n <= '9') || n == '_' ||
-                         n == '-' || n == '"' || n == '\'';
-        if (!key_start) return refuse(line, "a table header must start with a name ([route], [[route]])");
-        continue;
-      }
-    }
-    if (c == '"' || c == '\'') {
-      i = skip_string(text, i, line) - 1;
-      continue;
-    }
-    if (in_key) {
-      if (c == '.' && ++segments > kMaxKeySegments)
-        return refuse(line, "a key with more than " + std::to_string(kMaxKeySegments) +
-                                " dotted segments; that is not a routes file");
-      if (c == '=' || (c == ']' && nesting.empty())) in_key = false;
-      continue;
-    }
-    if (c == '[' || c == '{') {
-      nesting.push_back(c);
-      if (nesting.size() > static_cast<std::size_t>(kMaxNesting))
-        return refuse(line, "arrays or tables nested more than " + std::to_string(kMaxNesting) +
-                                " deep; that is not a routes file");
-      if (c == '{') {
-        in_key = true;
-        segments = 1;
-      }
-    } else if ((c == ']' || c == '}') && !nesting.empty()) {
-      nesting.pop_back();
-    } else if (c == ',' && !nesting.empty() && nesting.back() == '{') {
-      in_key = true;
-      segments = 1;
-    }
   }
   return {};
 }

@@ -677,7 +677,7 @@ Test(batch, a_nul_in_a_string_and_a_syntax_error_are_errors_naming_where) {
                      R"({"id":"big","tier":"none","argv":["true"],"limits":{"wall_seconds":9223372036854775807}})" "\n"
                      R"({"id":"cut", "argv": ["echo")" "\n";
   auto by_id = batch_by_id({}, jobs);
-  for (auto [id, want] : {std::pair{"argv", "field 'argv': item 1 contains a NUL byte"},
+  for (auto [id, want] : {std::pair{"argv", "field 'argv[1]': contains a NUL byte"},
                           {"env", "the value contains a NUL byte"},
                           {"path", "field 'cwd': contains a NUL byte"},
                           {"empty", "field 'cwd': empty path"},

@@ -232,7 +232,7 @@ Test(cli, bad_input_is_refused_by_name) {
   cr_assert_eq(env_wrapped.code, 2);
   Ran cwd = corral("run --tier none --cwd '' -- pwd");
   cr_assert_eq(cwd.code, 2, "exit %d: %s %s", cwd.code, cwd.out.c_str(), cwd.err.c_str());
-  cr_assert(has(cwd.err, "field 'cwd': empty path"), "%s", cwd.err.c_str());
+  cr_assert(has(cwd.err, "--cwd: empty path"), "%s", cwd.err.c_str());
   for (const char* flag : {"--write-path ''", "--artifact-root ''", "--input ''"}) {
     Ran empty = corral(std::string("run --tier none ") + flag + " -- true");
     cr_assert_eq(empty.code, 2, "%s: exit %d: %s", flag, empty.code, empty.err.c_str());

@@ -142,16 +142,16 @@ Test(routes_file, refusals_name_the_file_the_line_and_the_key) {
   std::string t(kTrusted);  // 4 lines
   const Case cases[] = {
       {"[routez]\n", {"t.toml:1: routes file: unknown key 'routez' (known: route, host)"}},
-      {t + "tierr = \"none\"\n", {"t.toml:5: route 'grader': unknown key 'tierr'", "known: name, provenance"}},
+      {t + "tierr = \"none\"\n", {"t.toml:5: route 'grader': unknown key 'tierr'", "known: name, min_isolation", "tier, provenance"}},
       {t + "limits = { cpu_seconds = 1, cpu_secs = 2 }\n",
-       {"t.toml:5: route 'grader': unknown key 'limits.cpu_secs'", "known: cpu_seconds, memory_bytes"}},
+       {"t.toml:5: route 'grader': key 'limits.cpu_secs': unknown limit 'cpu_secs'", "known: cpu_seconds, memory_bytes"}},
       {t + "[route.limits]\nwall_seconds = -1\n", {"t.toml:6: route 'grader': key 'limits.wall_seconds': limit wall_seconds: '-1': negative value refused"}},
       {t + "[route.limits]\nprocess_count = 0\n",
        {"t.toml:6:", "key 'limits.process_count': limit process_count: must be at least 1"}},
       {t + "limits = { cpu_seconds = \"10x\" }\n", {"t.toml:5:", "key 'limits.cpu_seconds': limit cpu_seconds: '10x': unknown unit 'x'"}},
       {t + "limits = { cpu_seconds = 1.0005 }\n", {"key 'limits.cpu_seconds': limit cpu_seconds: '1.0005': finer than a millisecond"}},
-      {t + "limits = { cpu_seconds = true }\n", {"key 'limits.cpu_seconds' must be a number or a string such as \"512MiB\", not a boolean"}},
-      {"[[route]]\nname = \"x\"\ntier = 3\n", {"t.toml:3: route 'x': key 'tier' must be a string, not an integer"}},
+      {t + "limits = { cpu_seconds = true }\n", {"key 'limits.cpu_seconds': must be a number or a string such as \"512MiB\", not a boolean"}},
+      {"[[route]]\nname = \"x\"\ntier = 3\n", {"t.toml:3: route 'x': key 'tier': must be a string, not an integer"}},
       {"[[route]]\nname = \"x\"\nprovenance = \"Trusted\"\n",
        {"t.toml:3: route 'x': key 'provenance': provenance 'Trusted' is unknown"}},
       {t + "min_isolation = \"sandbox\"\n", {"t.toml:5:", "key 'min_isolation': isolation 'sandbox' is unknown"}},
@@ -248,9 +248,10 @@ tier = "os_process"
                    "tier 'os_process' gives os_process");
   cr_assert(seen == std::vector<std::string>({"grader"}), "routes before the refusal are still reported");
 
-  auto unknown = build("[[route]]\nname = \"x\"\nprovenance = \"trusted\"\ntier = \"vm\"\n");
+  // An unknown tier is refused as it is read, with the reason --tier gives.
+  auto unknown = parse_routes("[[route]]\nname = \"x\"\nprovenance = \"trusted\"\ntier = \"vm\"\n", "t.toml");
   cr_assert(!unknown.ok());
-  assert_mentions(unknown.error().message(), {"t.toml:1: route 'x': tier 'vm' is not one of corral's tiers"});
+  assert_mentions(unknown.error().message(), {"t.toml:4: route 'x': key 'tier': unknown tier 'vm' (tiers: none, process, container)"});
 
   auto twice = build(std::string(kTrusted) + kTrusted);
   cr_assert(!twice.ok());
@@ -359,8 +360,8 @@ Test(routes_file, check_exits_2_at_the_first_refusal_with_its_message) {
   auto broken = corral_test::run_cli({"check", "--routes", "tests/data/routes_bad_limit.toml"});
   cr_assert_eq(broken.code, 2);
   cr_assert_str_eq(broken.err.c_str(),
-                   "corral: tests/data/routes_bad_limit.toml:7: route 'grader': unknown key 'limits.cpu_secs' "
-                   "(known: cpu_seconds, memory_bytes, process_count, file_bytes, open_files, wall_seconds, "
+                   "corral: tests/data/routes_bad_limit.toml:7: route 'grader': key 'limits.cpu_secs': unknown limit "
+                   "'cpu_secs' (known: cpu_seconds, memory_bytes, process_count, file_bytes, open_files, wall_seconds, "
                    "stdout_bytes, stderr_bytes, artifact_bytes, artifact_total_bytes, artifact_count, workspace_bytes, tmp_bytes, shm_bytes)\n");
   cr_assert(broken.out.empty());
 
@@ -402,7 +403,7 @@ Test(routes_file, keys_and_nesting_beyond_the_bounds_are_refused_before_the_pars
   }
   // Strings and comments may hold dots and brackets freely.
   auto fine = parse_routes("# a.b.c.d [[[[\n[[route]]\nname = \"a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s.t.u.v.w.x.y.z.0.1.2.3.4.5.6\"\n"
-                           "provenance = 'trusted'\ntier = \"\"\"[[[[[[\"\"\"\n",
+                           "provenance = 'trusted'\ntier = 'none'\negress_allow = [\"\"\"[[[[[[\"\"\"]\n",
                            "fine.toml");
   cr_assert(fine.ok(), "%s", fine.ok() ? "" : fine.error().message().c_str());
 }

@@ -12,14 +12,13 @@
 
 namespace corral {
 
-// One JSON object → Request. Unknown fields, wrong types and invalid
-// limits are refused with a message naming the field. Fields: id, argv,
-// env, pass_env, secret_env, limits, tier, inputs[{name, bytes|host_path}],
-// outputs, stdin (text) or stdin_b64 (bytes), binary_output, source +
-// interpreter, cwd, merge_output, confine_writes,
-// write_paths, net, acknowledge, grace_seconds, artifact_root.
-// A line that is not JSON is refused with the byte offset of the fault.
-// `route` and `provenance` are refused here: they ask something of the door.
+// One JSON object → Request. Every key is a field of the field table
+// (request_fields.hpp: the same parser and reason text as the flag and the
+// routes key); unknown fields, wrong types and invalid values are refused
+// with a message naming the field ("field 'limits.wall_seconds': ...",
+// "field 'argv[2]': ..."). A line that is not JSON is refused with the byte
+// offset of the fault. `route` and `provenance` are refused here: they ask
+// something of the door.
 Expected<Request> request_from_json(std::string_view text);
 
 // A batch job: the Request, plus what it asks of the door (door.hpp):

@@ -177,6 +177,14 @@ struct Request {
 // field as a batch job spells it.
 Status validate_request(const Request& request);
 
+// The one rule for a variable name (env, pass_env, secret_env, a route's
+// env_passthrough and secrets, whoever names them): not empty, no '=', no
+// NUL or other control character. A name with '=' would read another
+// variable's value out of corral's environment (getenv stops at '=') and
+// write a different one into the program's. The reason it fails, or ""
+// when it passes.
+std::string variable_name_problem(std::string_view name);
+
 // The one message for `net host` asked of tier container.
 std::string net_host_in_container();
 

@@ -19,6 +19,7 @@
 #include "corral/container.hpp"
 #include "corral/door.hpp"
 #include "corral/json.hpp"
+#include "corral/request_fields.hpp"
 #include "corral/route_run.hpp"
 #include "corral/routes_file.hpp"
 #include "corral/session.hpp"
@@ -33,9 +34,11 @@ int run_main_in_session(int argc, char** argv, const std::string& session);
 
 namespace {
 
-// Options, then the limit table (built from all_limits() and
-// default_limits() so units and defaults cannot drift), then kRunHelpTail.
-// man/corral.1 mirrors this text: change both.
+// The usage, then the options: the request fields' (request_fields.hpp:
+// their help text is the table's) and corral run's own (kRunOwnOptions),
+// then the limit table (built from all_limits() and default_limits() so
+// units and defaults cannot drift), then kRunHelpTail. man/corral.1 mirrors
+// this text: change both.
 const char kRunHelp[] =
     "usage: corral run [options] [--] PROGRAM [ARGS...]\n"
     "\n"
@@ -46,86 +49,43 @@ const char kRunHelp[] =
     "given; options marked (repeatable) may be given more than once. Options take\n"
     "--opt=value or --opt value; the first operand is PROGRAM ('--' before it is\n"
     "optional, and needed when PROGRAM starts with '-').\n"
-    "\n"
-    "  -t, --tier none|process|container  isolation tier (default: process)\n"
-    "      none: a plain child with the ceilings; process: + uid drop (root), no\n"
-    "      capabilities, no_new_privs, seccomp 'default', Landlock when asked;\n"
-    "      container: + user/pid/net/mount/ipc/uts/cgroup namespaces, a fresh\n"
-    "      read-only root with the workspace at /workspace, no network, a cgroup\n"
-    "      for memory_bytes and process_count, a non-root uid inside\n"
-    "  --untrusted                    the program is untrusted: refused below\n"
-    "                                 container\n"
-    "  -l, --limit NAME=VALUE         set a limit (repeatable; see the table below)\n"
-    "  --acknowledge NAME             run even though NAME (a limit or guarantee)\n"
-    "                                 is not enforceable here (see corral\n"
-    "                                 enforcement; repeatable)\n"
-    "  --confine-writes               Landlock: writes only to the workspace,\n"
-    "                                 --cwd and --write-path directories\n"
-    "  --write-path P                 add P to the write set (implies\n"
-    "                                 --confine-writes; repeatable)\n"
-    "  --net none|host                none: no sockets but AF_UNIX (default: host)\n"
-    "  --loopback                     tier container: a network namespace of the\n"
-    "                                 run's own with lo up (default as root: the\n"
-    "                                 shared template's, no loopback, sockets but\n"
-    "                                 AF_UNIX refused; ~0.7 ms more per run)\n"
-    "  -e, --env K=V                  set a variable (repeatable; default: none)\n"
-    "  --pass-env K                   pass corral's K through (repeatable;\n"
-    "                                 PATH is always passed but in tier container,\n"
-    "                                 whose PATH is /usr/local/bin:/usr/bin:/bin\n"
-    "                                 unless --env PATH=... sets it)\n"
-    "  --secret-env K                 pass corral's K and mask its value as ***\n"
-    "                                 in output (repeatable)\n"
-    "  --input HOSTPATH[:NAME]        copy a host file or directory (recursively; a\n"
-    "                                 symlink is skipped) into the workspace as NAME\n"
-    "                                 (default: its base name; repeatable)\n"
-    "  --output GLOB                  collect matching workspace files after the run\n"
-    "                                 (repeatable; default: none)\n"
-    "  --artifact-root DIR            copy collected files to DIR/<run-id>/ (default:\n"
-    "                                 listed with size and SHA-256, not kept)\n"
-    "  --cwd DIR                      run in DIR (default: the workspace); DIR joins\n"
-    "                                 the write set under --confine-writes; tier\n"
-    "                                 container: host DIR is bound read-write at DIR\n"
-    "  --chdir DIR                    only the working directory: nothing bound, no\n"
-    "                                 write set (tier container: a path inside)\n"
-    "  --user UID                     run as UID and gid UID, never 0 (tier process,\n"
-    "                                 as root; default: a uid per run from\n"
-    "                                 200000-265535 when root, else the caller's uid);\n"
-    "                                 tier container: the uid inside (default 65534)\n"
-    "  --rootfs DIR                   tier container: DIR's entries (read-only) instead\n"
-    "                                 of the host's /usr, /bin, /lib* and a minimal /etc\n"
-    "  --ro-bind SRC[:DST]            tier container: bind host SRC read-only at DST\n"
-    "                                 (repeatable)\n"
-    "  --bind SRC[:DST][:owner=UID:GID]  tier container: bind host SRC read-write at\n"
-    "                                 DST; as root what the program writes there is\n"
-    "                                 owned on the host by SRC's owner (or UID:GID),\n"
-    "                                 never root (an idmapped mount; repeatable)\n"
-    "  --tmpfs PATH[:SIZE]            tier container: a tmpfs at PATH of SIZE bytes\n"
-    "                                 (K, M, G suffixes; default tmp_bytes), counted\n"
-    "                                 against memory_bytes (repeatable)\n"
-    "  --dev-bind PATH                tier container: the host character device PATH\n"
-    "                                 at PATH; the device cgroup allows only these\n"
-    "                                 and /dev/{null,zero,full,random,urandom}\n"
-    "                                 (repeatable)\n"
-    "  --grace SECONDS                SIGTERM to SIGKILL after the deadline, 0-3600,\n"
-    "                                 fractions allowed (default: 2)\n"
-    "  --stdin-text TEXT              the program's stdin (default: /dev/null)\n"
-    "  --stdin FILE|-                 stream FILE, or corral's own stdin (-), to the\n"
-    "                                 program's stdin through a pipe, bytes as they\n"
-    "                                 are (default: /dev/null)\n"
-    "  --stdin-max-bytes N            --stdin passes at most N bytes (units as for\n"
-    "                                 bytes limits: 64MiB, 1G; default: 1 GiB), then\n"
-    "                                 the program's stdin ends and corral says so\n"
-    "  --binary-output                with --json: stdout_b64 and stderr_b64 too, the\n"
-    "                                 kept bytes exactly (secrets masked as ***)\n"
-    "  --on-output-limit truncate|kill  past stdout_bytes/stderr_bytes: keep the\n"
-    "                                 first bytes and go on (truncate, default), or\n"
-    "                                 end the run as killed_resource, exit 137 (kill)\n"
-    "  --merge-output                 stderr goes to the stdout pipe (fd level)\n"
-    "  -j, --json                     print the Result as one JSON object on stdout\n"
-    "  --routes FILE --route NAME     run through route NAME of a routes file: its tier,\n"
-    "                                 limits, network, env, secrets and outputs; --limit\n"
-    "                                 may tighten its limits, never loosen them\n"
-    "  --audit FILE                   append one JSON line about the run to FILE\n";
+    "\n";
+
+// corral run's options that are not request fields: how the CLI feeds,
+// prints and records the run.
+enum : int { kRoutes = 256, kAudit, kStdin, kStdinMax, kFieldBase = 512 };
+
+struct OwnOption {
+  option opt;
+  const char* shown;  // the option with its value, as --help shows it
+  const char* help;
+};
+
+const OwnOption kRunOwnOptions[] = {
+    {{"stdin", required_argument, nullptr, kStdin}, "--stdin FILE|-",
+     "stream FILE, or corral's own stdin (-), to the\nprogram's stdin through a pipe, bytes as they\n"
+     "are (default: /dev/null)"},
+    {{"stdin-max-bytes", required_argument, nullptr, kStdinMax}, "--stdin-max-bytes N",
+     "--stdin passes at most N bytes (units as for\nbytes limits: 64MiB, 1G; default: 1 GiB), then\n"
+     "the program's stdin ends and corral says so"},
+    {{"json", no_argument, nullptr, 'j'}, "-j, --json", "print the Result as one JSON object on stdout"},
+    {{"routes", required_argument, nullptr, kRoutes}, "--routes FILE", "the routes file --route NAME names"},
+    {{"audit", required_argument, nullptr, kAudit}, "--audit FILE", "append one JSON line about the run to FILE"},
+};
+
+// "  -t, --tier VALUE" padded to the help column, then the help's lines.
+void help_row(std::string& out, std::string shown, std::string_view help) {
+  constexpr std::size_t kColumn = 33;
+  shown = "  " + shown;
+  out += shown.size() + 2 <= kColumn ? shown + std::string(kColumn - shown.size(), ' ') : shown + "  ";
+  for (std::size_t start = 0; start <= help.size();) {
+    auto end = help.find('\n', start);
+    if (end == std::string_view::npos) end = help.size();
+    if (start > 0) out += std::string(kColumn, ' ');
+    out += std::string(help.substr(start, end - start)) + "\n";
+    start = end + 1;
+  }
+}
 
 const char kRunHelpTail[] =
     "\n"
@@ -149,6 +109,13 @@ std::string human_value(std::uint64_t v, std::string_view unit) {
 
 std::string run_help() {
   std::string text = kRunHelp;
+  for (const RequestField& f : request_fields()) {
+    if (!f.accepts(kFlag) || f.flag.empty()) continue;
+    std::string shown = (f.short_flag ? std::string("-") + f.short_flag + ", " : "") + "--" + std::string(f.flag);
+    if (f.flag_takes_value()) shown += " " + std::string(f.value_name);
+    help_row(text, shown, f.help);
+  }
+  for (const OwnOption& o : kRunOwnOptions) help_row(text, o.shown, o.help);
   text +=
       "\nLimit values, the same in --limit, CORRAL_LIMITS, a batch job's \"limits\" and a\n"
       "routes file: seconds take a decimal, millisecond precision, optionally 's' or\n"
@@ -181,134 +148,44 @@ struct Options {
   Ask ask;  // --untrusted, --route NAME, and the route-owned flags given
 };
 
-bool split_kv(const std::string& text, std::string& k, std::string& v) {
-  auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) return false;
-  k = text.substr(0, eq);
-  v = text.substr(eq + 1);
-  return true;
+// getopt_long's table: corral run's own options, then a flag per request
+// field (val kFieldBase + its index, or its short letter).
+const std::vector<option>& run_options(std::string& shortopts) {
+  static std::vector<option> table;
+  static std::string shorts = "hj";
+  if (table.empty()) {
+    table.push_back({"help", no_argument, nullptr, 'h'});
+    for (const OwnOption& o : kRunOwnOptions) table.push_back(o.opt);
+    auto fields = request_fields();
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      const RequestField& f = fields[i];
+      if (!f.accepts(kFlag) || f.flag.empty()) continue;
+      int has_arg = f.flag_takes_value() ? required_argument : no_argument;
+      // The table's flags are string literals: NUL-terminated.
+      table.push_back({f.flag.data(), has_arg, nullptr, f.short_flag ? f.short_flag : kFieldBase + static_cast<int>(i)});
+      if (f.short_flag) shorts += std::string(1, f.short_flag) + (has_arg == required_argument ? ":" : "");
+    }
+    table.push_back({nullptr, 0, nullptr, 0});
+  }
+  shortopts = shorts;
+  return table;
 }
 
-enum : int {
-  kUntrusted = 256, kAcknowledge, kConfineWrites, kWritePath, kNet, kLoopback, kPassEnv, kSecretEnv, kInput,
-  kOutput, kArtifactRoot, kCwd, kUser, kRootfs, kRoBind, kBind, kGrace, kStdinText, kMergeOutput, kRoutes,
-  kRoute, kAudit, kOnOutputLimit, kStdin, kStdinMax, kBinaryOutput, kChdir, kTmpfs, kDevBind,
-};
-
-const option kRunOptions[] = {
-    {"help", no_argument, nullptr, 'h'},
-    {"tier", required_argument, nullptr, 't'},
-    {"limit", required_argument, nullptr, 'l'},
-    {"env", required_argument, nullptr, 'e'},
-    {"json", no_argument, nullptr, 'j'},
-    {"untrusted", no_argument, nullptr, kUntrusted},
-    {"acknowledge", required_argument, nullptr, kAcknowledge},
-    {"confine-writes", no_argument, nullptr, kConfineWrites},
-    {"write-path", required_argument, nullptr, kWritePath},
-    {"net", required_argument, nullptr, kNet},
-    {"loopback", no_argument, nullptr, kLoopback},
-    {"pass-env", required_argument, nullptr, kPassEnv},
-    {"secret-env", required_argument, nullptr, kSecretEnv},
-    {"input", required_argument, nullptr, kInput},
-    {"output", required_argument, nullptr, kOutput},
-    {"artifact-root", required_argument, nullptr, kArtifactRoot},
-    {"cwd", required_argument, nullptr, kCwd},
-    {"chdir", required_argument, nullptr, kChdir},
-    {"tmpfs", required_argument, nullptr, kTmpfs},
-    {"dev-bind", required_argument, nullptr, kDevBind},
-    {"user", required_argument, nullptr, kUser},
-    {"rootfs", required_argument, nullptr, kRootfs},
-    {"ro-bind", required_argument, nullptr, kRoBind},
-    {"bind", required_argument, nullptr, kBind},
-    {"grace", required_argument, nullptr, kGrace},
-    {"stdin-text", required_argument, nullptr, kStdinText},
-    {"merge-output", no_argument, nullptr, kMergeOutput},
-    {"routes", required_argument, nullptr, kRoutes},
-    {"route", required_argument, nullptr, kRoute},
-    {"audit", required_argument, nullptr, kAudit},
-    {"on-output-limit", required_argument, nullptr, kOnOutputLimit},
-    {"stdin", required_argument, nullptr, kStdin},
-    {"stdin-max-bytes", required_argument, nullptr, kStdinMax},
-    {"binary-output", no_argument, nullptr, kBinaryOutput},
-    {nullptr, 0, nullptr, 0},
-};
+const RequestField* field_for_option(int opt) {
+  auto fields = request_fields();
+  if (opt >= kFieldBase && static_cast<std::size_t>(opt - kFieldBase) < fields.size()) return &fields[opt - kFieldBase];
+  for (const RequestField& f : fields)
+    if (f.short_flag && f.short_flag == opt && f.accepts(kFlag)) return &f;
+  return nullptr;
+}
 
 // One option; -1 to go on, or an exit code.
-int option_value(Options& o, Limits& from_flags, int opt, const char* v) {
-  Request& r = o.request;
+int option_value(Options& o, Job& job, int opt, const char* v) {
   switch (opt) {
     case 'h': write_all_fd(1, run_help()); return 0;
     case 'j': o.json = true; return -1;
-    case kUntrusted: o.ask.provenance = Provenance::untrusted; return -1;
-    case kConfineWrites: r.confine_writes = true; return -1;
-    case kMergeOutput: r.merge_output = true; return -1;
-    case kLoopback: r.loopback = true; return -1;
-    case 't': {
-      auto t = parse_tier(v);
-      if (!t) return say("--tier: %s", t.error().message().c_str()), 2;
-      r.tier = *t;
-      o.ask.given.tier = *t;
-      return -1;
-    }
-    case 'l': {
-      auto l = parse_limit_assignment(v);
-      if (!l) return say("--limit: %s", l.error().message().c_str()), 2;
-      from_flags.set_raw(l->limit, l->raw);
-      return -1;
-    }
-    case kAcknowledge: r.acknowledged.insert(v); return -1;
-    case kWritePath: r.write_paths.push_back(v); return -1;
-    case kNet:
-      if (std::strcmp(v, "none") == 0) r.net = NetworkAccess::none;
-      else if (std::strcmp(v, "host") == 0) r.net = NetworkAccess::host;
-      else return say("--net: '%s' is neither none nor host", v), 2;
-      o.ask.given.net = r.net;
-      return -1;
-    case 'e': {
-      std::string k, val;
-      if (!split_kv(v, k, val)) return say("--env: expected K=V, got '%s'", v), 2;
-      r.env[k] = val;
-      return -1;
-    }
-    case kPassEnv:
-      r.pass_env.push_back(v);
-      o.ask.given.pass_env.push_back(v);
-      return -1;
     case kRoutes: o.routes_file = v; return -1;
-    case kRoute: o.ask.route = v; return -1;
     case kAudit: o.audit_path = v; return -1;
-    case kSecretEnv: r.secrets.push_back(SecretRef{v, v, {}}); return -1;
-    case kInput: {
-      std::string spec = v;
-      auto colon = spec.rfind(':');
-      Input in;
-      in.host_path = colon == std::string::npos ? spec : spec.substr(0, colon);
-      std::string name = colon == std::string::npos ? spec : spec.substr(colon + 1);
-      auto slash = name.rfind('/');
-      in.name = (colon == std::string::npos && slash != std::string::npos) ? name.substr(slash + 1) : name;
-      r.inputs.push_back(std::move(in));
-      return -1;
-    }
-    case kRootfs: r.rootfs = v; return -1;
-    case kRoBind:
-    case kBind: {
-      auto b = parse_bind_spec(v, opt == kBind);
-      if (!b) return say("%s: %s", opt == kBind ? "--bind" : "--ro-bind", b.error().message().c_str()), 2;
-      r.binds.push_back(std::move(*b));
-      return -1;
-    }
-    case kOutput: r.outputs.push_back(v); return -1;
-    case kArtifactRoot: r.artifact_root = v; return -1;
-    case kCwd: r.cwd = v; return -1;
-    case kChdir: r.chdir = v; return -1;
-    case kDevBind: r.dev_binds.push_back(v); return -1;
-    case kTmpfs: {
-      auto t = parse_tmpfs_spec(v);
-      if (!t) return say("--tmpfs: %s", t.error().message().c_str()), 2;
-      r.tmpfs.push_back(std::move(*t));
-      return -1;
-    }
-    case kStdinText: r.stdin_text = v; return -1;
     case kStdin:
       if (v[0] == '\0') return say("--stdin: give a FILE or - (corral's own stdin)"), 2;
       o.stdin_file = v;
@@ -321,55 +198,43 @@ int option_value(Options& o, Limits& from_flags, int opt, const char* v) {
       o.stdin_max = *n;
       return -1;
     }
-    case kBinaryOutput: r.binary_output = true; return -1;
-    case kUser: {
-      auto uid = parse_run_user(v);
-      if (!uid) return say("--user: %s", uid.error().message().c_str()), 2;
-      r.user = *uid;
-      return -1;
-    }
-    case kOnOutputLimit: {
-      auto p = parse_output_limit_policy(v);
-      if (!p) return say("--on-output-limit: '%s' is neither truncate nor kill", v), 2;
-      r.on_output_limit = *p;
-      return -1;
-    }
-    case kGrace: {
-      char* end = nullptr;
-      double g = std::strtod(v, &end);
-      if (end == v || *end != '\0' || !(g >= 0 && g <= 3600)) return say("--grace: '%s' is not 0..3600 seconds", v), 2;
-      r.grace_seconds = g;
-      return -1;
-    }
   }
-  return 2;
+  const RequestField* field = field_for_option(opt);
+  if (!field) return 2;
+  if (Status st = apply_flag(*field, job, v); !st) return say("%s", st.error().message().c_str()), 2;
+  return -1;
 }
 
 // Returns -1 to go on, or an exit code.
 int parse(int argc, char** argv, Options& o) {
-  Limits from_env;
+  Job job;
   if (const char* env = std::getenv("CORRAL_LIMITS")) {
     auto parsed = parse_limit_list(env);
     if (!parsed) {
       say("CORRAL_LIMITS: %s", parsed.error().message().c_str());
       return 2;
     }
-    from_env = *parsed;
+    job.request.limits = *parsed;  // --limit sets over them
   }
-  Limits from_flags;
   int i = argc;
-  int rc = parse_options(argc, argv, "run", "ht:l:e:j", kRunOptions,
-                         [&](int opt, const char* v) { return option_value(o, from_flags, opt, v); }, i);
+  std::string shortopts;
+  const auto& options = run_options(shortopts);
+  int rc = parse_options(argc, argv, "run", shortopts.c_str(), options.data(),
+                         [&](int opt, const char* v) { return option_value(o, job, opt, v); }, i);
   if (rc >= 0) return rc;
   if (i >= argc) {
     say("no PROGRAM given (usage: corral run [options] [--] PROGRAM [ARGS...])");
     return 2;
   }
-  for (; i < argc; ++i) o.request.argv.push_back(argv[i]);
-  if (!o.stdin_file.empty() && o.request.stdin_text)
+  const RequestField& program = *field_named("argv");
+  for (; i < argc; ++i)
+    if (Status st = program.apply(job, FieldValue::of_text(argv[i]), ""); !st)
+      return say("PROGRAM [ARGS...]: %s", st.error().message().c_str()), 2;
+  if (!o.stdin_file.empty() && job.request.stdin_text)
     return say("--stdin and --stdin-text both name the program's stdin: give one"), 2;
-  o.request.limits = from_env;
-  o.request.limits.merge(from_flags);
+  if (Status st = finish_job(job); !st) return say("%s", st.error().message().c_str()), 2;
+  o.request = std::move(job.request);
+  o.ask = std::move(job.ask);
   return -1;
 }
 

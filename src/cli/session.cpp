@@ -14,6 +14,7 @@
 #include "cli.hpp"
 #include "corral/container.hpp"
 #include "corral/door.hpp"
+#include "corral/request_fields.hpp"
 #include "corral/session.hpp"
 #include "options.hpp"
 #include "output.hpp"
@@ -99,7 +100,6 @@ enum : int { kScope = 256, kThread, kAgent, kIdle, kMaxLifetime, kMaxSessions, k
 int open_main(int argc, char** argv) {
   SessionKey key;
   SessionSpec spec;
-  spec.base.tier = Tier::container;
   static const option opts[] = {
       {"help", no_argument, nullptr, 'h'},     {"scope", required_argument, nullptr, kScope},
       {"thread", required_argument, nullptr, kThread}, {"agent", required_argument, nullptr, kAgent},
@@ -110,6 +110,14 @@ int open_main(int argc, char** argv) {
       {"rootfs", required_argument, nullptr, kRootfs}, {"user", required_argument, nullptr, kUser},
       {nullptr, 0, nullptr, 0},
   };
+  // The request fields take their flags' parsers from the one table
+  // (request_fields.hpp), as corral run's do.
+  Job job;
+  job.request.tier = Tier::container;
+  auto flag = [&](std::string_view name, const char* v) {
+    Status st = apply_flag(*field_by_flag(name), job, v);
+    return st ? -1 : (say("%s", st.error().message().c_str()), 2);
+  };
   int i = argc;
   int rc = parse_options(argc, argv, "session open", "hl:", opts, [&](int opt, const char* v) -> int {
     switch (opt) {
@@ -117,12 +125,7 @@ int open_main(int argc, char** argv) {
       case kScope: key.scope = v; return -1;
       case kThread: key.thread = v; return -1;
       case kAgent: key.agent = v; return -1;
-      case 'l': {
-        auto l = parse_limit_assignment(v);
-        if (!l) return say("--limit: %s", l.error().message().c_str()), 2;
-        spec.base.limits.set_raw(l->limit, l->raw);
-        return -1;
-      }
+      case 'l': return flag("limit", v);
       case kIdle: return parse_seconds(v, spec.idle_seconds) ? -1 : (say("--idle: '%s' is not seconds", v), 2);
       case kMaxLifetime:
         return parse_seconds(v, spec.max_lifetime_seconds) ? -1 : (say("--max-lifetime: '%s' is not seconds", v), 2);
@@ -132,26 +135,17 @@ int open_main(int argc, char** argv) {
         spec.max_sessions = static_cast<std::size_t>(n);
         return -1;
       }
-      case kRoBind:
-      case kBind: {
-        auto b = parse_bind_spec(v, opt == kBind);
-        if (!b) return say("%s", b.error().message().c_str()), 2;
-        spec.base.binds.push_back(std::move(*b));
-        return -1;
-      }
-      case kRootfs: spec.base.rootfs = v; return -1;
-      case kUser: {
-        auto uid = parse_run_user(v);
-        if (!uid) return say("--user: %s", uid.error().message().c_str()), 2;
-        spec.base.user = *uid;
-        return -1;
-      }
+      case kRoBind: return flag("ro-bind", v);
+      case kBind: return flag("bind", v);
+      case kRootfs: return flag("rootfs", v);
+      case kUser: return flag("user", v);
     }
     return 2;
   }, i);
   if (rc >= 0) return rc;
   if (i < argc) return say("session open: unexpected operand '%s'", argv[i]), 2;
   if (key.scope.empty() || key.thread.empty()) return say("session open: --scope and --thread are required"), 2;
+  spec.base = std::move(job.request);
   // The operator's own paths; the sandbox is the untrusted tier's.
   spec.base.argv = {"sleep", "infinity"};
   DoorPolicy policy;

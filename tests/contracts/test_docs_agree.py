@@ -5,11 +5,12 @@ man page renders JSON with its quotes, and the process tier has one
 spelling in output.
 
 The lists come from the code itself: the verb table (src/cli/commands.cpp),
-each verb's getopt_long table (src/cli/*.cpp), the job parser
-(src/json.cpp), the limit table (corral run --help), a real Result. A
-failure names what is missing and where, e.g.
+each verb's getopt_long table (src/cli/*.cpp), the one description of a
+request's fields (src/request_fields.cpp: its flags, job fields and routes
+keys), the limit table (corral run --help), a real Result. A failure names
+what is missing and where, e.g.
     --stdin (src/cli/run.cpp) is not in corral(1)
-so an option added without docs fails here by name.
+so an option or field added without docs fails here by name.
 """
 import glob
 import json
@@ -47,14 +48,40 @@ def verbs():
     return found
 
 
+FIELDS_SOURCE = "src/request_fields.cpp"
+ENTRY_POINTS = {"kAll": {"flag", "job", "route"}, "kCliJob": {"flag", "job"}, "kJobField": {"job"},
+                "kFlag": {"flag"}, "kRouteKey": {"route"}}
+
+
+def field_rows():
+    """The rows of the request field table (src/request_fields.cpp), each
+    {"name", "flag", "route_key", "entries"}: the one description of a
+    request's fields that corral run's flags, the job parser and the routes
+    file reader are read off."""
+    text = read(FIELDS_SOURCE)
+    table = text[text.index("constexpr RequestField kFields[]"):]
+    rows = []
+    for row in re.findall(r'\{\.name = "[^"]*".*?\.apply = [\w:]+', table, re.S):
+        get = lambda key: (re.search(rf'\.{key} = "([^"]*)"', row) or [None, ""])[1]
+        entries = set()
+        for word in re.search(r"\.entry_points = ([\w |]+)", row).group(1).split("|"):
+            entries |= ENTRY_POINTS[word.strip()]
+        rows.append({"name": get("name"), "flag": get("flag"), "route_key": get("route_key"), "entries": entries})
+    assert {"argv", "binds", "limits"} <= {r["name"] for r in rows}, f"the field table was not found in {FIELDS_SOURCE}"
+    return rows
+
+
 def option_tables():
-    """{source file: [long option names]} from every getopt_long table in src/cli."""
+    """{source file: [long option names]} from every getopt_long table in
+    src/cli, and corral run's request-field flags from the field table."""
     tables = {}
     for path in sorted(glob.glob(os.path.join(ROOT, "src/cli/*.cpp"))):
         names = re.findall(r'\{"([a-z][a-z0-9-]*)",\s*(?:no|required|optional)_argument', open(path).read())
         if names:
             tables[os.path.relpath(path, ROOT)] = sorted(set(names) - {"help"})
     assert tables, "no getopt_long tables found in src/cli"
+    flags = {r["flag"] for r in field_rows() if "flag" in r["entries"] and r["flag"]}
+    tables["src/cli/run.cpp"] = sorted(set(tables.get("src/cli/run.cpp", [])) | flags)
     return tables
 
 
@@ -63,14 +90,9 @@ def verb_help(verb):
     return p.stdout + p.stderr
 
 
-def job_fields():
-    """The keys the job parser accepts (src/json.cpp: key == "...")."""
-    fields = set(re.findall(r'key == "([a-z_0-9]+)"', read("src/json.cpp")))
-    assert "argv" in fields and "binds" in fields, "the job parser's keys were not found in src/json.cpp"
-    # batch takes "session" off the line before the job parser sees it
-    # (src/cli/batch_session.cpp: contains("session")).
-    fields |= set(re.findall(r'contains\("([a-z_0-9]+)"\)', read("src/cli/batch_session.cpp")))
-    return sorted(fields)
+def job_fields(rows=None):
+    """The keys the job parser accepts: the field table's job fields."""
+    return sorted(r["name"] for r in (rows or field_rows()) if "job" in r["entries"])
 
 
 def limit_names():
@@ -142,24 +164,66 @@ def test_every_option_in_help_is_accepted_by_the_binary(cli):
     assert not problems, "\n".join(problems)
 
 
-def test_every_job_field_is_in_the_man_page_readme_schema_and_python(cli):
-    fields = job_fields()
-    man = man_text()
-    man_batch = man[man.index('.SS "corral batch'):]
-    man_batch = man_batch[:man_batch.index("\n.SS ")]
-    readme_batch = section(read("README.md"), "### corral batch")
-    props = set(schema("job.schema.json")["properties"])
+def field_doc_problems(rows):
+    """What the docs lack of the field table `rows`: a job field missing from
+    corral(1)'s corral batch section, README's ### corral batch, the job
+    schema, `corral batch --help` or the Python package; a flag missing from
+    `corral run --help`, corral(1) or README; a routes key missing from
+    README's ### routes_file or examples/routes.toml; a flag the Python
+    package maps to a job field that the table gives another."""
     import sys
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import corral as pkg
-    problems = [f"job field {f} (src/json.cpp) is not in corral(1)'s corral batch section" for f in missing(fields, man_batch)]
-    problems += [f"job field {f} (src/json.cpp) is not in README.md's ### corral batch" for f in missing(fields, readme_batch)]
-    problems += [f"job field {f} (src/json.cpp) is not in schema/job.schema.json" for f in fields if f not in props]
-    problems += [f"schema/job.schema.json has {f}, which src/json.cpp does not parse" for f in sorted(props - set(fields))]
-    problems += [f"job field {f} (src/json.cpp) is not in `corral batch --help`" for f in missing(fields, verb_help("batch"))]
-    problems += [f"job field {f} (src/json.cpp) is not in the Python package's JOB_FIELDS" for f in fields
+    from corral import _cli
+    fields = job_fields(rows)
+    man = man_text()
+    man_batch = man[man.index('.SS "corral batch'):]
+    man_batch = man_batch[:man_batch.index("\n.SS ")]
+    readme = read("README.md")
+    readme_batch = section(readme, "### corral batch")
+    readme_routes = section(readme, "### routes_file")
+    example_routes = read("examples/routes.toml")
+    props = set(schema("job.schema.json")["properties"])
+    where = f"({FIELDS_SOURCE})"
+    problems = [f"job field {f} {where} is not in corral(1)'s corral batch section" for f in missing(fields, man_batch)]
+    problems += [f"job field {f} {where} is not in README.md's ### corral batch" for f in missing(fields, readme_batch)]
+    problems += [f"job field {f} {where} is not in schema/job.schema.json" for f in fields if f not in props]
+    problems += [f"schema/job.schema.json has {f}, which {FIELDS_SOURCE} does not describe"
+                 for f in sorted(props - set(job_fields()))]
+    problems += [f"job field {f} {where} is not in `corral batch --help`" for f in missing(fields, verb_help("batch"))]
+    problems += [f"job field {f} {where} is not in the Python package's JOB_FIELDS" for f in fields
                  if f not in pkg.JOB_FIELDS]
-    assert not problems, "\n".join(problems)
+    run_help = verb_help("run")
+    for r in rows:
+        if "flag" in r["entries"] and r["flag"]:
+            opt = "--" + r["flag"]
+            problems += [f"{opt} {where} is not in {doc}" for doc, text in
+                         (("`corral run --help`", run_help), ("corral(1)", man), ("README.md", readme))
+                         if missing([opt], text)]
+            mapped = _cli._FLAGS.get(r["name"])
+            if mapped and mapped[0] != opt and "job" in r["entries"]:
+                problems.append(f"the Python package maps job field {r['name']} to {mapped[0]}; {where} says {opt}")
+        if "route" in r["entries"]:
+            key = r["route_key"]
+            problems += [f"routes key {key} {where} is not in {doc}" for doc, text in
+                         (("README.md's ### routes_file", readme_routes), ("examples/routes.toml", example_routes))
+                         if missing([key], text)]
+    return problems
+
+
+def test_every_field_is_in_help_the_man_page_readme_schema_and_python(cli):
+    problems = field_doc_problems(field_rows())
+    assert not problems, "fields without docs:\n  " + "\n  ".join(problems)
+
+
+def test_a_field_added_to_the_table_but_not_documented_fails(cli):
+    # The check above, on a table with one more row that no doc names.
+    extra = {"name": "zz_new_field", "flag": "zz-new-flag", "route_key": "zz_new_key",
+             "entries": {"flag", "job", "route"}}
+    problems = field_doc_problems(field_rows() + [extra])
+    for want in ("job field zz_new_field", "--zz-new-flag", "routes key zz_new_key"):
+        assert any(want in p for p in problems), f"{want} undocumented, not reported: {problems}"
+    assert not field_doc_problems(field_rows())
 
 
 def test_every_limit_is_in_the_man_page_readme_and_job_schema(cli):
