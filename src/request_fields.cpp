@@ -185,6 +185,18 @@ const RequestField* field_by_route_key(std::string_view key) {
   return nullptr;
 }
 
+std::string field_names(EntryPoint from, std::size_t width) {
+  std::string out, line;
+  for (const auto& f : kFields) {
+    if (!f.accepts(from)) continue;
+    std::string name = std::string(from == kRouteKey ? f.route_key : from == kFlag ? f.flag : f.name);
+    if (!line.empty() && line.size() + name.size() + 2 > width) out += line + "\n", line.clear();
+    line += (line.empty() ? "" : " ") + name + ",";
+  }
+  if (!line.empty()) line.pop_back();
+  return out + line;
+}
+
 Status apply_flag(const RequestField& field, Job& job, const char* text) {
   FieldValue value;
   std::string key;

@@ -89,6 +89,11 @@ const RequestField* field_named(std::string_view name);
 const RequestField* field_by_flag(std::string_view flag);
 const RequestField* field_by_route_key(std::string_view key);
 
+// The names of the fields `from` accepts, in table order, comma-separated
+// and wrapped at `width` columns (corral batch --help lists its job fields
+// with it).
+std::string field_names(EntryPoint from, std::size_t width = 80);
+
 // A flag with its text (nullptr for a toggle): the error reads
 // "--flag: REASON".
 Status apply_flag(const RequestField& field, Job& job, const char* text);

@@ -28,6 +28,7 @@
 #include "corral/enforcement.hpp"
 #include "corral/fd.hpp"
 #include "corral/json.hpp"
+#include "corral/request_fields.hpp"
 #include "corral/shard.hpp"
 #include "corral/supervisor.hpp"
 #include "batch_pace.hpp"
@@ -43,16 +44,14 @@ const char kBatchHelp[] =
     "usage: corral batch [options] [FILE]\n"
     "\n"
     "Run one job per line of FILE (default: stdin; '-' is stdin). A job is a JSON\n"
-    "object (schema/job.schema.json): the Request fields, named as corral run's\n"
-    "options are -- argv, env, pass_env, secret_env, limits, tier, inputs\n"
-    "([{name, bytes|host_path}]), outputs, stdin (text) or stdin_b64 (bytes),\n"
-    "binary_output, source + interpreter, cwd, chdir,\n"
-    "merge_output, confine_writes, write_paths, net, acknowledge, grace_seconds,\n"
-    "on_output_limit, artifact_root; for tier container rootfs, binds, ro_binds,\n"
-    "tmpfs, dev_binds, user, loopback -- plus \"id\", and what it asks of the\n"
-    "gate: \"route\" (a route\n"
-    "of --routes FILE) and \"provenance\" (\"trusted\" or \"untrusted\"; untrusted is\n"
-    "refused below tier container). Blank lines are skipped.\n"
+    "object (schema/job.schema.json) of the request fields, each parsed as corral\n"
+    "run's option of the same field is (\"route\" names a route of --routes FILE;\n"
+    "\"provenance\" \"untrusted\" is refused below tier container). Blank lines are\n"
+    "skipped. The fields:\n"
+    "\n";
+
+// Then the job fields (the field table's: request_fields.hpp), then this.
+const char kBatchOptionsHelp[] =
     "\n"
     "  -p, --parallel N         runs in flight at once (default: CPUs x 4, and of\n"
     "                           the jobs with a cpu_seconds limit at most CPUs at\n"
@@ -147,7 +146,7 @@ int parse(int argc, char** argv, Options& o) {
   int operands = argc;
   int rc = parse_options(argc, argv, "batch", "hp:j", kBatchOptions, [&](int opt, const char* v) -> int {
     switch (opt) {
-      case 'h': write_all_fd(1, kBatchHelp); return 0;
+      case 'h': write_all_fd(1, std::string(kBatchHelp) + field_names(kJobField) + "\n" + kBatchOptionsHelp); return 0;
       case 'j': return -1;
       case 'p': {
         auto n = parse_limit_value("--parallel", v);
