@@ -454,5 +454,5 @@ Test(ns_template, the_loopback_job_field_is_a_boolean) {
   cr_assert(on->loopback);
   auto bad = request_from_json(R"({"argv":["true"],"tier":"container","loopback":"yes"})");
   cr_assert(!bad.ok());
-  cr_assert(contains(bad.error().message(), "'loopback' must be true or false"), "%s", bad.error().message().c_str());
+  cr_assert(contains(bad.error().message(), "field 'loopback': must be true or false"), "%s", bad.error().message().c_str());
 }
