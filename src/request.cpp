@@ -127,7 +127,7 @@ Status validate_request(const Request& r) {
   // SIGTERM to SIGKILL: a timer armed from a double (NaN, infinities and
   // huge values do not convert to a timespec).
   if (!(r.grace_seconds >= 0 && r.grace_seconds <= 3600))
-    check(Error::invalid("field 'grace_seconds': must be between 0 and 3600"));
+    check(Error::invalid("field 'grace_seconds': must be between 0 and 3600 seconds"));  // the parser's reason (field_parsers.cpp)
   for (const auto& info : all_limits())
     if (auto v = r.limits.raw(info.limit); v && *v > info.max * info.scale)  // no wrap: scale > 1 only below 2^40
       check(Error(ERANGE, limit_too_large(info, limit_value_text(info, *v))));
