@@ -340,23 +340,28 @@ Expected<Workspace> Workspace::create(const WorkspaceOptions& options) {
   }
   ws.dev_ = st.st_dev;
   ws.ino_ = st.st_ino;
-  UniqueFd rd(::openat(ws.base_fd(), ws.name_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!rd) return errno_error("workspace: open " + quoted(ws.path_));
   // Exactly 0700 whatever the umask; nobody else can write in it, so the
   // subdirectory names below cannot have been planted. A umask can only
   // take bits away: when the directory came out 0700 (the fstat above),
   // the umask spared the owner's bits and the subdirectories, made the same
   // way just after, come out 0700 too; no chmod then (three calls a run).
+  // The *at calls below go through the O_PATH fd (a dirfd may be O_PATH;
+  // fchownat takes it with AT_EMPTY_PATH): only fchmod needs the directory
+  // opened for reading, so it is opened only when the umask took bits.
   const bool umask_spared = (st.st_mode & 07777) == 0700;
-  if (!umask_spared && ::fchmod(rd.get(), 0700) != 0) return errno_error("workspace: chmod " + quoted(ws.path_));
+  if (!umask_spared) {
+    UniqueFd rd(::openat(ws.dir_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!rd || ::fchmod(rd.get(), 0700) != 0) return errno_error("workspace: chmod " + quoted(ws.path_));
+  }
+  const int dir = ws.dir_.get();
   for (const char* sub : {"home", "tmp"}) {
     if (!options.make_tmp && std::strcmp(sub, "tmp") == 0) continue;
-    if (::mkdirat(rd.get(), sub, 0700) != 0 || (!umask_spared && ::fchmodat(rd.get(), sub, 0700, 0) != 0))
+    if (::mkdirat(dir, sub, 0700) != 0 || (!umask_spared && ::fchmodat(dir, sub, 0700, 0) != 0))
       return errno_error("workspace: create " + quoted(ws.path_ + "/" + sub));
-    if (ws.owner_ && ::fchownat(rd.get(), sub, ws.owner_->uid, ws.owner_->gid, AT_SYMLINK_NOFOLLOW) != 0)
+    if (ws.owner_ && ::fchownat(dir, sub, ws.owner_->uid, ws.owner_->gid, AT_SYMLINK_NOFOLLOW) != 0)
       return errno_error("workspace: chown " + quoted(ws.path_ + "/" + sub));
   }
-  if (ws.owner_ && ::fchown(rd.get(), ws.owner_->uid, ws.owner_->gid) != 0)
+  if (ws.owner_ && ::fchownat(dir, "", ws.owner_->uid, ws.owner_->gid, AT_EMPTY_PATH) != 0)
     return errno_error("workspace: chown " + quoted(ws.path_));
   return ws;
 }

@@ -523,6 +523,33 @@ Test(workspace, owner_uid_owns_the_tree_and_staged_inputs) {
   cr_assert(!exists_nofollow(p));
 }
 
+// A umask that takes the owner's own bits (0277 leaves the directories
+// r-x, 0577 at mkdir time): the root, home/ and tmp/ still come out
+// exactly 0700, and, as root, owned by the owner (the chmod path, which
+// opens the directory for fchmod, and the chown through the O_PATH fd).
+Test(workspace, a_umask_taking_the_owners_bits_still_gives_0700_and_the_owner) {
+  corral_test::TempDir base;
+  cr_assert_eq(chmod(base.path().c_str(), 0711), 0);
+  const bool root = geteuid() == 0;
+  std::optional<WorkspaceOwner> owner;
+  if (root) owner = WorkspaceOwner{kOtherUid, kOtherUid};
+  mode_t old = ::umask(0277);
+  auto made = Workspace::create(options_for(base.path(), owner));
+  ::umask(old);
+  cr_assert(made.ok(), "%s", made.ok() ? "" : made.error().message().c_str());
+  for (const std::string& p : {made->path(), made->home(), made->tmp()}) {
+    struct stat st {};
+    cr_assert_eq(lstat(p.c_str(), &st), 0, "%s", p.c_str());
+    cr_expect_eq(st.st_mode & 07777, 0700u, "%s is %o", p.c_str(), st.st_mode & 07777);
+    if (root)
+      cr_expect(st.st_uid == kOtherUid && st.st_gid == kOtherUid, "%s owned by %u:%u", p.c_str(), st.st_uid,
+                st.st_gid);
+  }
+  std::string p = made->path();
+  cr_assert(made->remove().ok());
+  cr_assert(!exists_nofollow(p));
+}
+
 // ---- shared base, released fds --------------------------------------------
 
 namespace {
