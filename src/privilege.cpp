@@ -3,8 +3,13 @@
 #include <linux/capability.h>
 #include <unistd.h>
 
-#include <fstream>
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "corral/capabilities.hpp"
 #include "corral/syscalls.hpp"
@@ -18,25 +23,68 @@ std::string ids(uid_t uid, gid_t gid) {
   return "uid " + std::to_string(uid) + " gid " + std::to_string(gid);
 }
 
-// Whether `id` is mapped in this process's user namespace (/proc/self/uid_map
-// or gid_map: "inside outside count" lines). In the initial namespace the
-// map is "0 0 4294967295", so every id but -1 is. No map file: assume yes.
-bool mapped(const char* map_file, std::uint64_t id) {
-  std::ifstream in(map_file);
-  if (!in) return true;
-  std::uint64_t inside = 0, outside = 0, count = 0;
-  while (in >> inside >> outside >> count)
+// The (inside, count) ranges of /proc/self/uid_map or gid_map ("inside
+// outside count" lines). In the initial namespace the map is
+// "0 0 4294967295", so every id but -1 is mapped. False: no map file.
+bool read_map(const char* map_file, std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
+  int fd = ::open(map_file, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  std::size_t len = 0;
+  for (;;) {
+    ssize_t n = ::read(fd, buf + len, sizeof buf - 1 - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    len += static_cast<std::size_t>(n);
+    if (len == sizeof buf - 1) break;  // a map has at most 340 lines of ~33 bytes; more is not ours to parse
+  }
+  ::close(fd);
+  buf[len] = '\0';
+  const char* p = buf;
+  for (;;) {
+    char* end = nullptr;
+    std::uint64_t v[3];
+    int got = 0;
+    for (; got < 3; ++got) {
+      v[got] = std::strtoull(p, &end, 10);
+      if (end == p) break;
+      p = end;
+    }
+    if (got < 3) break;
+    ranges.emplace_back(v[0], v[2]);
+  }
+  return true;
+}
+
+bool mapped(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges, bool read, std::uint64_t id) {
+  if (!read) return true;
+  for (const auto& [inside, count] : ranges)
     if (id >= inside && id - inside < count) return true;
   return false;
 }
 
 }  // namespace
 
+PrivilegeFacts read_privilege_facts() {
+  PrivilegeFacts f;
+  if (getresuid(&f.ruid, &f.euid, &f.suid) != 0 || getresgid(&f.rgid, &f.egid, &f.sgid) != 0) f.ids_errno = errno;
+  f.uid_map_read = read_map("/proc/self/uid_map", f.uid_ranges);
+  f.gid_map_read = read_map("/proc/self/gid_map", f.gid_ranges);
+  const std::uint64_t caps = effective_capabilities();
+  f.cap_setuid = (caps >> CAP_SETUID) & 1;
+  f.cap_setgid = (caps >> CAP_SETGID) & 1;
+  return f;
+}
+
 bool is_root_capable() noexcept {
   return geteuid() == 0 && has_effective_capability(CAP_SETUID) && has_effective_capability(CAP_SETGID);
 }
 
 Expected<PrivilegeDrop> prepare_privilege_drop(uid_t uid, gid_t gid) {
+  return prepare_privilege_drop(uid, gid, read_privilege_facts());
+}
+
+Expected<PrivilegeDrop> prepare_privilege_drop(uid_t uid, gid_t gid, const PrivilegeFacts& f) {
   const std::string who = "privilege: drop to " + ids(uid, gid);
   if (uid == kNoId) return Error::invalid(who + ": uid 4294967295 is out of range (max 4294967294)");
   if (gid == kNoId) return Error::invalid(who + ": gid 4294967295 is out of range (max 4294967294)");
@@ -45,23 +93,20 @@ Expected<PrivilegeDrop> prepare_privilege_drop(uid_t uid, gid_t gid) {
   if (uid == 0) return Error::invalid(who + ": uid 0 is root; a run is never root");
   if (gid == 0) return Error::invalid(who + ": gid 0 is root's group; choose an unprivileged gid");
 
-  uid_t ru, eu, su;
-  gid_t rg, eg, sg;
-  if (getresuid(&ru, &eu, &su) != 0 || getresgid(&rg, &eg, &sg) != 0)
-    return Error::from_errno(errno, who + ": getresuid");
+  if (f.ids_errno) return Error::from_errno(f.ids_errno, who + ": getresuid");
   PrivilegeDrop drop;
   drop.uid_ = uid;
   drop.gid_ = gid;
-  if (ru == uid && eu == uid && su == uid && rg == gid && eg == gid && sg == gid) {
+  if (f.ruid == uid && f.euid == uid && f.suid == uid && f.rgid == gid && f.egid == gid && f.sgid == gid) {
     drop.changes_ = false;  // already exactly this identity: verify only
     return drop;
   }
-  if (!mapped("/proc/self/uid_map", uid))
+  if (!mapped(f.uid_ranges, f.uid_map_read, uid))
     return Error::invalid(who + ": uid " + std::to_string(uid) + " is not mapped in this user namespace");
-  if (!mapped("/proc/self/gid_map", gid))
+  if (!mapped(f.gid_ranges, f.gid_map_read, gid))
     return Error::invalid(who + ": gid " + std::to_string(gid) + " is not mapped in this user namespace");
-  if (!has_effective_capability(CAP_SETUID) || !has_effective_capability(CAP_SETGID))
-    return Error(EPERM, who + ": needs root (CAP_SETUID and CAP_SETGID); running as " + ids(eu, eg) +
+  if (!f.cap_setuid || !f.cap_setgid)
+    return Error(EPERM, who + ": needs root (CAP_SETUID and CAP_SETGID); running as " + ids(f.euid, f.egid) +
                             " without them");
   return drop;
 }

@@ -207,7 +207,11 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
   if (host.root && host.cap_sys_admin) plan.clone_namespaces |= CLONE_NEWIPC;
 
   if (owner) {
-    auto drop = prepare_privilege_drop(owner->uid, owner->gid);
+    // Our ids, maps and capabilities, read once per supervisor (ten system
+    // calls and two /proc reads a run otherwise).
+    if (cache && !cache->privilege) cache->privilege = read_privilege_facts();
+    auto drop = cache ? prepare_privilege_drop(owner->uid, owner->gid, *cache->privilege)
+                      : prepare_privilege_drop(owner->uid, owner->gid);
     if (!drop) return std::move(drop).error();
     plan.privilege.emplace(std::move(*drop));
     plan.reap_uid_first = run.uid_lease && run.uid_lease->first_process_reaps();

@@ -244,3 +244,43 @@ Test(privilege, verification_catches_a_drop_that_kept_capabilities) {
   if (r.end.code == 100) cr_skip_test("cannot set securebits (needs CAP_SETPCAP)");
   cr_expect_eq(r.end.code, ENOTRECOVERABLE, "exit %d", r.end.code);
 }
+
+// A supervisor reads its ids, maps and capabilities once
+// (read_privilege_facts) and judges every run's drop on them: the facts
+// hold this process's maps as the kernel shows them, and a drop judged on
+// facts refuses what a fresh read would (an unmapped uid, no CAP_SETUID).
+Test(privilege, facts_read_once_hold_the_maps_and_judge_like_a_fresh_read) {
+  PrivilegeFacts f = read_privilege_facts();
+  cr_assert_eq(f.ids_errno, 0);
+  cr_expect_eq(f.euid, geteuid());
+  std::ifstream in("/proc/self/uid_map");
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> want;
+  std::uint64_t inside = 0, outside = 0, count = 0;
+  while (in >> inside >> outside >> count) want.emplace_back(inside, count);
+  cr_assert(f.uid_map_read);
+  cr_expect(f.uid_ranges == want, "%zu ranges parsed, %zu in the file", f.uid_ranges.size(), want.size());
+
+  PrivilegeFacts narrow = f;
+  narrow.uid_ranges = {{0, 1000}};
+  narrow.uid_map_read = true;
+  auto unmapped = prepare_privilege_drop(200128, 200128, narrow);
+  cr_assert(!unmapped.ok());
+  cr_expect(unmapped.error().message().find("uid 200128 is not mapped") != std::string::npos, "%s",
+            unmapped.error().message().c_str());
+
+  PrivilegeFacts no_caps = f;
+  no_caps.uid_ranges = no_caps.gid_ranges = {{0, 4294967295}};
+  no_caps.cap_setuid = false;
+  auto refused = prepare_privilege_drop(200128, 200128, no_caps);
+  cr_assert(!refused.ok());
+  cr_expect_eq(refused.error().code(), EPERM);
+  cr_expect(refused.error().message().find("CAP_SETUID") != std::string::npos, "%s", refused.error().message().c_str());
+
+  // Root's ids stay refused whatever the facts say.
+  cr_expect(!prepare_privilege_drop(0, 200128, no_caps).ok());
+  if (is_root_capable()) {
+    auto ok = prepare_privilege_drop(200128, 200128, f);
+    cr_assert(ok.ok(), "%s", ok.ok() ? "" : ok.error().message().c_str());
+    cr_expect(ok->changes_identity());
+  }
+}

@@ -19,10 +19,29 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "corral/status.hpp"
 
 namespace corral {
+
+// What prepare_privilege_drop reads of the calling process: its real,
+// effective and saved ids, its user namespace's uid and gid maps, and
+// whether CAP_SETUID and CAP_SETGID are effective (about ten system calls
+// and two /proc reads). A supervisor reads them once and keeps them for
+// its runs, as it keeps its other host facts.
+struct PrivilegeFacts {
+  uid_t ruid = 0, euid = 0, suid = 0;
+  gid_t rgid = 0, egid = 0, sgid = 0;
+  int ids_errno = 0;  // getresuid/getresgid failed with it (0: read)
+  // (first id, count) ranges of /proc/self/uid_map and gid_map; no map
+  // file (no /proc): every id counts as mapped.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> uid_ranges, gid_ranges;
+  bool uid_map_read = false, gid_map_read = false;
+  bool cap_setuid = false, cap_setgid = false;
+};
+PrivilegeFacts read_privilege_facts();
 
 // Prepared identity for the child. Plain numbers; safe in a CLONE_VM child.
 class PrivilegeDrop {
@@ -35,7 +54,7 @@ class PrivilegeDrop {
   bool changes_identity() const noexcept { return changes_; }
 
  private:
-  friend Expected<PrivilegeDrop> prepare_privilege_drop(uid_t, gid_t);
+  friend Expected<PrivilegeDrop> prepare_privilege_drop(uid_t, gid_t, const PrivilegeFacts&);
   PrivilegeDrop() = default;
   uid_t uid_ = 0;
   gid_t gid_ = 0;
@@ -50,6 +69,8 @@ class PrivilegeDrop {
 // thread's capabilities). A target equal to our current real, effective and
 // saved uid and gid is accepted as a no-op that still verifies.
 Expected<PrivilegeDrop> prepare_privilege_drop(uid_t uid, gid_t gid);
+// The same, judged on facts read earlier (read_privilege_facts).
+Expected<PrivilegeDrop> prepare_privilege_drop(uid_t uid, gid_t gid, const PrivilegeFacts& facts);
 
 // The same drop without a prepared object, for a preexec hook (the C ABI):
 // validates only what it can without allocating (-1 ids, uid 0 and gid 0

@@ -31,6 +31,7 @@ namespace corral {
 struct MechanismCache {
   std::map<std::string, std::shared_ptr<const SeccompProgram>> seccomp;
   std::optional<CapabilityDrop> capabilities;
+  std::optional<PrivilegeFacts> privilege;  // our ids, maps and set*id capabilities
   std::map<Tier, std::map<std::string, std::string>> enforcement;
 };
 
