@@ -143,7 +143,7 @@ Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_
     scope.confine_writes(false).scope_abstract_unix(true);
     auto ruleset = prepare(scope);
     if (!ruleset) return std::move(ruleset).error().context("container: landlock scope for the shared network namespace");
-    run.plan.landlock.emplace(std::move(*ruleset));
+    run.plan->landlock.emplace(std::move(*ruleset));
   } else if (!c->ns.template_error().empty()) {
     run.warnings.push_back("container: built per run, the namespace template failed: " + c->ns.template_error());
   }

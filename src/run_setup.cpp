@@ -167,7 +167,7 @@ Expected<std::shared_ptr<const SeccompProgram>> seccomp_for(const Request& req, 
 Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::optional<WorkspaceOwner>& owner,
                            MechanismCache* cache) {
   const Request& req = run.request;
-  ChildPlan& plan = run.plan;
+  ChildPlan& plan = *run.plan;
   if (req.tier == Tier::none) return {};
   // Namespaces, mount tree, cgroup, seccomp; the host id is the run's own
   // uid when root, ours when rootless.
@@ -181,7 +181,7 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
     // calls denied) and `inet-only`, in the template's namespace too.
     auto program = seccomp_for(req, cache);
     if (!program) return std::move(program).error();
-    run.plan.seccomp = std::move(*program);
+    run.plan->seccomp = std::move(*program);
     return {};
   }
 
@@ -303,6 +303,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   run.run_id = std::move(run_id);
   run.started = t0;
   run.request = std::move(request);
+  run.plan = std::make_unique<ChildPlan>();
   Request& req = run.request;
   auto who = [&](const Error& e) { return e.context("run " + (req.id.empty() ? run.run_id : quote_input(req.id))); };
 
@@ -410,7 +411,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   }
   for (const auto& s : skipped) run.warnings.push_back("input " + s + ": skipped (inputs copy files, never links)");
 
-  ChildPlan& plan = run.plan;
+  ChildPlan& plan = *run.plan;
   plan.argv_storage.clear();
   if (req.payload) {
     if (auto st = wp->stage_bytes(req.payload->filename, req.payload->source, 0644); !st) return who(st.error());

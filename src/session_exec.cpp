@@ -201,7 +201,7 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host) {
   c->session = std::move(join);
   c->devnull.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!c->devnull) return Error::from_errno(errno, "session exec: open /dev/null");
-  run.plan.cwd = req.cwd.value_or(std::string(kContainerWorkspace));
+  run.plan->cwd = req.cwd.value_or(std::string(kContainerWorkspace));
   session_state::touch_active(info->dir);
   run.container = std::move(c);
   return {};

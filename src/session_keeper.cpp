@@ -122,12 +122,12 @@ void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::strin
     if (prep->workspace) (void)prep->workspace->remove();
     prep->uid_lease.reset();
   };
-  auto child = spawn_container(prep->plan, c);
+  auto child = spawn_container(*prep->plan, c);
   if (!child) {
     undo(nullptr);
     fail(child.error().context("session " + id));
   }
-  prep->plan = ChildPlan{};
+  prep->plan.reset();
   if (child->report.stage != SpawnStage::none) {
     undo(nullptr);
     fail(Error(child->report.error, "session " + id + ": " + c.failure));

@@ -173,8 +173,8 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
                                                       SecretMasker(run.prep.secrets));
   ++s.in_flight;
 
-  auto child = run.prep.container ? spawn_container(run.prep.plan, *run.prep.container, s.spawner->ignored_signals())
-                                  : s.spawner->spawn(run.prep.plan);
+  auto child = run.prep.container ? spawn_container(*run.prep.plan, *run.prep.container, s.spawner->ignored_signals())
+                                  : s.spawner->spawn(*run.prep.plan);
   if (!child) {
     // corral's own failure (pipe, clone3): nothing runs; undo.
     --s.in_flight;
@@ -189,7 +189,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   run.pidfd = std::move(child->pidfd);
   // The child has what it needs: drop the plan (argv/env copies, BPF, the
   // Landlock ruleset fd) and the workspace's root fd until collection.
-  run.prep.plan = ChildPlan{};
+  run.prep.plan.reset();
   if (run.prep.workspace) (void)run.prep.workspace->release_fd();
   // One copy per tier lives in the cache (about 4 KiB each), not one per
   // run in flight; restored at delivery.

@@ -62,7 +62,10 @@ struct PreparedRun {
   std::string searched_name;
   std::string env_path;                        // the PATH the program got (Result::env_path)
   Limits limits;                               // effective: defaults + request
-  ChildPlan plan;
+  // What the child needs (argv/env copies, BPF, rlimits, the ruleset): made
+  // by prepare_run, released once the child has it. Out of line: ~800 bytes
+  // a run in flight would otherwise hold for nothing (a slot per live run).
+  std::unique_ptr<ChildPlan> plan;
   std::shared_ptr<const SecretSet> secrets;    // values masked in every output byte
   std::optional<Workspace> workspace;
   std::optional<UidPool::Lease> uid_lease;
