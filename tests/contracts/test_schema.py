@@ -29,6 +29,26 @@ def run_json(*args):
     return json.loads(p.stdout)
 
 
+def descendant_named(ancestor, comm):
+    """Whether a process named `comm` (after its exec) descends from `ancestor`."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if f.read().strip() != comm:
+                    continue
+            pid = int(entry)
+            while pid > 1:
+                with open(f"/proc/{pid}/stat") as f:
+                    pid = int(f.read().rsplit(")", 1)[1].split()[1])
+                if pid == ancestor:
+                    return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
+
+
 def root_container_or_skip(cli):
     if os.geteuid() != 0:
         pytest.skip("tier container's cgroup needs root here")
@@ -124,7 +144,12 @@ def test_batch_lines_error_lines_and_cancelled(cli, tmp_path):
     proc = subprocess.Popen([CLI, "batch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     proc.stdin.write(json.dumps({"id": "slow", "argv": ["sleep", "30"]}) + "\n")
     proc.stdin.flush()
-    time.sleep(1)
+    # In flight: the run's program is a descendant of the batch (a fixed
+    # sleep lost the race to a sanitized corral's slower start, and the
+    # SIGTERM found it before its handler).
+    deadline = time.monotonic() + 30
+    while not descendant_named(proc.pid, "sleep") and time.monotonic() < deadline:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
     r = json.loads(out.splitlines()[0])
