@@ -63,6 +63,11 @@ int forked(const Result& r) {
 
 bool contains(const std::string& hay, std::string_view needle) { return hay.find(needle) != std::string::npos; }
 
+// Compares through a reference that outlives the assertion: a c_str() of a
+// temporary map's value reaches the macro freed (make asan:
+// heap-use-after-free).
+void expect_text(const std::string& got, const char* want) { cr_assert_str_eq(got.c_str(), want); }
+
 const char* const kRlimitLimits[] = {"cpu_seconds", "memory_bytes", "file_bytes", "open_files"};
 
 }  // namespace
@@ -230,7 +235,7 @@ Test(enforcement, run_enforcement_narrows_the_host_map_to_the_request) {
   // Tier none applies no filter; a container's network and root are always closed.
   r = Request{};
   r.tier = Tier::none;
-  cr_assert_str_eq(run_enforcement(host, r, in_force)["seccomp"].c_str(), "not_requested");
+  expect_text(run_enforcement(host, r, in_force)["seccomp"], "not_requested");
   r.tier = Tier::container;
   auto boxed = run_enforcement(host, r, in_force);
   cr_assert_str_eq(boxed["network_none"].c_str(), "hard");
@@ -246,13 +251,13 @@ Test(enforcement, an_egress_allowlist_is_not_network_none) {
   r.tier = Tier::os_process;
   r.net = NetworkAccess::none;
   r.tcp_connect_ports = {443};
-  cr_assert_str_eq(run_enforcement(host, r, Limits{})["network_none"].c_str(), "tcp_allowlist");
+  expect_text(run_enforcement(host, r, Limits{})["network_none"], "tcp_allowlist");
   r.tcp_connect_ports.clear();
-  cr_assert_str_eq(run_enforcement(host, r, Limits{})["network_none"].c_str(), "hard");
+  expect_text(run_enforcement(host, r, Limits{})["network_none"], "hard");
   // Not asked for (net host): still not_requested, never promoted.
   r.net = NetworkAccess::host;
   r.tcp_connect_ports = {443};
-  cr_assert_str_eq(run_enforcement(host, r, Limits{})["network_none"].c_str(), "not_requested");
+  expect_text(run_enforcement(host, r, Limits{})["network_none"], "not_requested");
 }
 
 // A uid the request pins (--user) is not one of the run's own: another
