@@ -419,6 +419,29 @@ Expected<CgroupStats> RunCgroup::stats() const {
 
 Status RunCgroup::kill_all() { return backend_ ? backend_->kill_all() : moved_from(); }
 
+Status RunCgroup::signal_all(int sig, pid_t except) {
+  if (!backend_) return moved_from();
+  if (backend_->removed) return {};
+  const std::vector<std::string> dirs = backend_->dirs();
+  std::set<pid_t> sent;
+  for (int round = 0; round < 8; ++round) {
+    bool fresh = false;
+    for (const auto& d : dirs) {
+      auto pids = detail::read_procs(backend_->who(), d);
+      if (!pids) return std::move(pids).error();
+      for (pid_t pid : *pids) {
+        if (pid <= 0 || pid == except || !sent.insert(pid).second) continue;
+        fresh = true;
+        if (::kill(pid, sig) < 0 && errno != ESRCH)
+          return Error::from_errno(errno, backend_->who() + ": signal " + std::to_string(sig) + " to " +
+                                              std::to_string(pid));
+      }
+    }
+    if (!fresh) break;
+  }
+  return {};
+}
+
 Status RunCgroup::remove() {
   if (!backend_) return moved_from();
   Status s = backend_->remove();

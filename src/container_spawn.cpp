@@ -237,6 +237,10 @@ void kill_container(ContainerRun& c, const Pidfd& pid1, int sig) {
     // pid 1 forwards it; sent to the program's group directly it would
     // arrive twice.
     (void)pid1.send_signal(sig);
+    // A session exec has no pid 1 of its own to forward it (`pid1` is the
+    // exec's leader): every process of the exec's cgroup gets it, a setsid
+    // one too, so each may end cleanly within the grace before the SIGKILL.
+    if (c.session && c.cgroup) (void)c.cgroup->signal_all(sig, pid1.pid());
     return;
   }
   // The namespace ends with its init; the cgroup kill catches anything

@@ -198,6 +198,30 @@ Test(session, a_timed_out_exec_takes_its_setsid_children_and_the_session_serves_
   cr_expect(!next.kill_confirmed, "an exec corral did not kill says kill_confirmed");
 }
 
+// The deadline's SIGTERM reaches every process of the exec, not only its
+// leader: a setsid child that handles SIGTERM gets to run its handler
+// within the grace (the leader ignores SIGTERM, so only the grace's SIGKILL
+// ends the exec). Seen from the host: the marker the child's handler wrote
+// into the session's /workspace.
+Test(session, the_deadlines_sigterm_reaches_every_process_of_the_exec) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("term")};
+  auto s = open_session(sc.name, "t", spec_with_helpers());
+  auto sup = supervisor();
+  Request r;
+  r.argv = {"/helpers/hostile", "term-marker", "/workspace"};
+  r.limits.set(Limit::wall_seconds, 1);
+  r.grace_seconds = 2;
+  auto res = sup->run(session_exec_request(s.id, r));
+  cr_assert(res, "exec: %s", res ? "" : res.error().message().c_str());
+  cr_expect_eq(res->outcome, Outcome::killed_timeout, "%s", res->detail.c_str());
+  cr_expect(res->kill_confirmed.value_or(false), "the kill was not confirmed: %s", res->detail.c_str());
+  cr_assert(exists(workdir_path(s, "child-ready")), "the setsid child never started: %s", res->detail.c_str());
+  cr_expect(exists(workdir_path(s, "child-termed")),
+            "the exec's setsid child never got the deadline's SIGTERM (only the leader did)");
+  cr_expect(process_alive(s.pid1), "the session died with the exec");
+}
+
 Test(session, a_cancelled_execs_setsid_escapee_is_killed_and_the_kill_confirmed) {
   SKIP_UNLESS_SESSIONS();
   Scope sc{scope_for("cancel")};

@@ -247,6 +247,14 @@ class RunCgroup {
   // path); v1 without a freezer: SIGKILL each pid until none is left.
   Status kill_all();
 
+  // Send `sig` (a polite one: SIGTERM before a grace) to every process in
+  // the group, descendants that called setsid() included, except `except`
+  // (a leader the caller signalled itself). The list is read again until no
+  // new pid shows up (a process forked between a read and our kill is then
+  // reached too), a few rounds at most. No freeze: a process the signal
+  // ends is meant to run its handler. ESRCH (gone meanwhile) is no error.
+  Status signal_all(int sig, pid_t except = 0);
+
   // kill_all(), then rmdir every directory (retrying briefly while the
   // kernel still releases exiting tasks). Idempotent. The parent group is
   // kept: making and removing it per run doubled the run's mkdir/rmdir cost

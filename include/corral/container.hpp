@@ -164,7 +164,8 @@ void read_container_exec_report(ContainerRun& c, RunEnd& end);
 // Parent: the supervisor's group kill for this tier. SIGKILL: pid 1 (its
 // death ends the pid namespace) and every task in the cgroup. Any other
 // signal goes to pid 1, which forwards TERM, INT, HUP, QUIT, USR1 and USR2
-// to the program.
+// to the program; for a session exec (no pid 1 of its own) to the leader
+// and every other process of the exec's cgroup.
 void kill_container(ContainerRun& c, const Pidfd& pid1, int sig);
 
 // Parent, from finish_run after classify_outcome: map pid 1's exit to the

@@ -18,6 +18,9 @@
  *                          the POSIX queue /corral-KEY, all mode 0666 and left behind;
  *                          "shm=ok msg=ok mq=ok" (or the errno); then DIR/made, and
  *                          wait (up to 20 s) for DIR/done
+ *   term-marker DIR        fork a setsid child that writes DIR/child-ready, then on
+ *                          SIGTERM writes DIR/child-termed and exits; the program
+ *                          itself ignores SIGTERM and pauses (only a SIGKILL ends it)
  *   ipc-look KEY DIR       wait (up to 20 s) for DIR/made; whether KEY's segment and
  *                          queue and /corral-KEY are visible ("shm=found" or the
  *                          errno, e.g. ENOENT); then DIR/done
@@ -215,6 +218,35 @@ static int ipc_look(key_t key, const char *dir) {
   return 0;
 }
 
+static char g_termed[4096];
+
+static void on_term(int sig) {
+  (void)sig;
+  int fd = open(g_termed, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    ssize_t n = write(fd, "TERM\n", 5);
+    (void)n;
+    close(fd);
+  }
+  _exit(0);
+}
+
+static _Noreturn void term_marker(const char *dir) {
+  snprintf(g_termed, sizeof g_termed, "%s/child-termed", dir);
+  pid_t p = fork();
+  if (p == 0) {
+    setsid();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    touch(dir, "child-ready");
+    for (;;) pause();
+  }
+  signal(SIGTERM, SIG_IGN);
+  for (;;) pause();
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   const char *m = argv[1];
@@ -234,6 +266,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "exit") && argc > 2) return atoi(argv[2]);
   if (!strcmp(m, "fork-bomb") && argc > 2) return fork_bomb(atoi(argv[2]));
   if (!strcmp(m, "ipc-make") && argc > 3) return ipc_make((key_t)atoi(argv[2]), argv[3]);
+  if (!strcmp(m, "term-marker") && argc > 2) term_marker(argv[2]);
   if (!strcmp(m, "ipc-look") && argc > 3) return ipc_look((key_t)atoi(argv[2]), argv[3]);
   return 2;
 }
