@@ -4,6 +4,7 @@
 // and disposes what it opened.
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -12,6 +13,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "cli_runner.hpp"
 #include "container_support.hpp"
@@ -210,4 +213,77 @@ Test(session_cli, an_exec_whose_cli_was_sigkilled_leaves_nothing_running) {
   cr_expect(info && process_alive(info->pid1), "the session died with the exec");
   cr_expect_eq(run_cli({"session", "exec", id, "--", "/bin/true"}).code, 0);
   cr_expect_eq(trim(run_cli({"session", "close", "--scope", scope}).out), "1");
+}
+
+// A batch that stops (SIGTERM here; a failed write or a failed loop stop it
+// the same way) while session jobs wait for their session's job in flight:
+// every job it accepted gets a result line, the waiting ones "cancelled
+// before it started", as the jobs waiting for a CPU get.
+Test(session_cli, a_stopped_batch_reports_the_session_jobs_still_waiting) {
+  SKIP_UNLESS_SESSIONS();
+  const std::string scope = scope_for("stop");
+  const std::string tag = std::to_string(getpid() % 100000);
+  const std::string marker = "sleep 1" + tag + "3";
+  std::string jobs;
+  auto job = [&](const std::string& id, const std::string& script) {
+    jobs += "{\"id\":\"" + id + "\",\"tier\":\"container\",\"argv\":[\"/bin/sh\",\"-c\",\"" + script +
+            "\"],\"session\":{\"scope\":\"" + scope + "\",\"thread\":\"t\"}}\n";
+  };
+  // Through a variable: the marker is then in the sleeper's command line only.
+  job("first", "m=" + tag + "; exec /bin/sleep 1${m}3");
+  job("second", "echo 2");
+  job("third", "echo 3");
+  int in[2], out[2];
+  cr_assert_eq(pipe2(in, O_CLOEXEC), 0);
+  cr_assert_eq(pipe2(out, O_CLOEXEC), 0);
+  const std::string cli = corral_test::build_dir() + "/bin/corral";
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    int devnull = open_devnull();
+    dup2(devnull, 2);
+    execl(cli.c_str(), cli.c_str(), "batch", "--parallel", "8", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  cr_assert_gt(pid, 0);
+  close(in[0]);
+  close(out[1]);
+  // stdin stays open: the batch stops for the signal, not for the end of its jobs.
+  cr_assert_eq(write(in[1], jobs.data(), jobs.size()), static_cast<ssize_t>(jobs.size()));
+  bool started = false;
+  for (int i = 0; i < 1500 && !started; ++i) {
+    started = host_processes_with(marker) == 1;
+    if (!started) usleep(20000);
+  }
+  kill(pid, SIGTERM);
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    pollfd p = {out[0], POLLIN, 0};
+    if (poll(&p, 1, 30000) <= 0) break;
+    ssize_t n = read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(in[1]);
+  close(out[0]);
+  cr_assert(started, "the first job did not start within 30 s: %s", text.c_str());
+  cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 143, "status %d: %s", status, text.c_str());
+  std::vector<std::string> lines;
+  for (std::size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1)
+    lines.push_back(text.substr(at, nl - at));
+  cr_expect_eq(lines.size(), 3u, "every accepted job gets a result line: %s", text.c_str());
+  auto line_of = [&](const std::string& id) {
+    for (const auto& l : lines)
+      if (contains(l, "\"id\":\"" + id + "\"")) return l;
+    return std::string();
+  };
+  cr_expect(contains(line_of("first"), "\"outcome\":\"cancelled\""), "%s", text.c_str());
+  for (const char* id : {"second", "third"})
+    cr_expect(contains(line_of(id), "cancelled before it started"), "job %s: %s", id, text.c_str());
+  cr_expect_eq(host_processes_with(marker), 0);
+  cr_expect_eq(sessions_of(scope), 0u, "the stopped batch left its session open");
 }

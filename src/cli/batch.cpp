@@ -99,7 +99,9 @@ const char kBatchOptionsHelp[] =
     "\n"
     "Exit: 0 when every job's result was written (whatever the jobs' outcomes); 1 when\n"
     "some could not be (each named on stderr by job id and line); 2 usage error; 130/143 on SIGINT/SIGTERM (runs in flight are\n"
-    "cancelled and their results written as \"cancelled\").\n";
+    "cancelled and their results written as \"cancelled\"; jobs read but not started, e.g. waiting for\n"
+    "their session or a CPU, as errors \"cancelled before it started\"; a second signal gives up the\n"
+    "results not written yet).\n";
 
 // The default cap on one job line. A job carries its program's argv, env,
 // stdin and inline input bytes; 16 MiB is the default stdout_bytes cap too,
@@ -206,7 +208,11 @@ class Batch {
   }
 
   void stop(int sig) {
-    if (stopping_) return;
+    if (stopping_) {
+      // A second signal: the results still queued are given up.
+      if (sig) again_ = sig;
+      return;
+    }
     stopping_ = true;
     signal_ = sig;
     sup_.cancel_all();
@@ -233,22 +239,25 @@ class Batch {
     unwatch();
     end_shard();
     if (!options_.keep_sessions) sessions_.dispose_opened();
-    // The results still queued: written before exit (a SIGINT/SIGTERM stops
-    // the wait; what is left is then lost).
-    if (!broken_) out_.flush(&signal_);
+    // The results still queued, and those of the jobs that will not start
+    // now: written before exit (a second SIGINT/SIGTERM stops the wait;
+    // what is left is then lost and named on stderr).
+    if (!broken_) out_.flush(&again_);
     if (auto held = cpu_.take()) {
       refused(held->id, held->line, "cancelled before it started");
-      if (!broken_) out_.flush(&signal_);
+      if (!broken_) out_.flush(&again_);
     }
     for (const auto& turn : cpu_.take_turns()) refused(turn.id, turn.line, "cancelled before it started");
-    if (!broken_) out_.flush(&signal_);
+    // Session jobs waiting for their session's previous job: none will start.
+    for (const auto& job : sessions_.take_waiting()) refused(job.job_id, job.line, "cancelled before it started");
+    if (!broken_) out_.flush(&again_);
     settle_output();
     for (const Queued& q : queued_) lost(q.id, q.line);
     queued_.clear();
     if (lost_ > kLostNamed) say("batch: %zu results in all were not written", lost_);
     draw(true);
     if (!progress_) summary();
-    err_.flush(&signal_);
+    err_.flush(&again_);
     if (signal_) return 128 + signal_;
     if (end_queued_ && out_.written() < end_queued_) {
       ++lost_;
@@ -371,7 +380,8 @@ class Batch {
       r.rootfs.reset();
       r.cwd.reset();
       r.loopback = false;
-      sessions_.run_or_queue(*sid, [this, r = std::move(r), id, at, sid = *sid]() mutable { submit(std::move(r), id, at, sid); });
+      sessions_.run_or_queue(*sid, {[this, r = std::move(r), id, at, sid = *sid]() mutable { submit(std::move(r), id, at, sid); },
+                                    id, at});
       return;
     }
     if (cpu_.must_wait(*req)) {
@@ -534,6 +544,7 @@ class Batch {
   bool watching_ = false, stopping_ = false, broken_ = false;
   bool failed_loop_ = false, input_error_ = false;
   int signal_ = 0;
+  int again_ = 0;  // a signal after the one that stopped the batch
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
 // corral batch's sessions (batch_session.hpp).
 #include "batch_session.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "corral/names.hpp"
@@ -44,13 +46,25 @@ Expected<std::string> BatchSessions::session_for(const SessionKey& key, const Re
   return s->id;
 }
 
-void BatchSessions::run_or_queue(const std::string& id, std::function<void()> start) {
+void BatchSessions::run_or_queue(const std::string& id, Waiting job) {
   if (busy_.insert(id).second) {
-    start();
+    job.start();
     return;
   }
-  waiting_[id].push_back(std::move(start));
+  waiting_[id].push_back(std::move(job));
   ++queued_;
+}
+
+std::vector<BatchSessions::Waiting> BatchSessions::take_waiting() {
+  std::vector<Waiting> out;
+  for (auto& [id, jobs] : waiting_)
+    for (auto& job : jobs) out.push_back(std::move(job));
+  waiting_.clear();
+  ready_.clear();
+  queued_ = 0;
+  // Result lines in the order the jobs came.
+  std::stable_sort(out.begin(), out.end(), [](const Waiting& a, const Waiting& b) { return a.line < b.line; });
+  return out;
 }
 
 void BatchSessions::pump() {
@@ -65,7 +79,7 @@ void BatchSessions::pump() {
     auto next = std::move(it->second.front());
     it->second.pop_front();
     --queued_;
-    next();
+    next.start();
   }
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "corral/request.hpp"
 #include "corral/session.hpp"
@@ -28,18 +29,28 @@ class BatchSessions {
   // The live session for `key`, opened (or found) with the container options
   // of `job` the first time this batch names it.
   Expected<std::string> session_for(const SessionKey& key, const Request& job);
+  // A job waiting for its session's previous one: what starts it, and who
+  // it is (for its result line if it never starts).
+  struct Waiting {
+    std::function<void()> start;
+    std::string job_id;
+    long line = 0;
+  };
   // Runs `start` now if the session has no job in flight, else queues it.
-  void run_or_queue(const std::string& id, std::function<void()> start);
+  void run_or_queue(const std::string& id, Waiting job);
   // The session's job ended (from a result callback): its next queued job
   // starts at the next pump(), outside the supervisor's callbacks.
   void finished(const std::string& id) { ready_.push_back(id); }
   void pump();
   std::size_t queued() const { return queued_; }
+  // Every job still waiting (the batch is stopping: none of them will
+  // start), in the order they came; the queues are left empty.
+  std::vector<Waiting> take_waiting();
   // Disposes the sessions this batch opened; the count.
   int dispose_opened();
 
  private:
-  std::map<std::string, std::deque<std::function<void()>>> waiting_;
+  std::map<std::string, std::deque<Waiting>> waiting_;
   std::set<std::string> busy_;
   std::set<std::string> opened_;
   std::deque<std::string> ready_;
