@@ -221,32 +221,46 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   if (auto wall = limits.seconds(Limit::wall_seconds))
     s.arm_timer(slot, run, TimerPhase::deadline, *wall);
   s.start_cpu_watch(slot, run);
-  io_uring_submit(&s.ring);
+  // The run is in flight either way: a failure is in ring_error, and the
+  // next run_once returns it (the handle cancels the run when dropped).
+  (void)s.submit("arm a new run's polls and timers");
   return RunHandle(this, Impl::token(slot, run.gen));
 }
 
 Expected<bool> Supervisor::run_once(double timeout_seconds) {
   Impl& s = *impl_;
+  if (s.ring_error) return *s.ring_error;
   s.process_requests();
   s.free_retired();
   if (s.in_flight == 0 && s.armed_watches == 0 && s.pending_writes == 0) return false;
-  bool urgent = !s.ready_pipes.empty() || !s.to_cancel.empty() || !s.to_deliver.empty();
+  bool urgent = !s.ready_pipes.empty() || !s.to_cancel.empty() || !s.to_deliver.empty() || !s.stashed.empty();
   io_uring_cqe* cqe = nullptr;
   __kernel_timespec ts = to_timespec(urgent ? 0 : timeout_seconds);
   bool wait_forever = !urgent && timeout_seconds < 0;
   int rc = io_uring_submit_and_wait_timeout(&s.ring, &cqe, 1, wait_forever ? nullptr : &ts, nullptr);
   if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
     return Error::from_errno(-rc, "supervisor: io_uring wait");
-  unsigned head;
-  unsigned seen = 0;
-  io_uring_for_each_cqe(&s.ring, head, cqe) {
-    s.handle_cqe(cqe);
-    ++seen;
+  // One completion at a time, each off the CQ ring before it is handled:
+  // a handler's submit may find the ring busy and move the completions
+  // still there to `stashed` (Impl::submit), which came before any later
+  // one. At most a ring's worth per turn, so the requests get their turn.
+  for (unsigned n = 0, cap = 2 * s.ring.cq.ring_entries; n < cap; ++n) {
+    io_uring_cqe next;
+    if (!s.stashed.empty()) {
+      next = s.stashed.front();
+      s.stashed.pop_front();
+    } else if (io_uring_peek_cqe(&s.ring, &cqe) == 0) {
+      next = *cqe;
+      io_uring_cqe_seen(&s.ring, cqe);
+    } else {
+      break;
+    }
+    s.handle_cqe(&next);
   }
-  io_uring_cq_advance(&s.ring, seen);
   s.process_requests();
-  io_uring_submit(&s.ring);
+  (void)s.submit("the loop turn's new operations");
   s.free_retired();
+  if (s.ring_error) return *s.ring_error;
   if (s.in_flight == 0) s.maybe_reap_orphans(true);  // idle: no zombie left behind
   return s.in_flight > 0 || s.armed_watches > 0 || s.pending_writes > 0;
 }

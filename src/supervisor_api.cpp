@@ -14,8 +14,7 @@ Status Supervisor::watch_signals(std::initializer_list<int> signals, std::functi
   if (!impl_->signal_fd) impl_->signal_fd.reset(fd);
   impl_->signal_handler = std::move(handler);
   if (!impl_->signal_armed) impl_->arm_signals();
-  io_uring_submit(&impl_->ring);
-  return {};
+  return impl_->submit("watch signals");
 }
 
 Status Supervisor::watch_fd(int fd, std::function<void()> on_ready) {
@@ -36,8 +35,7 @@ Status Supervisor::watch_fd(int fd, std::function<void()> on_ready) {
   w.fd = fd;
   ++w.gen;
   s.arm_watch(index);
-  io_uring_submit(&s.ring);
-  return {};
+  return s.submit("watch fd " + std::to_string(fd));
 }
 
 Status Supervisor::write_fd(int fd, std::string_view data, std::function<void(int)> on_done) {
@@ -62,8 +60,7 @@ Status Supervisor::write_fd(int fd, std::string_view data, std::function<void(in
   io_uring_prep_write(e, fd, data.data(), static_cast<unsigned>(std::min<std::size_t>(data.size(), 1u << 30)),
                       static_cast<__u64>(-1));
   io_uring_sqe_set_data64(e, Impl::user_data(index, w.gen, kOpWrite));
-  io_uring_submit(&s.ring);
-  return {};
+  return s.submit("write to fd " + std::to_string(fd));
 }
 
 void Supervisor::unwatch_fd(int fd) {
@@ -76,8 +73,9 @@ void Supervisor::unwatch_fd(int fd) {
       io_uring_prep_poll_remove(e, Impl::user_data(i, w.gen, kOpWatch));
       io_uring_sqe_set_data64(e, 0);
       // Cancelling a poll completes within the submit: once this returns
-      // the ring holds no operation on fd and the caller may close it.
-      io_uring_submit(&s.ring);
+      // the ring holds no operation on fd and the caller may close it. A
+      // failure is in ring_error: run_once returns it.
+      (void)s.submit("stop watching fd " + std::to_string(fd));
       w.armed = false;
       --s.armed_watches;
     }

@@ -51,7 +51,7 @@ void Supervisor::Impl::arm_cpu_check(std::uint32_t slot, Run& run, double second
   io_uring_prep_timeout(e, &run.cpu_ts, 0, 0);
   io_uring_sqe_set_data64(e, user_data(slot, run.gen, kOpCpu));
   run.cpu_armed = true;
-  io_uring_submit(&ring);  // the kernel reads cpu_ts at submission
+  (void)submit("arm a run's CPU watch");  // the kernel reads cpu_ts at submission; a failure is in ring_error
 }
 
 Expected<double> Supervisor::Impl::run_cpu_seconds(Run& run) {

@@ -30,6 +30,7 @@
 #include "corral/leftovers.hpp"
 #include "corral/reaper.hpp"
 #include "corral/run_setup.hpp"
+#include "ring_submit.hpp"
 
 namespace corral {
 
@@ -220,7 +221,21 @@ struct Supervisor::Impl {
     return (run->active && run->gen == static_cast<std::uint32_t>(tok)) ? run : nullptr;
   }
 
+  // A free SQE. When the SQ ring is full it is flushed first (submit());
+  // should that fail, ring_error says why and a spare SQE no submit ever
+  // reads is handed out, so the caller's prep lands nowhere.
   io_uring_sqe* sqe();
+  io_uring_sqe spare_sqe{};
+
+  // Every io_uring_submit of the loop (ring_submit.hpp): retried on EINTR,
+  // on EAGAIN/EBUSY after moving the CQ ring's completions to `stashed`
+  // (handled first at the next turn, in order). A failure is kept in
+  // ring_error, the first one only, and run_once returns it: the loop
+  // cannot keep its promises about a run whose poll or timer never
+  // reached the kernel. `step` names what was being submitted.
+  Status submit(std::string_view step);
+  std::deque<io_uring_cqe> stashed;
+  std::optional<Error> ring_error;
 
   void arm_poll(std::uint32_t slot, Run& run, Pipe& pipe, Op op);
   void arm_pid(std::uint32_t slot, Run& run);

@@ -48,13 +48,33 @@ void Supervisor::Impl::reap_uid_at_exit(Run& run) {
   else kill_uid_of(run, SIGKILL);
 }
 
+Status Supervisor::Impl::submit(std::string_view step) {
+  Status st = submit_all(ring, step, [this] {
+    // Room for the kernel to flush overflowed completions into: ours are
+    // moved aside, to be handled first at the loop's next turn.
+    unsigned head, seen = 0;
+    io_uring_cqe* cqe;
+    io_uring_for_each_cqe(&ring, head, cqe) {
+      stashed.push_back(*cqe);
+      ++seen;
+    }
+    io_uring_cq_advance(&ring, seen);
+    return seen > 0;
+  });
+  if (!st && !ring_error) ring_error = st.error();
+  return st;
+}
+
 io_uring_sqe* Supervisor::Impl::sqe() {
   io_uring_sqe* e = io_uring_get_sqe(&ring);
+  if (e == nullptr && submit("flush a full submission queue")) e = io_uring_get_sqe(&ring);
   if (e == nullptr) {
-    io_uring_submit(&ring);
-    e = io_uring_get_sqe(&ring);
+    // ring_error says why; run_once returns it. Nothing reads the spare.
+    if (!ring_error) ring_error = Error(EBUSY, "supervisor: the io_uring submission queue stayed full");
+    spare_sqe = io_uring_sqe{};
+    return &spare_sqe;
   }
-  return e;  // non-null: the ring was just flushed
+  return e;
 }
 
 void Supervisor::Impl::arm_poll(std::uint32_t slot, Run& run, Pipe& pipe, Op op) {
@@ -87,7 +107,7 @@ void Supervisor::Impl::arm_timer(std::uint32_t slot, Run& run, TimerPhase phase,
   io_uring_prep_timeout(e, &run.ts, 0, 0);
   io_uring_sqe_set_data64(e, user_data(slot, run.gen, kOpTimer));
   run.timer_armed = true;
-  io_uring_submit(&ring);  // the kernel reads ts at submission
+  (void)submit("arm a run's timer");  // the kernel reads ts at submission; a failure is in ring_error
 }
 
 void Supervisor::Impl::remove_op(std::uint32_t slot, Run& run, Op op) {
@@ -268,7 +288,9 @@ void Supervisor::Impl::retire(std::uint32_t slot, Run& run) {
 
 void Supervisor::Impl::free_retired() {
   if (retired.empty()) return;
-  io_uring_submit(&ring);
+  // The removals must reach the kernel before the fds close; if they could
+  // not, ring_error ends the loop and the slots stay as they are.
+  if (!submit("remove a finished run's operations")) return;
   for (std::uint32_t slot : retired) free_slot(slot, *slots[slot]);
   retired.clear();
 }
