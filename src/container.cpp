@@ -15,19 +15,11 @@
 #include "corral/names.hpp"
 #include "corral/run_setup.hpp"
 #include "corral/seccomp.hpp"
+#include "corral/tier_limits.hpp"
 
 namespace corral {
 
 bool container_workspace_on_tmpfs(const HostFacts& host) { return host.root; }
-
-Limits container_rlimit_limits(const Limits& limits) {
-  Limits out = limits;
-  // The cgroup's: a tree-wide ceiling, not RLIMIT_AS (an address-space
-  // failure is the program's own MemoryError and says nothing) nor
-  // RLIMIT_NPROC (per uid in each user namespace).
-  out.clear(Limit::memory_bytes).clear(Limit::process_count);
-  return out;
-}
 
 namespace {
 
@@ -48,8 +40,13 @@ Status check_container_request(const Request& req, uid_t inside) {
 Status add_cgroup(PreparedRun& run, const HostFacts& host, ContainerRun& c) {
   if (host.cgroups.backend == CgroupVersion::none) return {};
   CgroupSpec spec;
-  if (host.cgroup_memory) spec.memory_bytes = run.limits.get(Limit::memory_bytes);
-  if (host.cgroup_pids) spec.pids_max = run.limits.get(Limit::process_count);
+  // The limits this tier enforces with the cgroup (tier_limits.hpp).
+  auto ceiling = [&](Limit limit) -> std::optional<std::uint64_t> {
+    if (limit_mechanism(limit, Tier::container) != LimitMechanism::cgroup) return std::nullopt;
+    return run.limits.get(limit);
+  };
+  if (host.cgroup_memory) spec.memory_bytes = ceiling(Limit::memory_bytes);
+  if (host.cgroup_pids) spec.pids_max = ceiling(Limit::process_count);
   // v1 hierarchies the run does without (each costs a mkdir, a join and an
   // rmdir): the pid namespace kills the run as a whole, so no freezer; no
   // pids hierarchy unless there is a ceiling to keep.

@@ -13,6 +13,7 @@
 #include "corral/idmap.hpp"
 #include "corral/names.hpp"
 #include "corral/run_setup.hpp"
+#include "corral/tier_limits.hpp"
 
 namespace corral {
 namespace {
@@ -86,7 +87,10 @@ Expected<TmpfsMount> parse_tmpfs_spec(std::string_view text) {
 
 std::uint64_t container_tmp_bytes_default(const Limits& limits) {
   std::uint64_t size = 1ull << 30;
-  if (auto mem = limits.get(Limit::memory_bytes)) size = std::min(size, std::max<std::uint64_t>(*mem, 4096));
+  // /tmp's pages are charged to the run's memory cgroup: more than its
+  // memory_bytes ceiling could never be written (tier_limits.hpp).
+  if (tier_enforces_memory(Tier::container))
+    if (auto mem = limits.get(Limit::memory_bytes)) size = std::min(size, std::max<std::uint64_t>(*mem, 4096));
   return size;
 }
 

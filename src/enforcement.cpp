@@ -19,8 +19,10 @@
 #include "corral/landlock.hpp"
 #include "corral/ns_template.hpp"
 #include "corral/privilege.hpp"
+#include "corral/rlimits.hpp"
 #include "corral/process.hpp"
 #include "corral/syscalls.hpp"
+#include "corral/tier_limits.hpp"
 #include "corral/workspace.hpp"
 
 namespace corral {
@@ -82,7 +84,10 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
              (container ? "the run's cgroup CPU usage (a run's enforcement: supervisor_cgroup_cpu)"
                         : "the program's CPU clock (a run's enforcement: supervisor_cpu_clock)") +
              " and killing at the limit");
-  if (container)
+  // Which mechanism each limit has in this tier is tier_limits.hpp's; this
+  // says what the host makes of it.
+  auto mechanism = [&](Limit limit) { return limit_mechanism(limit, tier); };
+  if (mechanism(Limit::memory_bytes) == LimitMechanism::cgroup)
     add("memory_bytes", h.cgroup_memory ? "cgroup" : "unsupported",
         h.cgroup_memory ? std::string("memory cgroup (") + std::string(cgroup_version_name(h.cgroups.backend)) +
                               ") ceiling for the whole tree, swap " +
@@ -91,8 +96,10 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
                               "; an OOM kill is killed_oom"
                         : cgroup_missing(h, "memory"));
   else
-    rlimit("memory_bytes", "hard_per_process", "RLIMIT_AS: address space of each process, not the tree");
-  if (container)
+    rlimit("memory_bytes", "hard_per_process",
+           std::string(rlimit_resource_name(limit_info(Limit::memory_bytes).rlimit_resource)) +
+               ": address space of each process, not the tree");
+  if (mechanism(Limit::process_count) == LimitMechanism::cgroup)
     add("process_count", h.cgroup_pids ? "cgroup" : "unsupported",
         h.cgroup_pids ? std::string("pids.max (") + std::string(cgroup_version_name(h.cgroups.backend)) +
                             ") over every process and thread of the run"
@@ -116,7 +123,7 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   add("artifact_bytes", "supervisor", "per collected file");
   add("artifact_total_bytes", "supervisor", "all collected files");
   add("artifact_count", "supervisor", "a glob over the count collects nothing");
-  if (container && container_workspace_on_tmpfs(h))
+  if (mechanism(Limit::workspace_bytes) == LimitMechanism::tmpfs && container_workspace_on_tmpfs(h))
     add("workspace_bytes", "hard",
         "the workspace is a tmpfs of this size (default " + std::to_string(kContainerWorkspaceBytes >> 20) +
             " MiB): a write past it fails with ENOSPC; its pages count against memory_bytes");
@@ -127,7 +134,7 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
             (h.workspace_tmpfs ? " (a tmpfs shared by all runs: memory, not disk)" : " (not a tmpfs: disk)") +
             ": no per-run size limit, file_bytes caps each file (" +
             (container ? "as root it is a tmpfs of its own)" : "tier container as root has one)"));
-  if (container) {
+  if (mechanism(Limit::tmp_bytes) == LimitMechanism::tmpfs) {
     add("tmp_bytes", "hard",
         "/tmp is a tmpfs of this size (default 1 GiB, at most memory_bytes), and so is a --tmpfs "
         "without a size: a write past it fails with ENOSPC; its pages count against memory_bytes");

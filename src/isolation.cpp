@@ -1,6 +1,7 @@
 #include "corral/isolation.hpp"
 
 #include "corral/names.hpp"
+#include "corral/tier_limits.hpp"
 
 namespace corral {
 namespace {
@@ -28,10 +29,10 @@ constexpr std::array<std::string_view, 3> kEgressNames{"closed", "allowlist", "u
 // each claim must be true of the tier as built; correct them here.
 //
 // none: a plain child with the ceilings wired (rlimits, deadline, capture).
-//  - enforces_memory false: memory_bytes is RLIMIT_AS, a per-process cap on
-//    address space. Each process of the tree gets its own, so N children use
-//    N times the limit; it is not a ceiling for the tree (and it also refuses
-//    large mappings that would never be touched).
+//  - enforces_memory false: memory_bytes is RLIMIT_AS (tier_limits.hpp), a
+//    per-process cap on address space. Each process of the tree gets its
+//    own, so N children use N times the limit; it is not a ceiling for the
+//    tree (and it also refuses large mappings that would never be touched).
 //  - reports_resource_kill true: RLIMIT_CPU ends the program with SIGXCPU and
 //    RLIMIT_FSIZE with SIGXFSZ; both signals name the limit.
 //  - reaps_descendants false: nothing stops a child that leaves the group.
@@ -55,8 +56,8 @@ constexpr std::array<std::string_view, 3> kEgressNames{"closed", "allowlist", "u
 //
 // container: namespaces (user, pid, net, mount, ipc, uts), a cgroup, seccomp,
 // no capabilities, a non-root uid inside.
-//  - enforces_memory true: memory.max / memory.limit_in_bytes of the run's
-//    cgroup bounds the whole tree.
+//  - enforces_memory true: the run's memory cgroup (tier_limits.hpp:
+//    memory.max / memory.limit_in_bytes) bounds the whole tree.
 //  - reports_resource_kill true: the cgroup's OOM kill is reported as
 //    killed_oom, the pids ceiling and rlimits as killed_resource.
 //  - reaps_descendants true: when the namespace's pid 1 exits, the kernel
@@ -66,35 +67,42 @@ constexpr TierCapabilities kNoneTier{
     .isolation = Isolation::none,
     .exec = true, .files_in = true, .files_out = true, .files_list = true,
     .network = true, .streaming = true,
-    .enforces_memory = false, .reports_resource_kill = true, .reaps_descendants = false,
+    .enforces_memory = tier_enforces_memory(Tier::none), .reports_resource_kill = true, .reaps_descendants = false,
     .egress = Egress::unrestricted, .egress_filters_hosts = false,
 };
 constexpr TierCapabilities kOsProcessTier{
     .isolation = Isolation::os_process,
     .exec = true, .files_in = true, .files_out = true, .files_list = true,
     .network = true, .streaming = true,
-    .enforces_memory = false, .reports_resource_kill = true, .reaps_descendants = false,
+    .enforces_memory = tier_enforces_memory(Tier::os_process), .reports_resource_kill = true, .reaps_descendants = false,
     .egress = Egress::allowlist, .egress_filters_hosts = false,
 };
 constexpr TierCapabilities kContainerTier{
     .isolation = Isolation::container,
     .exec = true, .files_in = true, .files_out = true, .files_list = true,
     .network = false, .streaming = true,
-    .enforces_memory = true, .reports_resource_kill = true, .reaps_descendants = true,
+    .enforces_memory = tier_enforces_memory(Tier::container), .reports_resource_kill = true, .reaps_descendants = true,
     .egress = Egress::closed, .egress_filters_hosts = false,
 };
 
-constexpr std::array<TierDeclaration, 3> kTiers{{
-    {"none", kNoneTier,
-     "plain child; memory_bytes is RLIMIT_AS per process, not a tree ceiling; "
-     "descendants may outlive the run; host network"},
-    {"os_process", kOsProcessTier,
-     "shared kernel; memory_bytes is RLIMIT_AS per process; a setsid() descendant "
-     "escapes the group kill; egress allow-list by TCP port (Landlock ABI 4), not by host"},
-    {"container", kContainerTier,
-     "pid namespace reaps every descendant; cgroup memory ceiling for the tree; "
-     "empty network namespace"},
-}};
+// The notes say what memory_bytes is in each tier in tier_limits' words.
+const std::array<TierDeclaration, 3>& tiers() {
+  static const std::array<std::string, 3> notes{
+      "plain child; memory_bytes is " + limit_mechanism_text(Limit::memory_bytes, Tier::none) +
+          "; descendants may outlive the run; host network",
+      "shared kernel; memory_bytes is " + limit_mechanism_text(Limit::memory_bytes, Tier::os_process) +
+          "; a setsid() descendant escapes the group kill; egress allow-list by TCP port (Landlock ABI 4), not by "
+          "host",
+      "pid namespace reaps every descendant; memory_bytes is " +
+          limit_mechanism_text(Limit::memory_bytes, Tier::container) + "; empty network namespace",
+  };
+  static const std::array<TierDeclaration, 3> declared{{
+      {"none", kNoneTier, notes[0]},
+      {"os_process", kOsProcessTier, notes[1]},
+      {"container", kContainerTier, notes[2]},
+  }};
+  return declared;
+}
 
 template <class Enum, std::size_t N>
 std::string_view name_of(const std::array<std::string_view, N>& names, Enum value) {
@@ -179,14 +187,14 @@ std::string TierCapabilities::describe_capabilities() const {
   return out.empty() ? "nothing" : out;
 }
 
-std::span<const TierDeclaration> corral_tiers() { return kTiers; }
+std::span<const TierDeclaration> corral_tiers() { return tiers(); }
 
 Expected<TierCapabilities> tier_capabilities(std::string_view tier) {
   std::string_view lookup = tier == "process" ? std::string_view("os_process") : tier;
-  for (const auto& declaration : kTiers)
+  for (const auto& declaration : tiers())
     if (declaration.name == lookup) return declaration.capabilities;
   std::string known;
-  for (const auto& declaration : kTiers) {
+  for (const auto& declaration : tiers()) {
     if (!known.empty()) known += ", ";
     known += declaration.name;
   }

@@ -23,6 +23,7 @@
 #include "corral/names.hpp"
 #include "corral/rlimits.hpp"
 #include "corral/seccomp.hpp"
+#include "corral/tier_limits.hpp"
 
 extern char** environ;
 
@@ -462,7 +463,8 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
     plan.stdin_fd = std::move(*fd);
   }
 
-  auto rl = rlimits_from_limits(container ? container_rlimit_limits(run.limits) : run.limits);
+  // Only the limits this tier enforces with an rlimit (tier_limits.hpp).
+  auto rl = rlimits_from_limits(rlimit_limits(run.limits, req.tier));
   if (!rl) return who(std::move(rl).error());
   // rlimits_from_limits checked each entry it set against what this
   // process may set (check_rlimits_allowed); the one it adds, RLIMIT_CORE

@@ -128,16 +128,13 @@ Status add_container_mounts(PreparedRun& run, const HostFacts& host, uid_t outsi
 // Parent, from prepare_run: the mount tree (workspace at /workspace, the
 // request's rootfs and binds), the namespaces with the inside uid
 // (request.user or 65534) mapped to `outside` (a uid of the run's own when
-// root, our own ids when rootless), the run's cgroup with memory_bytes and
-// process_count as its ceilings when the host can create one, and seccomp
+// root, our own ids when rootless), the run's cgroup with the limits whose
+// mechanism is the cgroup in this tier (tier_limits.hpp: memory_bytes,
+// process_count) as its ceilings when the host can create one, and seccomp
 // `default`. Fills run.container, run.plan.seccomp and, for ceilings that
 // were acknowledged as unenforceable, run.warnings. Errors name the
 // request's field.
 Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_uid, gid_t outside_gid);
-
-// The limits that stay rlimit-backed in this tier: everything but
-// memory_bytes and process_count (the cgroup's).
-Limits container_rlimit_limits(const Limits& limits);
 
 // Parent: clone the child for `plan` with `c`'s namespaces and cgroup, write
 // the maps and release it. It does not wait for the exec: the child's set-up

@@ -1,5 +1,6 @@
-// The limit vocabulary of a run: names, units, parsing, and which facility
-// enforces each. The names are the CLI's and the JSON's: `--limit NAME=VALUE`,
+// The limit vocabulary of a run: names, units, parsing, and the rlimit that
+// backs each where an rlimit is the mechanism (which mechanism a tier uses
+// for a limit is tier_limits.hpp's). The names are the CLI's and the JSON's: `--limit NAME=VALUE`,
 // `CORRAL_LIMITS=a=1,b=2`, and the `limits` object of a Request and Result.
 //
 // Pure data and parsing; nothing here touches the kernel. rlimits.hpp turns
@@ -20,8 +21,8 @@ namespace corral {
 
 enum class Limit : std::uint8_t {
   cpu_seconds,           // RLIMIT_CPU: SIGXCPU at soft, SIGKILL at hard
-  memory_bytes,          // RLIMIT_AS in the process tiers; the cgroup ceiling in `container`
-  process_count,         // RLIMIT_NPROC (per uid); pids.max in `container`
+  memory_bytes,          // address space or a tree ceiling: per tier, tier_limits.hpp says which
+  process_count,         // processes of the uid or of the tree: per tier, tier_limits.hpp
   file_bytes,            // RLIMIT_FSIZE: SIGXFSZ on a write past it
   open_files,            // RLIMIT_NOFILE
   wall_seconds,          // supervisor deadline: SIGTERM, grace, SIGKILL
@@ -41,7 +42,7 @@ struct LimitInfo {
   Limit limit;
   std::string_view name;
   std::string_view unit;   // "seconds", "bytes", "count"
-  int rlimit_resource;     // RLIMIT_* or -1 when no rlimit backs it
+  int rlimit_resource;     // RLIMIT_* where a tier uses an rlimit for it, or -1
   bool zero_allowed;       // 0 is a meaningful value (e.g. "no output kept")
   // The largest value the mechanism behind it holds without wrapping, in
   // whole units: seconds become a double and then a timespec (exact up to
