@@ -12,28 +12,13 @@ namespace corral {
 // ---- scrub_secrets ---------------------------------------------------------
 
 std::string scrub_secrets(std::string_view text, std::span<const std::string> secrets) {
-  // Mark every byte covered by any occurrence of any secret, then replace
-  // each covered run with one "***": overlapping secrets leave no tail.
-  std::vector<bool> covered(text.size(), false);
-  bool any = false;
-  for (const auto& secret : secrets) {
-    if (secret.empty()) continue;
-    for (auto at = text.find(secret); at != std::string_view::npos; at = text.find(secret, at + 1)) {
-      std::fill(covered.begin() + static_cast<std::ptrdiff_t>(at),
-                covered.begin() + static_cast<std::ptrdiff_t>(at + secret.size()), true);
-      any = true;
-    }
-  }
-  if (!any) return std::string(text);
+  // The streams' masker over the whole text at once: an audit line, a
+  // detail or a note masks exactly as the captured output it describes.
+  SecretMasker masker(std::vector<std::string>(secrets.begin(), secrets.end()));
+  if (!masker.has_secrets()) return std::string(text);
   std::string out;
-  for (std::size_t i = 0; i < text.size();) {
-    if (!covered[i]) {
-      out += text[i++];
-      continue;
-    }
-    out += "***";
-    while (i < text.size() && covered[i]) ++i;
-  }
+  masker.feed_into(text, out);
+  masker.finish_into(out);
   return out;
 }
 

@@ -146,9 +146,11 @@ class StreamCapture {
   bool truncated_ = false;
 };
 
-// Replaces every occurrence of every non-empty secret in `text` with "***";
-// overlapping occurrences merge into one "***". For text that is whole at
-// once (a detail, a note, an audit line); streams go through SecretMasker.
+// Replaces every occurrence of every non-empty secret in `text` with "***",
+// exactly as SecretMasker does for a stream (it is that masker, fed the
+// whole text): overlapping occurrences merge into one "***", back-to-back
+// ones are a "***" each. For text that is whole at once (a detail, a note,
+// an audit line).
 std::string scrub_secrets(std::string_view text, std::span<const std::string> secrets);
 
 // Valid UTF-8 unchanged; each maximal ill-formed subsequence (Unicode's
