@@ -25,22 +25,6 @@ namespace {
 
 int neg(int err) { return err == 0 ? 0 : -err; }
 
-// Write rights a Landlock ABI knows; what the ABI lacks is left out, as the
-// kernel's sandboxer does.
-std::uint64_t write_rights(int abi) {
-  std::uint64_t rights = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
-                         LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
-                         LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG |
-                         LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |
-                         LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
-  if (abi >= 2) rights |= LANDLOCK_ACCESS_FS_REFER;
-  if (abi >= 3) rights |= LANDLOCK_ACCESS_FS_TRUNCATE;
-  return rights;
-}
-
-constexpr std::uint64_t kReadRights =
-    LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR;
-
 }  // namespace
 
 extern "C" {
@@ -63,46 +47,12 @@ int corral_drop_capabilities(void) {
   return neg(corral::drop_all_capabilities_now());
 }
 
-int corral_landlock_abi(void) {
-  long abi = corral::sys::call(SYS_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION);
-  return abi < 0 ? 0 : static_cast<int>(abi);
-}
+// The landlock module's probe and child-safe ruleset (landlock.hpp): one
+// rights table, one ABI probe, for the library and the C ABI alike.
+int corral_landlock_abi(void) { return corral::landlock_abi(); }
 
 int corral_confine_writes(const char* const* paths, size_t count) {
-  using corral::sys::call;
-  if (count > 0 && paths == nullptr) return -EINVAL;
-  int abi = corral_landlock_abi();
-  if (abi < 1) return -EOPNOTSUPP;
-  std::uint64_t write = write_rights(abi);
-  corral::sys::landlock_ruleset_attr_v6 attr{};
-  attr.handled_access_fs = write | kReadRights;
-  long ruleset = call(SYS_landlock_create_ruleset, reinterpret_cast<long>(&attr), 8, 0);
-  if (ruleset < 0) return static_cast<int>(ruleset);
-  auto add = [&](const char* path, std::uint64_t rights) -> long {
-    long fd = call(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_PATH | O_CLOEXEC);
-    if (fd < 0) return fd;
-    struct landlock_path_beneath_attr rule;
-    rule.allowed_access = rights;
-    rule.parent_fd = static_cast<int>(fd);
-    long r = call(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, reinterpret_cast<long>(&rule), 0);
-    if (r == -EINVAL) {
-      // A file, not a directory: only file rights apply beneath it.
-      rule.allowed_access = rights & (LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_READ_FILE |
-                                      LANDLOCK_ACCESS_FS_EXECUTE | (abi >= 3 ? LANDLOCK_ACCESS_FS_TRUNCATE : 0));
-      r = call(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, reinterpret_cast<long>(&rule), 0);
-    }
-    call(SYS_close, fd);
-    return r;
-  };
-  long r = add("/", kReadRights);
-  for (size_t i = 0; r >= 0 && i < count; ++i) {
-    if (paths[i] == nullptr) r = -EINVAL;
-    else r = add(paths[i], write | kReadRights);
-  }
-  if (r >= 0) r = call(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-  if (r >= 0) r = call(SYS_landlock_restrict_self, ruleset, 0);
-  call(SYS_close, ruleset);
-  return r < 0 ? static_cast<int>(r) : 0;
+  return neg(corral::confine_writes_in_child(paths, count));
 }
 
 int corral_become_subreaper(void) {

@@ -63,16 +63,6 @@ Error needs_abi(std::string_view what, int needed, int offered) {
   return Error(EOPNOTSUPP, std::move(msg));
 }
 
-Status add_path_rule(int ruleset_fd, int parent_fd, std::uint64_t access) {
-  landlock_path_beneath_attr rule{};
-  rule.allowed_access = access;
-  rule.parent_fd = parent_fd;
-  long ret = sys::call(SYS_landlock_add_rule, ruleset_fd, LANDLOCK_RULE_PATH_BENEATH,
-                       reinterpret_cast<long>(&rule), 0);
-  if (int err = sys::error_of(ret)) return Error::from_errno(err, "add rule");
-  return {};
-}
-
 Status add_port_rule(int ruleset_fd, int port, std::uint64_t access) {
   sys::landlock_net_port_attr rule{access, static_cast<std::uint64_t>(port)};
   long ret = sys::call(SYS_landlock_add_rule, ruleset_fd, CORRAL_LANDLOCK_RULE_NET_PORT,
@@ -83,17 +73,38 @@ Status add_port_rule(int ruleset_fd, int port, std::uint64_t access) {
 
 // Opens `path` with O_PATH (no read permission needed, follows symlinks)
 // and adds a path-beneath rule granting `access` (narrowed to file rights
-// when the path is not a directory). `what` names the path's role.
+// when the path is not a directory). Raw syscalls only, no allocation: the
+// parent's prepare() and the child's confine_writes_in_child share it.
+// Returns 0 or a positive errno; *step says which call failed.
+int add_path_raw(int ruleset_fd, const char* path, std::uint64_t access, const char** step) noexcept {
+  *step = "open";
+  long fd = sys::call(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_PATH | O_CLOEXEC);
+  if (int err = sys::error_of(fd)) return err;
+  struct stat st {};
+  *step = "stat";
+  int err = sys::error_of(sys::call(SYS_fstat, fd, reinterpret_cast<long>(&st)));
+  if (err == 0) {
+    if (!S_ISDIR(st.st_mode)) access &= kFsFileRights;
+    *step = "add rule";
+    landlock_path_beneath_attr rule{};
+    rule.allowed_access = access;
+    rule.parent_fd = static_cast<int>(fd);
+    err = sys::error_of(
+        sys::call(SYS_landlock_add_rule, ruleset_fd, LANDLOCK_RULE_PATH_BENEATH, reinterpret_cast<long>(&rule), 0));
+  }
+  sys::call(SYS_close, fd);
+  return err;
+}
+
+// The same with an error that names the path's role (`what`) and the step.
 Status allow_path(int ruleset_fd, const std::string& path, std::uint64_t access,
                   std::string_view what) {
-  std::string step = "landlock: " + std::string(what) + " '" + path + "'";
-  UniqueFd fd(::open(path.c_str(), O_PATH | O_CLOEXEC));
-  if (!fd) return Error::from_errno(errno, "landlock: open " + std::string(what) + " '" + path + "'");
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return Error::from_errno(errno, step + ": stat");
-  if (!S_ISDIR(st.st_mode)) access &= kFsFileRights;
-  if (auto s = add_path_rule(ruleset_fd, fd.get(), access); !s) return s.error().context(step);
-  return {};
+  const char* step = "";
+  int err = add_path_raw(ruleset_fd, path.c_str(), access, &step);
+  if (err == 0) return {};
+  if (std::string_view(step) == "open")
+    return Error::from_errno(err, "landlock: open " + std::string(what) + " '" + path + "'");
+  return Error::from_errno(err, "landlock: " + std::string(what) + " '" + path + "': " + step);
 }
 
 std::string join_ports(const std::vector<int>& ports) {
@@ -268,6 +279,27 @@ Expected<LandlockRuleset> prepare_for_abi(const LandlockSpec& spec, int max_abi)
     if (auto s = add_port_rule(rs.fd(), port, LANDLOCK_ACCESS_NET_CONNECT_TCP); !s)
       return s.error().context("landlock: TCP connect port " + std::to_string(port));
   return rs;
+}
+
+int confine_writes_in_child(const char* const* paths, std::size_t count) noexcept {
+  // What prepare() builds for LandlockSpec().allow_writes(paths...): the
+  // same rights for the running ABI, the same read-only root, the same
+  // narrowing of a file's rule; here without allocating, for a preexec hook.
+  if (count > 0 && paths == nullptr) return EINVAL;
+  const int abi = landlock_abi();
+  if (abi < 1) return EOPNOTSUPP;
+  sys::landlock_ruleset_attr_v6 attr{fs_rights_for_abi(abi), 0, 0};
+  long ruleset = sys::call(SYS_landlock_create_ruleset, reinterpret_cast<long>(&attr),
+                           static_cast<long>(attr_size_for_abi(abi)), 0);
+  if (int err = sys::error_of(ruleset)) return err;
+  const char* step = "";
+  int err = add_path_raw(static_cast<int>(ruleset), "/", kFsReadExec & attr.handled_access_fs, &step);
+  for (std::size_t i = 0; err == 0 && i < count; ++i)
+    err = paths[i] == nullptr ? EINVAL : add_path_raw(static_cast<int>(ruleset), paths[i], attr.handled_access_fs, &step);
+  if (err == 0) err = sys::error_of(sys::call(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
+  if (err == 0) err = sys::error_of(sys::call(SYS_landlock_restrict_self, ruleset, 0));
+  sys::call(SYS_close, ruleset);
+  return err;
 }
 
 int apply_landlock_in_child(const LandlockRuleset& ruleset) noexcept {

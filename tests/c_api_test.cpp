@@ -5,10 +5,13 @@
 
 #include <linux/securebits.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <termios.h>
 
 #include <cstdio>
 
+#include "corral/landlock.hpp"
 #include "support.hpp"
 
 using namespace corral_test;
@@ -65,6 +68,41 @@ Test(c_api, confine_writes_refuses_a_write_outside) {
   const char* missing[] = {"/nonexistent-corral-path"};
   auto bad = run_in_child([&] { return corral_confine_writes(missing, 1) == -ENOENT ? 0 : 1; });
   cr_assert(bad.exited && bad.code == 0, "a missing path must be -ENOENT");
+}
+
+// The C ABI builds the landlock module's ruleset, not one of its own: on
+// ABI >= 5 that handles LANDLOCK_ACCESS_FS_IOCTL_DEV (no device ioctl
+// outside the write set: what closes TIOCSTI-style injection through a
+// terminal). A second rights table in c_api.cpp stopped at ABI 3, so an
+// ioctl on /dev/null answered ENOTTY (the device's own answer) there.
+Test(c_api, confine_writes_is_the_landlock_modules_ruleset) {
+  const int abi = corral_landlock_abi();
+  if (abi < 5) cr_skip_test("Landlock ABI %d has no device ioctl right (needs 5)", abi);
+  cr_assert_eq(abi, corral::landlock_abi());
+  TempDir inside;
+  auto end = run_in_child([&] {
+    const char* paths[] = {inside.path().c_str()};
+    if (corral_confine_writes(paths, 1) != 0) return 10;
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 11;
+    struct termios t;
+    if (ioctl(fd, TCGETS, &t) == 0) return 12;
+    return errno == EACCES ? 0 : errno == ENOTTY ? 13 : 14;
+  });
+  cr_assert(end.exited, "child died");
+  cr_assert_eq(end.code, 0, "child code %d (13: the ioctl reached the device: IOCTL_DEV not handled)", end.code);
+  // A single file as a write path gets the file rights only, as prepare() gives it.
+  std::string file = inside / "f";
+  write_file(file, "x");
+  auto one = run_in_child([&] {
+    const char* paths[] = {file.c_str()};
+    if (corral_confine_writes(paths, 1) != 0) return 10;
+    FILE* f = fopen(file.c_str(), "w");
+    if (!f) return 11;
+    fclose(f);
+    return 0;
+  });
+  cr_assert(one.exited && one.code == 0, "child code %d", one.code);
 }
 
 Test(c_api, capabilities_and_seccomp_from_c) {

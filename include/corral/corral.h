@@ -44,8 +44,10 @@ CORRAL_API int corral_drop_privileges(uid_t uid, gid_t gid);
 CORRAL_API int corral_drop_capabilities(void);
 
 /* Landlock: from now on this process (and what it execs) may write only
- * beneath `paths` (read and execute stay allowed everywhere), no_new_privs
- * set. -EOPNOTSUPP when the kernel has no Landlock. `paths` and the strings
+ * beneath `paths` (read and execute stay allowed everywhere; from Landlock
+ * ABI 5 a device's ioctls too), no_new_privs set: the ruleset the library's
+ * landlock module builds for that write set. -EOPNOTSUPP when the kernel
+ * has no Landlock. `paths` and the strings
  * are borrowed. Async-signal-safe (open, landlock_* system calls). */
 CORRAL_API int corral_confine_writes(const char *const *paths, size_t count);
 

@@ -14,6 +14,7 @@
 // never a silent no-op.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -134,5 +135,15 @@ Expected<LandlockRuleset> prepare_for_abi(const LandlockSpec& spec, int max_abi)
 // Async-signal-safe: raw syscalls only, no allocation. Returns 0 or a
 // positive errno. The ruleset fd stays open (CLOEXEC closes it at exec).
 int apply_landlock_in_child(const LandlockRuleset& ruleset) noexcept;
+
+// Child side, whole: prepare and apply in one call without allocating, for
+// a preexec hook after fork in a multi-threaded program (the C ABI's
+// corral_confine_writes). The ruleset is the one prepare() builds for
+// LandlockSpec with `paths` as its write set — the running ABI's rights, a
+// read-only root, a file's rule narrowed to file rights — then
+// no_new_privs and landlock_restrict_self. Returns 0 or a positive errno:
+// EOPNOTSUPP without Landlock, EINVAL for a null path, the open's errno for
+// a missing one. The ruleset fd is closed before it returns.
+int confine_writes_in_child(const char* const* paths, std::size_t count) noexcept;
 
 }  // namespace corral
