@@ -1,7 +1,6 @@
 #include "corral/route_run.hpp"
 
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +9,7 @@
 #include <cstring>
 
 #include "corral/capture.hpp"
+#include "corral/glob.hpp"
 #include "corral/names.hpp"
 #include "corral/sink.hpp"
 #include "workspace_fs.hpp"
@@ -205,43 +205,44 @@ Expected<Request> request_for_route(const Route& route, Request base, const Rout
 }
 
 Expected<std::vector<std::string>> WorkspaceOutputSource::list(std::string_view glob) {
-  std::vector<std::string> segments = wsfs::split_segments(glob);
+  // The one glob dialect (glob.hpp): "logs/**" is every file below logs,
+  // as with --output.
+  auto pattern = Glob::parse(glob, "list: glob");
+  if (!pattern) return std::move(pattern).error();
   std::vector<std::string> found;
   std::uint64_t seen = 0;
   auto root = open_beneath(workspace_.dirfd(), ".", O_RDONLY | O_DIRECTORY);
   if (!root) return std::move(root).error();
 
-  // Depth-first, one directory fd open per level; the depth is bounded by
-  // the glob's segments.
-  std::function<Status(int, const std::string&, std::size_t)> walk =
-      [&](int dir, const std::string& prefix, std::size_t depth) -> Status {
+  // Depth-first, one directory fd open per level; a directory is entered
+  // only while the glob may still match below it.
+  std::function<Status(int, const std::string&, const Glob::State&)> walk =
+      [&](int dir, const std::string& prefix, const Glob::State& state) -> Status {
     auto entries = wsfs::list_dir(dir, static_cast<std::size_t>(max_walk_entries_ - seen + 1));
     if (!entries) return entries.error().context("list " + q(prefix.empty() ? "." : prefix));
     seen += entries->size();
     if (seen > max_walk_entries_)
       return Error(E2BIG, "list " + q(glob) + ": more than " + std::to_string(max_walk_entries_) +
                               " directory entries walked; giving up");
-    const bool last = depth + 1 == segments.size();
     for (const auto& entry : *entries) {
-      if (::fnmatch(segments[depth].c_str(), entry.name.c_str(), 0) != 0) continue;
+      Glob::State next = pattern->step(state, entry.name);
       unsigned char type = wsfs::entry_type(dir, entry);
       std::string path = prefix.empty() ? entry.name : prefix + "/" + entry.name;
-      if (last) {
-        if (type == DT_REG) found.push_back(std::move(path));
+      if (type == DT_REG) {
+        if (pattern->matched(next)) found.push_back(std::move(path));
         continue;
       }
-      if (type != DT_DIR) continue;
+      if (type != DT_DIR || !pattern->may_descend(next)) continue;
       auto sub = open_beneath(dir, entry.name, O_RDONLY | O_DIRECTORY);
       if (!sub) {
         if (sub.error().code() == ENOENT) continue;  // gone since the listing
         return std::move(sub).error();
       }
-      if (Status st = walk(sub->get(), path, depth + 1); !st) return st;
+      if (Status st = walk(sub->get(), path, next); !st) return st;
     }
     return {};
   };
-  if (segments.empty()) return found;
-  if (Status st = walk(root->get(), "", 0); !st) return st.error();
+  if (Status st = walk(root->get(), "", pattern->start()); !st) return st.error();
   return found;
 }
 

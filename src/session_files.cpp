@@ -3,7 +3,6 @@
 // below it resolved with openat2 beneath and without a link; the layout is
 // the workload's, so hostile. Parent side.
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -12,6 +11,7 @@
 #include <algorithm>
 
 #include "corral/container.hpp"
+#include "corral/glob.hpp"
 #include "corral/session.hpp"
 #include "session_state.hpp"
 #include "workspace_fs.hpp"
@@ -176,6 +176,14 @@ Expected<std::vector<SessionEntry>> session_list(std::string_view id, std::strin
   const std::string what = "session " + std::string(id) + ": list " + wsfs::quoted(glob);
   auto gsegs = segments(glob, what);
   if (!gsegs) return std::move(gsegs).error();
+  // The one glob dialect (glob.hpp, as --output and routes): "**" spans
+  // directories. No glob: everything.
+  std::optional<Glob> pattern;
+  if (!gsegs->empty()) {
+    auto g = Glob::parse(joined(*gsegs, gsegs->size()), what + ": glob");
+    if (!g) return std::move(g).error();
+    pattern.emplace(std::move(*g));
+  }
   auto w = open_workdir(id, dir);
   if (!w) return std::move(w).error();
   std::vector<SessionEntry> out;
@@ -183,11 +191,11 @@ Expected<std::vector<SessionEntry>> session_list(std::string_view id, std::strin
   struct Level {
     UniqueFd fd;
     std::string rel;
-    std::size_t depth;
+    Glob::State state;
   };
   std::vector<Level> todo;
   todo.push_back({UniqueFd(wsfs::openat2_fd(w->fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, kResolveHostile)),
-                  "", 0});
+                  "", pattern ? pattern->start() : Glob::State{}});
   if (!todo.back().fd) return wsfs::errno_error(what + ": open /workspace");
   while (!todo.empty()) {
     Level level = std::move(todo.back());
@@ -198,19 +206,17 @@ Expected<std::vector<SessionEntry>> session_list(std::string_view id, std::strin
       struct stat st {};
       if (::fstatat(level.fd.get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
       const std::string rel = level.rel.empty() ? e.name : level.rel + "/" + e.name;
-      const std::size_t d = level.depth;
-      bool matches = gsegs->empty() ||
-                     (d + 1 == gsegs->size() && ::fnmatch((*gsegs)[d].c_str(), e.name.c_str(), 0) == 0);
+      Glob::State state = pattern ? pattern->step(level.state, e.name) : Glob::State{};
+      bool matches = !pattern || pattern->matched(state);
       if (matches) {
         if (out.size() >= caps.max_entries)
           return Error(E2BIG, what + ": more than " + std::to_string(caps.max_entries) + " entries; narrow the glob");
         out.push_back({rel, type_of(st.st_mode), S_ISREG(st.st_mode) ? static_cast<std::uint64_t>(st.st_size) : 0});
       }
-      bool descend = S_ISDIR(st.st_mode) && st.st_dev == w->dev &&
-                     (gsegs->empty() || (d + 1 < gsegs->size() && ::fnmatch((*gsegs)[d].c_str(), e.name.c_str(), 0) == 0));
+      bool descend = S_ISDIR(st.st_mode) && st.st_dev == w->dev && (!pattern || pattern->may_descend(state));
       if (!descend) continue;
       UniqueFd sub(wsfs::openat2_fd(level.fd.get(), e.name, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, kResolveHostile));
-      if (sub) todo.push_back({std::move(sub), rel, d + 1});
+      if (sub) todo.push_back({std::move(sub), rel, std::move(state)});
     }
   }
   std::sort(out.begin(), out.end(), [](const SessionEntry& a, const SessionEntry& b) { return a.path < b.path; });

@@ -2,7 +2,6 @@
 // workspace is hostile here. Paths are opened beneath the workspace fd with
 // openat2 and read through the fd that was checked.
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <variant>
 
 #include "corral/capture.hpp"
+#include "corral/glob.hpp"
 #include "corral/workspace.hpp"
 
 #include "corral/names.hpp"
@@ -22,49 +22,6 @@ namespace corral {
 namespace {
 
 using namespace wsfs;
-
-// ---- globs ----------------------------------------------------------------
-
-struct Glob {
-  std::string text;
-  std::vector<std::string> segs;
-};
-using Live = std::vector<char>;  // live[i]: the first i segments are matched
-
-Expected<Glob> parse_glob(const std::string& text) {
-  std::string who = "collect: glob " + quoted(text);
-  if (text.empty()) return Error::invalid("collect: empty glob");
-  if (text.front() == '/') return Error::invalid(who + ": must be relative to the workspace");
-  Glob g{text, split_segments(text)};
-  for (const auto& s : g.segs) {
-    if (s.empty()) return Error::invalid(who + ": empty path segment");
-    if (s == "." || s == "..") return Error::invalid(who + ": '" + s + "' segment not allowed");
-  }
-  if (g.segs.back() == "**") g.segs.push_back("*");  // "out/**": everything below out, not out itself
-  return g;
-}
-
-void close_over_doublestar(const Glob& g, Live& live) {
-  for (std::size_t i = 0; i < g.segs.size(); ++i)
-    if (live[i] && g.segs[i] == "**") live[i + 1] = 1;
-}
-
-Live step(const Glob& g, const Live& live, const std::string& name) {
-  Live next(g.segs.size() + 1, 0);
-  for (std::size_t i = 0; i < g.segs.size(); ++i) {
-    if (!live[i]) continue;
-    if (g.segs[i] == "**") next[i] = 1;
-    else if (::fnmatch(g.segs[i].c_str(), name.c_str(), 0) == 0) next[i + 1] = 1;
-  }
-  close_over_doublestar(g, next);
-  return next;
-}
-
-bool can_go_deeper(const Glob& g, const Live& live) {
-  for (std::size_t i = 0; i < g.segs.size(); ++i)
-    if (live[i]) return true;
-  return false;
-}
 
 // ---- collection -----------------------------------------------------------
 
@@ -80,16 +37,11 @@ std::vector<std::vector<Match>> walk(int root, const std::vector<Glob>& globs, c
   std::vector<std::vector<Match>> matches(globs.size());
   struct Dir {
     std::string path;  // "" for the root, else "a/b"
-    std::vector<Live> live;
+    std::vector<Glob::State> live;
   };
   std::vector<Dir> to_walk;
   Dir top{"", {}};
-  for (const auto& g : globs) {
-    Live l(g.segs.size() + 1, 0);
-    l[0] = 1;
-    close_over_doublestar(g, l);
-    top.live.push_back(std::move(l));
-  }
+  for (const auto& g : globs) top.live.push_back(g.start());
   to_walk.push_back(std::move(top));
   std::uint64_t seen = 0;
   while (!to_walk.empty()) {
@@ -120,10 +72,11 @@ std::vector<std::vector<Match>> walk(int root, const std::vector<Glob>& globs, c
       Dir sub{path, {}};
       bool deeper = false;
       for (std::size_t g = 0; g < globs.size(); ++g) {
-        Live next = (private_dir && globs[g].segs.front() != e.name) ? Live(globs[g].segs.size() + 1, 0)
-                                                                      : step(globs[g], dir.live[g], e.name);
-        if (type == DT_DIR) deeper = deeper || can_go_deeper(globs[g], next);
-        else if (next.back()) matches[g].push_back({path, type});
+        Glob::State next = (private_dir && globs[g].segments().front() != e.name)
+                               ? Glob::State(globs[g].segments().size() + 1, 0)
+                               : globs[g].step(dir.live[g], e.name);
+        if (type == DT_DIR) deeper = deeper || globs[g].may_descend(next);
+        else if (globs[g].matched(next)) matches[g].push_back({path, type});
         sub.live.push_back(std::move(next));
       }
       if (type == DT_DIR && deeper) subdirs.push_back(std::move(sub));
@@ -210,7 +163,7 @@ Expected<Collection> Workspace::collect(const std::vector<std::string>& globs, c
   if (released()) return Error(EBADF, "collect: workspace fd released; reacquire() first");
   std::vector<Glob> parsed;
   for (const auto& text : globs) {
-    auto g = parse_glob(text);
+    auto g = Glob::parse(text, "collect: glob");
     if (!g) return std::move(g).error();
     parsed.push_back(std::move(*g));
   }
@@ -220,7 +173,7 @@ Expected<Collection> Workspace::collect(const std::vector<std::string>& globs, c
   std::uint64_t used = 0;
   for (std::size_t g = 0; g < parsed.size(); ++g) {
     if (caps.max_count && matches[g].size() > *caps.max_count) {
-      out.skipped.push_back({parsed[g].text, "glob " + quoted(parsed[g].text) + " matched " +
+      out.skipped.push_back({parsed[g].text(), "glob " + quoted(parsed[g].text()) + " matched " +
                                                  std::to_string(matches[g].size()) + " files, over artifact_count " +
                                                  std::to_string(*caps.max_count)});
       continue;

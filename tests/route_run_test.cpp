@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "cli_runner.hpp"
@@ -278,6 +279,36 @@ Test(route_run, workspace_source_lists_stats_and_reads_only_regular_files) {
   auto fifo_read = source.read("pipe.txt", 100);
   cr_assert(!fifo_read.ok(), "a fifo was read");
   assert_mentions(fifo_read.error().message(), {"no longer a regular file"});
+}
+
+// One glob dialect: a route's output "logs/**" lists what --output
+// 'logs/**' (Workspace::collect) collects, the deep files too. (Routes
+// had fnmatch per segment, where "**" was "*": logs/top.txt only.)
+Test(route_run, a_route_glob_and_output_glob_collect_the_same_files) {
+  TempDir base_dir;
+  WorkspaceOptions o;
+  o.base_dir = base_dir.path();
+  auto ws = Workspace::create(o);
+  cr_assert(ws.ok());
+  cr_assert(ws->stage_bytes("logs/top.txt", "t").ok());
+  cr_assert(ws->stage_bytes("logs/a/b/deep.txt", "d").ok());
+  cr_assert(ws->stage_bytes("other/x.txt", "x").ok());
+  const std::vector<std::string> want = {"logs/a/b/deep.txt", "logs/top.txt"};
+  for (const char* glob : {"logs/**", "**/*.txt", "logs/**/deep.txt", "*/top.txt"}) {
+    WorkspaceOutputSource source(*ws);
+    auto listed = source.list(glob);
+    cr_assert(listed.ok(), "%s: %s", glob, listed.error().message().c_str());
+    std::vector<std::string> routed_names = *listed;
+    std::sort(routed_names.begin(), routed_names.end());
+    auto collected = ws->collect({glob}, {});
+    cr_assert(collected.ok(), "%s: %s", glob, collected.error().message().c_str());
+    std::vector<std::string> output_names;
+    for (const auto& a : collected->artifacts) output_names.push_back(a.name);
+    std::sort(output_names.begin(), output_names.end());
+    cr_assert(routed_names == output_names, "%s: the route lists %zu file(s), --output collects %zu", glob,
+              routed_names.size(), output_names.size());
+    if (std::string(glob) == "logs/**") cr_assert(routed_names == want, "logs/** lists %zu", routed_names.size());
+  }
 }
 
 // ---- real runs through a route

@@ -162,9 +162,9 @@ struct SessionEntry {
   char type = '?';    // 'f' file, 'd' directory, 'l' symlink, '?' other
   std::uint64_t bytes = 0;
 };
-// Entries whose path matches `glob` (fnmatch(3) per '/'-separated segment,
-// the dialect of output globs), depth first, sorted; symlinks listed, never
-// followed. "" lists everything.
+// Entries whose path matches `glob` (glob.hpp: the dialect of --output and
+// routes, "**" spanning directories), depth first, sorted; symlinks listed,
+// never followed. "" lists everything.
 Expected<std::vector<SessionEntry>> session_list(std::string_view id, std::string_view glob = "",
                                                  const SessionFileCaps& caps = {},
                                                  const std::string& dir = std::string(kSessionsDir));
