@@ -16,7 +16,7 @@
 
 #include "corral/container.hpp"
 #include "corral/run_setup.hpp"
-#include "corral/session.hpp"
+#include "corral/session_join.hpp"
 #include "corral/syscalls.hpp"
 
 namespace corral {
@@ -138,7 +138,7 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
 }
 
 Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c, std::uint64_t ignored_signals) {
-  if (c.session) return spawn_session_exec(plan, c, ignored_signals);  // joins a live session (session.hpp)
+  if (c.session) return spawn_session_exec(plan, c, ignored_signals);  // joins a live session (session_join.hpp)
   Spawner::Child child;
   UniqueFd out_write, err_write, error_read, error_write, report_write;
   if (auto st = make_child_pipe(child.stdout_read, out_write, "stdout", true); !st) return std::move(st).error();

@@ -18,7 +18,7 @@
 #include "corral/capabilities.hpp"
 #include "corral/container.hpp"
 #include "corral/host_probe.hpp"
-#include "corral/session.hpp"
+#include "corral/session_join.hpp"
 #include "corral/landlock.hpp"
 #include "corral/names.hpp"
 #include "corral/rlimits.hpp"
@@ -389,7 +389,11 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   }
   if (session) {
     // The session's /workspace; inputs, outputs and a payload are refused there.
-    if (auto st = prepare_session_exec(run, host); !st) return who(st.error());
+    if (!ctx.session || ctx.session->id != req.session)
+      return who(Error::invalid("session " + req.session +
+                                ": no live session given to the run (RunContext::session; submit the exec to a "
+                                "Supervisor)"));
+    if (auto st = prepare_session_exec(run, host, *ctx.session); !st) return who(st.error());
   } else {
     auto ws = Workspace::create(wopts);
     if (!ws) return who(std::move(ws).error());

@@ -243,4 +243,17 @@ Request session_exec_request(std::string_view id, Request request) {
   return request;
 }
 
+SessionTarget session_target(const SessionInfo& info) {
+  SessionTarget t;
+  t.id = info.id;
+  t.pid1 = info.pid1;
+  t.pidns_inode = info.pidns_inode;
+  t.inside_uid = info.inside_uid;
+  t.cgroup_dirs = info.cgroup_dirs;
+  t.memory_bytes = info.memory_bytes;
+  t.process_count = info.process_count;
+  t.active_file = info.dir + "/active";  // session_state.hpp: <dir>/<id>/active
+  return t;
+}
+
 }  // namespace corral

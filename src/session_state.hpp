@@ -44,7 +44,7 @@ void remove_leftovers(const SessionInfo& info, std::vector<std::string>& problem
 int remove_exec_cgroups(const std::vector<std::string>& session_cgroup_dirs, std::vector<std::string>& problems);
 // Exec cgroups nobody claims any more: the process that makes one holds an
 // flock on its directory in the session's first hierarchy for the exec's
-// life (session_exec.cpp), so an owner that died (a SIGKILLed `corral
+// life (session_join.cpp), so an owner that died (a SIGKILLed `corral
 // session exec`) has let go of it. What is inside is killed and the groups
 // removed; one younger than min_age_seconds is left (made, not yet
 // claimed). Returns how many were removed.

@@ -1,6 +1,7 @@
 // The supervisor's submit path and loop turn; the per-run state is
 // Supervisor::Impl in supervisor_impl.hpp, its steps supervisor_run.cpp.
 #include "corral/host_probe.hpp"
+#include "corral/session.hpp"
 #include "supervisor_impl.hpp"
 
 #include <sys/random.h>
@@ -124,6 +125,15 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
                              " fds the fd limit (RLIMIT_NOFILE) leaves for runs (" +
                              std::to_string(weight) + " more needed); wait for some to finish");
   RunContext ctx{&s.uids, s.options.workspace_base, &s.host, &s.cache, s.base, s.owner_token, s.options.policy.get()};
+  // A session exec: the live session from its host state (ENOENT, or ESRCH
+  // when its keeper is gone), handed to the run layer as plain data.
+  std::optional<SessionTarget> target;
+  if (session_exec) {
+    auto info = find_session(request.session);
+    if (!info) return std::move(info).error();
+    target = session_target(*info);
+    ctx.session = &*target;
+  }
   std::string run_id = next_run_id();
   auto prepared = prepare_run(std::move(request), ctx, run_id);
   if (!prepared) return std::move(prepared).error();

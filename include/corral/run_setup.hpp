@@ -36,6 +36,7 @@ struct MechanismCache {
 };
 
 struct ContainerRun;  // container.hpp
+struct SessionTarget;  // session_join.hpp
 
 struct RunContext {
   UidPool* uids = nullptr;          // per-run uids when root; may be null
@@ -51,6 +52,10 @@ struct RunContext {
   // What decides enforceability and the Result's enforcement map
   // (run_policy.hpp); null: default_run_policy(), the policy layer's.
   const RunPolicy* policy = nullptr;
+  // A session exec's live session (session_join.hpp), read from its host
+  // state by the caller (the Supervisor: session_target()); required when
+  // the request names a session.
+  const SessionTarget* session = nullptr;
 };
 
 struct PreparedRun {

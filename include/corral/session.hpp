@@ -52,6 +52,7 @@
 #include "corral/fd.hpp"
 #include "corral/process.hpp"
 #include "corral/request.hpp"
+#include "corral/session_join.hpp"
 #include "corral/spawn.hpp"
 #include "corral/status.hpp"
 
@@ -178,21 +179,9 @@ Status session_remove(std::string_view id, std::string_view path, bool recursive
 // ready pipe at fd 3. Returns an exit code; the keeper it forks never returns.
 int session_keeper_main(std::string_view encoded_spec);
 
-// ---- internal to the run layer (run_setup.cpp, container_spawn.cpp)
-struct PreparedRun;
-struct HostFacts;
-struct ContainerRun;
-struct ChildPlan;
-struct SessionJoin;  // session_exec.cpp
-// Parent, from prepare_run for a request with `session`: the session's pid 1
-// (pidfd, checked against pid reuse), the exec's cgroup below the
-// session's, the inside ids, the cwd. Fills run.container.
-Status prepare_session_exec(PreparedRun& run, const HostFacts& host);
-// Parent, from spawn_container for a ContainerRun with `session`: the exec's
-// child, in the session's pid namespace (this thread enters it for the
-// clone and leaves it again), joins the rest through the pidfd and execs.
-// Waits for the exec (one process, no maps to write): a failure before it
-// is a Child with report.stage set, already reaped.
-Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, std::uint64_t ignored_signals);
+// What the run layer needs of a live session to run an exec in it
+// (session_join.hpp): plain data, handed to prepare_run by the Supervisor
+// (RunContext::session), so the run layer includes nothing of this layer.
+SessionTarget session_target(const SessionInfo& info);
 
 }  // namespace corral

@@ -1,6 +1,7 @@
-// A session exec (session.hpp): the parent side that finds the live session
-// and makes the exec's cgroup below the session's, and the spawn of a child
-// that joins the session's namespaces. Everything named *_in_child runs in
+// A session exec's run-layer part (session_join.hpp): the parent side that
+// opens the live session's pid 1 and makes the exec's cgroup below the
+// session's, from the SessionTarget the supervisor layer read, and the spawn
+// of a child that joins the session's namespaces. Everything named *_in_child runs in
 // the cloned process (fork-like: its own copy of our memory) and is
 // async-signal-safe: raw syscalls only.
 #include <fcntl.h>
@@ -19,16 +20,25 @@
 #include "corral/container.hpp"
 #include "corral/host.hpp"
 #include "corral/run_setup.hpp"
-#include "corral/session.hpp"
+#include "corral/session_join.hpp"
 #include "corral/syscalls.hpp"
-#include "session_state.hpp"
 
 namespace corral {
+
+namespace {
+
+// The session's last use is now (SessionTarget::active_file's mtime).
+void touch_active(const std::string& active_file) {
+  UniqueFd fd(::open(active_file.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (fd) (void)::futimens(fd.get(), nullptr);
+}
+
+}  // namespace
 
 // What an exec holds of its session while it runs. Its end counts as use
 // (the idle clock starts again from there).
 struct SessionJoin {
-  std::string session_dir;
+  std::string active_file;
   Pidfd pid1;
   // LOCK_EX on the exec's cgroup directory in the session's first
   // hierarchy while this process holds the exec: the keeper removes an
@@ -36,7 +46,7 @@ struct SessionJoin {
   UniqueFd claim;
   long inside_uid = 0, inside_gid = 0;
   ~SessionJoin() {
-    if (!session_dir.empty()) session_state::touch_active(session_dir);
+    if (!active_file.empty()) touch_active(active_file);
   }
 };
 
@@ -53,7 +63,7 @@ std::optional<std::uint64_t> tighter(std::optional<std::uint64_t> a, std::option
 
 // pid 1 of the session, checked against pid reuse: its pid namespace is
 // the one the keeper recorded, and it was still alive after we opened it.
-Expected<Pidfd> open_pid1(const SessionInfo& info) {
+Expected<Pidfd> open_pid1(const SessionTarget& info) {
   auto pidfd = Pidfd::open(info.pid1);
   if (!pidfd) return std::move(pidfd).error().context("session " + info.id + ": pid 1");
   struct stat st {};
@@ -67,7 +77,7 @@ Expected<Pidfd> open_pid1(const SessionInfo& info) {
 // The exec's cgroup: <session group>/execs/<run> in each hierarchy the
 // session uses, made with the cgroup module by pointing its probe's "own
 // cgroup" at the session's group.
-Expected<RunCgroup> exec_cgroup(const HostFacts& host, const SessionInfo& info, const PreparedRun& run) {
+Expected<RunCgroup> exec_cgroup(const HostFacts& host, const SessionTarget& info, const PreparedRun& run) {
   CgroupProbe probe = host.cgroups;
   if (probe.backend != CgroupVersion::v1)
     return Error(ENOTSUP, "session exec: per-exec cgroups are made on cgroup v1 only (this host: " +
@@ -164,15 +174,14 @@ int session_exec_child(void* p) noexcept {
 
 }  // namespace
 
-Status prepare_session_exec(PreparedRun& run, const HostFacts& host) {
+Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const SessionTarget& target) {
   const Request& req = run.request;
   if (!req.inputs.empty() || !req.outputs.empty() || req.payload)
     return Error::invalid("session " + req.session +
                           ": inputs, outputs and a payload are not for an exec; put and get files instead");
   if (req.rootfs || !req.binds.empty() || req.loopback)
     return Error::invalid("session " + req.session + ": rootfs, binds and loopback are the session's, given when it was opened");
-  auto info = find_session(req.session);
-  if (!info) return std::move(info).error();
+  const SessionTarget* info = &target;
   auto pid1 = open_pid1(*info);
   if (!pid1) return std::move(pid1).error();
 
@@ -194,7 +203,7 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host) {
       if (!join->claim || ::flock(join->claim.get(), LOCK_EX) != 0)
         return Error::from_errno(errno, "session exec: claim the exec's cgroup '" + d + "'");
     }
-  join->session_dir = info->dir;
+  join->active_file = info->active_file;
   join->pid1 = std::move(*pid1);
   join->inside_uid = info->inside_uid;
   join->inside_gid = info->inside_uid;
@@ -202,7 +211,7 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host) {
   c->devnull.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!c->devnull) return Error::from_errno(errno, "session exec: open /dev/null");
   run.plan->cwd = req.cwd.value_or(std::string(kContainerWorkspace));
-  session_state::touch_active(info->dir);
+  touch_active(info->active_file);
   run.container = std::move(c);
   return {};
 }

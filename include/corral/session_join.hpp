@@ -1,0 +1,51 @@
+// session_join: the run layer's part of a session exec — a child that joins
+// a live session's namespaces, under a cgroup of its own below the
+// session's (session.hpp has the sessions: the keeper, their host state,
+// their files). The run layer knows a session only as the plain data of a
+// SessionTarget, which the supervisor layer reads from the session's host
+// state (session_target() in session.hpp) and hands to prepare_run in
+// RunContext::session.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "corral/spawn.hpp"
+#include "corral/status.hpp"
+
+namespace corral {
+
+struct PreparedRun;
+struct HostFacts;
+struct ContainerRun;
+struct ChildPlan;
+
+// What an exec needs to know of its live session.
+struct SessionTarget {
+  std::string id;
+  pid_t pid1 = 0;                 // host pid of the session's pid 1
+  std::uint64_t pidns_inode = 0;  // /proc/<pid1>/ns/pid, against pid reuse
+  uid_t inside_uid = 0;           // the program's uid (and gid) inside
+  std::vector<std::string> cgroup_dirs;  // the session's cgroup, one per hierarchy
+  // The session's ceilings: an exec's own are never above them.
+  std::optional<std::uint64_t> memory_bytes, process_count;
+  // Its mtime is the session's last use: touched at an exec's start and end.
+  std::string active_file;
+};
+
+// Parent, from prepare_run for a request with `session`: the session's
+// pid 1 (pidfd, checked against pid reuse), the exec's cgroup below the
+// session's, the inside ids, the cwd. Fills run.container.
+Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const SessionTarget& target);
+// Parent, from spawn_container for a ContainerRun with `session`: the exec's
+// child, in the session's pid namespace (this thread enters it for the
+// clone and leaves it again), joins the rest through the pidfd and execs.
+// Waits for the exec (one process, no maps to write): a failure before it
+// is a Child with report.stage set, already reaped.
+Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, std::uint64_t ignored_signals);
+
+}  // namespace corral
