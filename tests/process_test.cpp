@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "corral/spawn.hpp"
 #include "corral/syscalls.hpp"
 #include "support.hpp"
 
@@ -143,4 +144,31 @@ Test(process, pidfd_open_names_a_missing_pid) {
   auto p = Pidfd::open(0x3fffffff);
   cr_assert(!p.ok());
   cr_assert(p.error().message().find("pidfd_open") != std::string::npos);
+}
+
+// ignored_signal_mask() reads SigIgn from /proc/self/status: it must name
+// exactly the signals sigaction() reports as SIG_IGN (an ignored SIGHUP and
+// SIGUSR2 in, a handled SIGUSR1 and a default SIGTERM out), bit n for signal n.
+Test(process, ignored_signal_mask_matches_sigaction) {
+  struct sigaction ign {}, handled {}, old_hup {}, old_usr1 {}, old_usr2 {};
+  ign.sa_handler = SIG_IGN;
+  handled.sa_handler = [](int) {};
+  sigaction(SIGHUP, &ign, &old_hup);
+  sigaction(SIGUSR2, &ign, &old_usr2);
+  sigaction(SIGUSR1, &handled, &old_usr1);
+  std::uint64_t mask = ignored_signal_mask();
+  std::uint64_t expected = 0;
+  for (int sig = 1; sig < 32; ++sig) {
+    struct sigaction sa {};
+    if (sig != SIGKILL && sig != SIGSTOP && sigaction(sig, nullptr, &sa) == 0 && sa.sa_handler == SIG_IGN)
+      expected |= std::uint64_t{1} << sig;
+  }
+  sigaction(SIGHUP, &old_hup, nullptr);
+  sigaction(SIGUSR2, &old_usr2, nullptr);
+  sigaction(SIGUSR1, &old_usr1, nullptr);
+  cr_assert_eq(mask, expected, "mask %llx, sigaction says %llx", static_cast<unsigned long long>(mask),
+               static_cast<unsigned long long>(expected));
+  cr_assert(mask & (std::uint64_t{1} << SIGHUP));
+  cr_assert(mask & (std::uint64_t{1} << SIGUSR2));
+  cr_assert_eq(mask & ((std::uint64_t{1} << SIGUSR1) | (std::uint64_t{1} << SIGTERM)), 0u);
 }

@@ -87,7 +87,8 @@ struct ChildPlan {
 int exec_plan_in_child(const ChildPlan& plan) noexcept;
 
 // Parent: the signals this process ignores (1..31), which a child must set
-// back to SIG_DFL before exec.
+// back to SIG_DFL before exec. Read from SigIgn in /proc/self/status (three
+// system calls), or with one sigaction() per signal when /proc is missing.
 std::uint64_t ignored_signal_mask();
 
 // Parent: a CLOEXEC pipe; `what` names it in the error ("pipe for stdout").
@@ -129,8 +130,8 @@ class Spawner {
   Expected<Child> spawn(ChildPlan& plan);
 
   // Signals this process ignores are reset to SIG_DFL in every child. The
-  // set is read when the Spawner is created (29 sigaction calls are not
-  // worth paying per spawn); call this after changing a disposition.
+  // set is read when the Spawner is created (a /proc read is not worth
+  // paying per spawn); call this after changing a disposition.
   void refresh_ignored_signals();
   // That set (the container tier's spawn resets the same one).
   std::uint64_t ignored_signals() const noexcept { return ignored_signals_; }
