@@ -1,10 +1,12 @@
 #include "corral/capabilities.hpp"
 
+#include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/prctl.h>
-#include <sys/capability.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
-#include <fstream>
+#include <cstdlib>
 #include <string>
 
 #include "corral/syscalls.hpp"
@@ -12,12 +14,32 @@
 namespace corral {
 namespace {
 
-// /proc/sys/kernel/cap_last_cap, or -1 when it cannot be read (no /proc).
+// The highest capability number this kernel knows: /proc/sys/kernel/
+// cap_last_cap in one read, or without /proc a binary search with
+// PR_CAPBSET_READ (EINVAL past the last), -1 when neither answers. Not
+// libcap's cap_max_bits: calling it links libcap's start-up probe (six
+// PR_CAPBSET_READs) into every process that runs corral, run or not.
 int kernel_last_cap() {
-  std::ifstream in("/proc/sys/kernel/cap_last_cap");
-  int last = -1;
-  if (!(in >> last)) return -1;
-  return last;
+  int fd = ::open("/proc/sys/kernel/cap_last_cap", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[16];
+    ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n > 0) {
+      buf[n] = '\0';
+      char* end = nullptr;
+      long v = std::strtol(buf, &end, 10);
+      if (end != buf && v >= 0 && v <= 63) return static_cast<int>(v);
+    }
+  }
+  if (sys::call(SYS_prctl, PR_CAPBSET_READ, 0, 0, 0, 0) < 0) return -1;
+  int known = 0, unknown = 64;
+  while (unknown - known > 1) {
+    int mid = (known + unknown) / 2;
+    if (sys::call(SYS_prctl, PR_CAPBSET_READ, mid, 0, 0, 0) >= 0) known = mid;
+    else unknown = mid;
+  }
+  return known;
 }
 
 }  // namespace
@@ -38,15 +60,14 @@ bool has_effective_capability(int cap) noexcept {
 }
 
 Expected<CapabilityDrop> prepare_capability_drop() {
-  // libcap 2.66 learns the count from the kernel (cap_last_cap + 1), so a
-  // kernel newer than our headers still has its new capabilities dropped.
-  int bits = static_cast<int>(cap_max_bits());
+  // The kernel's count, so a kernel newer than our headers still has its
+  // new capabilities dropped; the headers' when larger (dropping more is
+  // safe: the child skips a number the kernel calls EINVAL).
   int from_kernel = kernel_last_cap();
-  int last = bits - 1;
-  if (from_kernel > last) last = from_kernel;  // trust the larger: dropping more is safe
+  int last = from_kernel > CAP_LAST_CAP ? from_kernel : CAP_LAST_CAP;
   if (last < 0 || last > 63)
-    return Error(ENOTSUP, "capabilities: cannot tell how many capabilities this kernel has (cap_max_bits " +
-                              std::to_string(bits) + ", cap_last_cap " + std::to_string(from_kernel) + ")");
+    return Error(ENOTSUP, "capabilities: cannot tell how many capabilities this kernel has (cap_last_cap " +
+                              std::to_string(from_kernel) + ")");
   if (!has_effective_capability(CAP_SETPCAP))
     return Error(EPERM, "capabilities: emptying the bounding set needs CAP_SETPCAP, which is not effective "
                         "(euid " + std::to_string(geteuid()) + ")");
