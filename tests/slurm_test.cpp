@@ -19,6 +19,12 @@ using nlohmann::json;
 
 namespace {
 
+// Through a reference that outlives the assertion: c_str() of a temporary
+// reached the macro out of scope (make asan: stack-use-after-scope).
+void expect_empty(const std::string& text, const char* what) {
+  cr_expect_str_empty(text.c_str(), "%s: %s", what, text.c_str());
+}
+
 SlurmCluster* g_cluster = nullptr;
 
 void stop_cluster() {
@@ -98,7 +104,7 @@ Test(slurm, a_job_array_of_four_shards_and_the_merge_job_equal_one_batch, .fini 
     cr_expect_eq(cluster.wait_done(array + "_" + std::to_string(i), 5), "COMPLETED", "task %d", i);
 
   std::string merged = results_of(results);
-  cr_expect_str_empty(corral_test::view_difference(want, corral_test::job_views(merged)).c_str());
+  expect_empty(corral_test::view_difference(want, corral_test::job_views(merged)), "merged differs from one batch");
   json summary = json::parse(corral_test::read_file(results + "/summary.json"));
   cr_expect_eq(summary["jobs"].get<int>(), 300);
   cr_expect_eq(summary["shards"].get<int>(), 4);
@@ -115,9 +121,9 @@ Test(slurm, a_job_array_of_four_shards_and_the_merge_job_equal_one_batch, .fini 
   cr_expect_gt(boxes, 0u, "no container-tier job ran under Slurm");
 
   cluster.stop();
-  cr_expect_str_empty(cluster.leftovers().c_str(), "children left after the daemons: %s", cluster.leftovers().c_str());
+  expect_empty(cluster.leftovers(), "children left after the daemons");
   for (pid_t pid : cluster.daemon_pids()) cr_expect_eq(pid, -1);
-  cr_expect_str_empty(slurm_leftovers(marker).c_str());
+  expect_empty(slurm_leftovers(marker), "slurm processes left");
 }
 
 Test(slurm, a_task_killed_midway_is_rerun_alone_and_the_merge_completes, .fini = stop_cluster, .timeout = 240) {
@@ -186,9 +192,9 @@ Test(slurm, a_task_killed_midway_is_rerun_alone_and_the_merge_completes, .fini =
   std::string state = cluster.wait_done(remerge, 60);
   cr_assert_eq(state, "COMPLETED", "%s\n%s", state.c_str(), cluster.command("cat " + work + "/*.log").c_str());
   cr_expect(has(cluster.command("cat " + work + "/corral-merge-" + remerge + ".log"), "which did not finish"));
-  cr_expect_str_empty(corral_test::view_difference(corral_test::job_views(single.out),
-                                                   corral_test::job_views(results_of(results)))
-                          .c_str());
+  expect_empty(corral_test::view_difference(corral_test::job_views(single.out),
+                                            corral_test::job_views(results_of(results))),
+               "the rerun's merge differs from one batch");
   cluster.stop();
-  cr_expect_str_empty(cluster.leftovers().c_str());
+  expect_empty(cluster.leftovers(), "children left after the daemons");
 }
