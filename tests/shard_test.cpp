@@ -21,6 +21,13 @@ using nlohmann::json;
 
 namespace {
 
+// Through a reference that outlives the assertion: c_str() of a temporary
+// reached the macro out of scope (make asan: stack-use-after-scope).
+void expect_empty(const std::string& text, const char* what) {
+  cr_expect_str_empty(text.c_str(), "%s: %s", what, text.c_str());
+}
+
+
 std::function<const char*(const char*)> env_of(std::map<std::string, std::string> vars) {
   auto held = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
   return [held](const char* name) -> const char* {
@@ -182,13 +189,13 @@ Test(shard, every_job_is_in_exactly_one_shard_and_the_merge_equals_one_batch) {
   cr_expect_eq(shard_names.size(), 3u);
   cr_expect_eq(malformed_reports, 1, "the malformed line is reported by exactly one shard");
   cr_expect_eq(too_long_reports, 1, "the too-long line is reported by exactly one shard");
-  cr_expect_str_empty(corral_test::view_difference(want, all).c_str());
+  expect_empty(corral_test::view_difference(want, all), "the shards differ from one batch");
 
   std::string merged = s.dir / "merged.jsonl", summary = s.dir / "summary.json";
   auto m = s.merge(s.shard_files, {"-o", merged, "--summary", summary});
   cr_assert_eq(m.code, 0, "%s", m.err.c_str());
   std::string out = corral_test::read_file(merged);
-  cr_expect_str_empty(corral_test::view_difference(want, corral_test::job_views(out)).c_str());
+  expect_empty(corral_test::view_difference(want, corral_test::job_views(out)), "the merge differs from one batch");
   cr_expect(!has(out, "\"shard\"") && !has(out, "jobs_sha256") && !has(out, "shard_end"));
   // In job-file order, one line per job.
   long last = 0;
@@ -304,8 +311,8 @@ Test(shard, a_killed_shard_rerun_alone_completes_the_merge) {
   auto m = s.merge({s.shard_files[0], killed, s.dir / "shard-1.rerun.jsonl"});
   cr_assert_eq(m.code, 0, "%s", m.err.c_str());
   cr_expect(has(m.err, "which did not finish"), "%s", m.err.c_str());
-  cr_expect_str_empty(
-      corral_test::view_difference(corral_test::job_views(s.single), corral_test::job_views(m.out)).c_str());
+  expect_empty(corral_test::view_difference(corral_test::job_views(s.single), corral_test::job_views(m.out)),
+               "the rerun's merge differs from one batch");
 }
 
 // ---- the examples ---------------------------------------------------------------
