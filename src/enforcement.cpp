@@ -143,7 +143,12 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
             " MiB): a write past it fails with ENOSPC; its pages count against memory_bytes");
   } else {
     add("tmp_bytes", "unsupported", "the process tiers share the host's /tmp; TMPDIR is the workspace's tmp");
-    add("shm_bytes", "unsupported", "the process tiers share the host's /dev/shm");
+    add("shm_bytes", "unsupported",
+        process && h.root && h.cap_sys_admin
+            ? "not a limit to set here: with --confine-writes /dev/shm is a tmpfs of the run's own of " +
+                  std::to_string(kContainerShmBytes >> 20) +
+                  " MiB (acknowledged, shm_bytes sets its size), without it the host's /dev/shm"
+            : "the process tiers share the host's /dev/shm");
   }
 
   auto landlock_how = [&]() -> std::string {
@@ -152,7 +157,15 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
     return "unsupported";
   };
   if (process)
-    add(kGuaranteeWriteConfinement, landlock_how(), "Landlock ABI " + std::to_string(h.landlock_abi));
+    add(kGuaranteeWriteConfinement, landlock_how(),
+        "Landlock ABI " + std::to_string(h.landlock_abi) +
+            (h.root && h.cap_sys_admin
+                 ? "; /dev/shm is a tmpfs of the run's own (" + std::to_string(kContainerShmBytes >> 20) +
+                       " MiB, in a mount namespace of its own) inside the write set: POSIX semaphores and shared "
+                       "memory work, and die with the run"
+                 : "; /dev/shm is the host's, outside the write set (not root: no mount namespace for one of the "
+                   "run's own): POSIX semaphores and shared memory fail with EACCES unless --write-path /dev/shm, "
+                   "which shares the host's"));
   else if (container)
     add(kGuaranteeWriteConfinement, h.pivot_root ? "container" : "unsupported",
         "fresh read-only root (pivot_root); only /workspace, --bind targets, /tmp and /dev/shm (size-capped tmpfs) "

@@ -193,6 +193,7 @@ std::string result_to_json(const Result& r, long line) {
   j["cpu_wait_seconds"] = r.cpu_wait_seconds ? json(*r.cpu_wait_seconds) : json(nullptr);
   j["cpu_starved"] = r.cpu_starved();
   j["kill_confirmed"] = r.kill_confirmed ? json(*r.kill_confirmed) : json(nullptr);
+  j["refused_syscalls"] = r.refused_syscalls;
   j["max_rss_bytes"] = r.max_rss_bytes;
   json arts = json::array();
   for (const auto& a : r.artifacts)

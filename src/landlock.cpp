@@ -118,6 +118,9 @@ std::string join_ports(const std::vector<int>& ports) {
 }
 
 Status validate(const LandlockSpec& spec) {
+  if (!spec.writes_confined() && !spec.write_fds().empty())
+    return Error::invalid("landlock: write path " + spec.write_fds().front().second +
+                          " given while confine_writes is off");
   if (!spec.writes_confined() && !spec.write_paths().empty())
     return Error::invalid("landlock: write path '" + spec.write_paths().front() +
                           "' given while confine_writes is off");
@@ -181,6 +184,10 @@ std::string_view to_string(ContentClaim claim) {
 
 LandlockSpec& LandlockSpec::allow_writes(std::string path) {
   write_paths_.push_back(std::move(path));
+  return *this;
+}
+LandlockSpec& LandlockSpec::allow_writes_beneath(int dir_fd, std::string name) {
+  write_fds_.push_back({dir_fd, std::move(name)});
   return *this;
 }
 LandlockSpec& LandlockSpec::confine_writes(bool on) {
@@ -271,6 +278,14 @@ Expected<LandlockRuleset> prepare_for_abi(const LandlockSpec& spec, int max_abi)
     for (const auto& path : e.write_paths)
       if (auto s = allow_path(rs.fd(), path, e.handled_fs, "write path"); !s)
         return std::move(s).error();
+    for (const auto& [fd, name] : spec.write_fds()) {
+      landlock_path_beneath_attr rule{};
+      rule.allowed_access = e.handled_fs;
+      rule.parent_fd = fd;
+      long ret = sys::call(SYS_landlock_add_rule, rs.fd(), LANDLOCK_RULE_PATH_BENEATH, reinterpret_cast<long>(&rule), 0);
+      if (int err = sys::error_of(ret)) return Error::from_errno(err, "landlock: write path " + name + ": add rule");
+      e.write_paths.push_back(name);
+    }
   }
   for (int port : e.tcp_bind_ports)
     if (auto s = add_port_rule(rs.fd(), port, LANDLOCK_ACCESS_NET_BIND_TCP); !s)

@@ -235,6 +235,11 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
 
   std::string detail = describe_end(r, run.program);
   for (const auto& note : container_notes) detail += "; " + note;
+  r.refused_syscalls = end.refused_syscalls;
+  for (const auto& [name, count] : r.refused_syscalls)
+    detail += "; " + std::to_string(count) + " " + name + "() call" + (count == 1 ? "" : "s") +
+              " refused by corral (network " + r.enforcement["network"] + ")";
+  if (!end.refusal_failure.empty()) detail += "; " + end.refusal_failure;
   if (run.workspace && !run.request.outputs.empty()) collect_outputs(run, r);
   if (run.workspace && run.request.on_workspace) {
     const SecretSet no_secrets(std::vector<std::string>{});

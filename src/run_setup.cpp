@@ -146,23 +146,64 @@ Expected<UniqueFd> stdin_memfd(const std::string& text) {
 // a program sees "no network", not a refusal it cannot explain. A port bound
 // on 0.0.0.0 there occupies it for the other runs of the template, but no
 // packet can pass between them.
-Expected<std::shared_ptr<const SeccompProgram>> seccomp_for(const Request& req, MechanismCache* cache) {
+//
+// `notify`: the socket refusals go to the supervisor (SECCOMP_RET_USER_NOTIF),
+// which answers with the same EACCES and counts them for the Result. Where
+// this host cannot (no user notification in the kernel or libseccomp), the
+// plain filter, cached under the same key, so that is found out once.
+Expected<std::shared_ptr<const SeccompProgram>> seccomp_for(const Request& req, MechanismCache* cache,
+                                                            bool notify = false) {
   const char* net = "host-network";
   if (req.tier == Tier::container)
     net = "inet-only";
   else if (req.net == NetworkAccess::none)
     net = req.tcp_connect_ports.empty() ? "no-network" : "tcp-only";
-  std::string key = std::string("default,") + net;
+  std::string key = std::string("default,") + net + (notify ? "+notify" : "");
   if (cache)
     if (auto it = cache->seccomp.find(key); it != cache->seccomp.end()) return it->second;
   SeccompSpec spec;
   spec.profile("default");
   spec.profile(net);
+  spec.notify_socket_refusals(notify);
   auto program = prepare(spec);
+  if (!program && notify) return seccomp_for(req, cache, false);
   if (!program) return std::move(program).error();
   auto shared = std::make_shared<const SeccompProgram>(std::move(*program));
   if (cache) cache->seccomp[key] = shared;
   return shared;
+}
+
+bool beneath(const std::string& path, std::string_view dir) {
+  return path.size() >= dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+         (path.size() == dir.size() || path[dir.size()] == '/');
+}
+
+// Confined writes in tier process: /dev/shm (POSIX semaphores and shared
+// memory: Python's multiprocessing locks, ProcessPoolExecutor,
+// compileall -j) is the run's own, a tmpfs of shm_bytes (default 256 MiB,
+// the container's) over the host's in a mount namespace of the run's own,
+// in the write set: what the run leaves there dies with it, no other run
+// and not the host sees it. Needs root (fsopen, mount namespaces); without,
+// the host's /dev/shm stays outside the write set (`corral enforcement`
+// says so). Not when the run names the host's (a write path, its cwd, its
+// workspace or its program under /dev/shm): that covers it with its own.
+Status add_private_shm(PreparedRun& run, const HostFacts& host, LandlockSpec& spec) {
+  constexpr std::string_view kShm = "/dev/shm";
+  if (!host.root || !host.cap_sys_admin || ::access(kShm.data(), F_OK) != 0) return {};
+  const Request& req = run.request;
+  ChildPlan& plan = *run.plan;
+  std::vector<std::string> named = req.write_paths;
+  named.push_back(run.workspace->path());
+  named.push_back(plan.cwd);
+  named.insert(named.end(), plan.exec_paths.begin(), plan.exec_paths.end());
+  for (const auto& path : named)
+    if (beneath(path, kShm)) return {};
+  auto shm = PrivateTmpfs::prepare(std::string(kShm), run.limits.get(Limit::shm_bytes).value_or(kContainerShmBytes));
+  if (!shm) return std::move(shm).error();
+  plan.private_shm.emplace(std::move(*shm));
+  plan.clone_namespaces |= CLONE_NEWNS;
+  spec.allow_writes_beneath(plan.private_shm->fd(), "/dev/shm (the run's own tmpfs)");
+  return {};
 }
 
 Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::optional<WorkspaceOwner>& owner,
@@ -221,8 +262,18 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
   // An egress allow-list (tcp_connect_ports) is seccomp's tcp-only profile
   // plus Landlock connect rules; without ABI 4 Landlock's prepare refuses it.
   const bool allow_tcp = req.net == NetworkAccess::none && !req.tcp_connect_ports.empty();
-  auto program = seccomp_for(req, cache);
+  // --net none: the refused socket calls are counted (the supervisor answers
+  // them), so a program's EACCES can be told to be corral's. Not with the
+  // host's network, whose refusals (packet, vsock, ...) no flag lifts: a
+  // listener per run would cost every run for them.
+  const bool notify = req.net == NetworkAccess::none;
+  auto program = seccomp_for(req, cache, notify);
   if (!program) return std::move(program).error();
+  if ((*program)->notifies()) {
+    auto plain = seccomp_for(req, cache);
+    if (!plain) return std::move(plain).error();
+    plan.seccomp_fallback = std::move(*plain);
+  }
   plan.seccomp = std::move(*program);
 
   bool confine = req.confine_writes || !req.write_paths.empty();
@@ -243,6 +294,7 @@ Status add_tier_mechanisms(PreparedRun& run, const HostFacts& host, const std::o
         if (::access(pty, F_OK) == 0) spec.allow_writes(pty);
       if (req.cwd) spec.allow_writes(*req.cwd);
       for (const auto& p : req.write_paths) spec.allow_writes(p);
+      if (auto st = add_private_shm(run, host, spec); !st) return st;
     } else {
       // A LandlockSpec confines writes by default (to an empty set): a
       // ruleset made only for the TCP rules must leave the filesystem alone.

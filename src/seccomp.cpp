@@ -44,6 +44,9 @@ struct Row {
   const char* syscall;
   int err;
   When when;
+  // A refusal the supervisor may answer instead of the filter
+  // (SeccompSpec::notify_socket_refusals): the network profiles' socket rows.
+  bool notifiable = false;
 };
 
 struct Profile {
@@ -113,7 +116,7 @@ const std::vector<Profile>& profiles_table() {
     // in each. io_uring is denied too: IORING_OP_SOCKET makes sockets
     // without the socket syscall.
     auto network = [](When socket_rule) {
-      std::vector<Row> rows{{"socket", EACCES, socket_rule}, {"socketpair", EACCES, When::socket_not_unix}};
+      std::vector<Row> rows{{"socket", EACCES, socket_rule, true}, {"socketpair", EACCES, When::socket_not_unix, true}};
       append(rows, rows_always(EPERM, {"io_uring_setup", "io_uring_enter", "io_uring_register"}));
       return rows;
     };
@@ -309,12 +312,18 @@ SeccompSpec& SeccompSpec::profile(std::string name) {
   return *this;
 }
 
+SeccompSpec& SeccompSpec::notify_socket_refusals(bool on) {
+  notify_socket_refusals_ = on;
+  return *this;
+}
+
 SeccompProgram::SeccompProgram(SeccompProgram&& other) noexcept
     : filter_(std::move(other.filter_)),
       profiles_(std::move(other.profiles_)),
       skipped_(std::move(other.skipped_)),
       denied_(other.denied_),
-      prebuilt_(other.prebuilt_) {
+      prebuilt_(other.prebuilt_),
+      notifies_(other.notifies_) {
   repoint();
   other.repoint();
 }
@@ -326,6 +335,7 @@ SeccompProgram& SeccompProgram::operator=(SeccompProgram&& other) noexcept {
     skipped_ = std::move(other.skipped_);
     denied_ = other.denied_;
     prebuilt_ = other.prebuilt_;
+    notifies_ = other.notifies_;
     repoint();
     other.filter_.clear();
     other.repoint();
@@ -346,8 +356,9 @@ std::string SeccompProgram::describe() const {
     out += "; not on " + std::string(kArchName) + ":";
     for (std::size_t i = 0; i < skipped_.size(); ++i) out += (i ? ", " : " ") + skipped_[i];
   }
-  out += "; " + std::to_string(filter_.size()) + " BPF instructions)";
-  return out;
+  out += "; " + std::to_string(filter_.size()) + " BPF instructions";
+  if (notifies_) out += "; socket refusals answered by the supervisor";
+  return out + ")";
 }
 
 namespace {
@@ -399,13 +410,14 @@ Expected<SeccompProgram> prepare(const SeccompSpec& spec) {
     std::size_t count = 0;
     const detail::BuiltinSeccomp* table = detail::builtin_seccomp_table(&count);
     for (std::size_t i = 0; i < count; ++i) {
-      if (key != table[i].profiles) continue;
+      if (key != table[i].profiles || spec.socket_refusals_notified() != table[i].notify) continue;
       SeccompProgram prog;
       prog.filter_.assign(table[i].bpf, table[i].bpf + table[i].length);
       prog.profiles_ = std::move(*names);
       prog.skipped_ = split_commas(table[i].skipped);
       prog.denied_ = table[i].denied;
       prog.prebuilt_ = true;
+      prog.notifies_ = table[i].notify;
       prog.repoint();
       return prog;
     }
@@ -447,12 +459,16 @@ Expected<SeccompProgram> compile_with_libseccomp(const SeccompSpec& spec) {
         prog.skipped_.emplace_back(row->syscall);
       continue;
     }
+    // SCMP_ACT_NOTIFY: the caller waits until the supervisor answers from
+    // the listener (it answers with row->err: the program sees the same).
+    const bool notify = spec.socket_refusals_notified() && row->notifiable;
+    const std::uint32_t action = notify ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO(static_cast<std::uint16_t>(row->err));
     for (const auto& cmps : rules_for(row->when)) {
-      int r = seccomp_rule_add_array(ctx.get(), SCMP_ACT_ERRNO(static_cast<std::uint16_t>(row->err)),
-                                     nr, static_cast<unsigned>(cmps.size()), cmps.data());
+      int r = seccomp_rule_add_array(ctx.get(), action, nr, static_cast<unsigned>(cmps.size()), cmps.data());
       if (r < 0) return libseccomp_error(r, "add rule for " + std::string(row->syscall));
     }
     denied.insert(row->syscall);
+    prog.notifies_ = prog.notifies_ || notify;
   }
   prog.denied_ = denied.size();
 
@@ -467,15 +483,80 @@ Expected<SeccompProgram> compile_with_libseccomp(const SeccompSpec& spec) {
   return prog;
 }
 
-int apply_seccomp_in_child(const SeccompProgram& program) noexcept {
+int apply_seccomp_in_child(const SeccompProgram& program, int* listener) noexcept {
   // Runs in the child between clone and exec: raw syscalls only, nothing
   // that touches errno or allocates. Order matters: no_new_privs first, or
   // seccomp(2) refuses an unprivileged caller with EACCES.
   const sock_fprog* fprog = program.fprog();
   if (fprog->len == 0 || fprog->filter == nullptr) return EINVAL;
+  // A filter that notifies needs someone to answer: without a listener
+  // its callers would get ENOSYS.
+  if (program.notifies() && listener == nullptr) return EINVAL;
   if (int err = sys::error_of(sys::call(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))) return err;
-  return sys::error_of(
-      sys::call(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, reinterpret_cast<long>(fprog)));
+  const long flags = program.notifies() ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0;
+  long r = sys::call(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, reinterpret_cast<long>(fprog));
+  if (r < 0) return sys::error_of(r);
+  if (program.notifies()) *listener = static_cast<int>(r);  // O_CLOEXEC, the kernel's choice
+  return 0;
+}
+
+namespace {
+
+// The kernel's sizes of the notification structs (SECCOMP_GET_NOTIF_SIZES):
+// what it copies out may be larger than this build's headers say.
+struct NotifSizes {
+  std::size_t notif = sizeof(seccomp_notif), resp = sizeof(seccomp_notif_resp);
+};
+
+const NotifSizes& notif_sizes() {
+  static const NotifSizes sizes = [] {
+    NotifSizes out;
+    seccomp_notif_sizes s{};
+    if (::syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &s) == 0) {
+      out.notif = std::max<std::size_t>(out.notif, s.seccomp_notif);
+      out.resp = std::max<std::size_t>(out.resp, s.seccomp_notif_resp);
+    }
+    return out;
+  }();
+  return sizes;
+}
+
+}  // namespace
+
+Expected<int> refuse_seccomp_notification(int listener, int err) {
+  // 256 bytes hold both structs with room for the kernel to grow them;
+  // RECV wants its buffer zeroed (EINVAL otherwise, since 5.5).
+  constexpr std::size_t kRoom = 256;
+  const NotifSizes& sizes = notif_sizes();
+  if (sizes.notif > kRoom || sizes.resp > kRoom)
+    return Error(EOVERFLOW, "seccomp: the kernel's notification is larger than corral's buffer");
+  alignas(8) unsigned char buf[kRoom];
+  std::memset(buf, 0, sizeof buf);
+  auto* notif = reinterpret_cast<seccomp_notif*>(buf);
+  // The poll said POLLIN: RECV does not block (a notification withdrawn
+  // meanwhile, its caller killed, is ENOENT).
+  if (::ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, notif) != 0)
+    return Error::from_errno(errno, "seccomp: receive a notification");
+  const std::uint64_t id = notif->id;
+  const int nr = notif->data.nr;
+  std::memset(buf, 0, sizeof buf);
+  auto* resp = reinterpret_cast<seccomp_notif_resp*>(buf);
+  resp->id = id;
+  resp->error = -err;
+  resp->val = 0;
+  resp->flags = 0;
+  // ENOENT: the caller was killed before the answer reached it.
+  if (::ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, resp) != 0)
+    return Error::from_errno(errno, "seccomp: answer a notification");
+  return nr;
+}
+
+std::string_view seccomp_notified_syscall_name(int nr) {
+  switch (nr) {
+    case SYS_socket: return "socket";
+    case SYS_socketpair: return "socketpair";
+  }
+  return "";
 }
 
 }  // namespace corral

@@ -16,6 +16,7 @@ struct BuiltinSeccomp {
   std::size_t length;    // instructions
   const char* skipped;   // comma-separated syscalls absent on this architecture
   std::size_t denied;    // distinct syscalls denied
+  bool notify;           // SeccompSpec::notify_socket_refusals: the socket refusals notify
 };
 
 // What the filters were compiled against. A build-time filter is used only

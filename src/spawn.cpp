@@ -30,6 +30,7 @@ std::string_view to_string(SpawnStage stage) {
     case SpawnStage::namespaces: return "namespaces";
     case SpawnStage::cgroup: return "cgroup";
     case SpawnStage::parent_death: return "parent_death";
+    case SpawnStage::mounts: return "mounts";
   }
   return "unknown";
 }
@@ -81,9 +82,33 @@ int run_plan_in_child(void* p) noexcept {
 
   if (int e = become_session_leader_in_child()) return fail(SpawnStage::setsid, e);
 
+  // Mounts before Landlock (a Landlock domain may not mount) and before
+  // seccomp (the default profile denies the mount family); still root.
+  if (plan.private_shm)
+    if (int e = attach_private_tmpfs_in_child(*plan.private_shm)) return fail(SpawnStage::mounts, e);
+
   // Landlock first: its ruleset fd lives in the table we still share.
   if (plan.landlock)
     if (int e = apply_landlock_in_child(*plan.landlock)) return fail(SpawnStage::landlock, e);
+
+  // A notifying filter goes on here, not last: the kernel puts its
+  // listener into the fd table we still share with the parent, which is
+  // how the supervisor gets it (no SCM_RIGHTS round trip, no pidfd_getfd
+  // after an exec that would have closed it); the private copy taken next
+  // drops it, so the program never holds it. The steps between here and
+  // exec (close_range, fcntl, dup3, prlimit64, prctl, capset, setgroups,
+  // setres[ug]id, kill, chdir, getppid) are none the filter refuses.
+  bool filtered = false;
+  if (plan.seccomp && plan.seccomp->notifies()) {
+    int listener = -1;
+    int e = apply_seccomp_in_child(*plan.seccomp, &listener);
+    if (e == 0) {
+      a->report->seccomp_listener = listener;
+      filtered = true;
+    } else if (e != EBUSY || !plan.seccomp_fallback) {
+      return fail(SpawnStage::seccomp, e);
+    }
+  }
 
   // Take a private copy of the table holding only the low slots, lift the
   // three sources above them, install them as 0/1/2, close everything else.
@@ -129,9 +154,12 @@ int run_plan_in_child(void* p) noexcept {
   if (int e = sys::error_of(sys::call(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)))
     return fail(SpawnStage::parent_death, e);
   if (sys::call(SYS_getppid) != a->parent_pid) return fail(SpawnStage::parent_death, ESRCH);
-  // Last: the filter may deny what the steps above needed.
-  if (plan.seccomp)
-    if (int e = apply_seccomp_in_child(*plan.seccomp)) return fail(SpawnStage::seccomp, e);
+  // Last: the filter may deny what the steps above needed. A notifying
+  // one that got no listener above: its plain twin.
+  if (plan.seccomp && !filtered) {
+    const SeccompProgram& prog = plan.seccomp->notifies() ? *plan.seccomp_fallback : *plan.seccomp;
+    if (int e = apply_seccomp_in_child(prog)) return fail(SpawnStage::seccomp, e);
+  }
 
   a->report->setup_ns = sys::monotonic_ns() - start;
   return fail(SpawnStage::execve, exec_plan_in_child(plan));
@@ -267,6 +295,8 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
   // would keep the program's stdout from ever reaching EOF.
   for (int i = first; i < 3; ++i) dup3(devnull_.get(), slots_[i].get(), O_CLOEXEC);
   plan.stdin_fd.reset();
+  // Ours from the moment the child's seccomp(2) returned, whatever came after.
+  if (child.report.seccomp_listener >= 0) child.seccomp_listener.reset(child.report.seccomp_listener);
   if (!pidfd) return std::move(pidfd).error().context("spawn");
   child.pidfd = std::move(*pidfd);
   if (child.report.stage != SpawnStage::none) {

@@ -117,7 +117,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
     else probe_container_facts(s.host);
     s.cache.enforcement.erase(Tier::container);
   }
-  const std::size_t weight = fds_per_run(request.tier);
+  const std::size_t weight = fds_per_run(request);
   if (s.held_fds + weight > s.fd_budget) s.free_retired();  // runs already over give their fds back first
   if (s.held_fds + weight > s.fd_budget)
     return Error(EMFILE, "submit: " + std::to_string(s.active) + " runs in flight already hold " +
@@ -197,6 +197,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   run.end.spawned = std::chrono::steady_clock::now();
   run.end.report = child->report;
   run.pidfd = std::move(child->pidfd);
+  run.listener = std::move(child->seccomp_listener);
   // The child has what it needs: drop the plan (argv/env copies, BPF, the
   // Landlock ruleset fd) and the workspace's root fd until collection.
   run.prep.plan.reset();
@@ -222,6 +223,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   s.arm_pid(slot, run);
   s.arm_poll(slot, run, run.out, kOpOut);
   if (run.err_capture) s.arm_poll(slot, run, run.err, kOpErr);
+  if (run.listener) s.arm_notice(slot, run);
   if (run.prep.container && run.prep.container->oom_event) {
     io_uring_sqe* e = s.sqe();
     io_uring_prep_poll_add(e, run.prep.container->oom_event.get(), POLLIN);

@@ -3,7 +3,8 @@
 // supervisor.cpp has the submit path and the loop turn, supervisor_run.cpp a
 // run's steps in the ring (polls, reads, timers, kills, delivery),
 // supervisor_loop.cpp the completion dispatch, supervisor_cpu.cpp the CPU
-// watch, supervisor_api.cpp the handles, streams and watches built on them.
+// watch, supervisor_notice.cpp the seccomp listener, supervisor_api.cpp the
+// handles, streams and watches built on them.
 // Not installed.
 #pragma once
 
@@ -45,6 +46,7 @@ namespace supervision {
 enum Op : std::uint8_t {
   kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4, kOpWatch = 5, kOpOom = 6, kOpWrite = 7,
   kOpCpu = 8,  // the CPU watch's next look (supervisor_cpu.cpp)
+  kOpNotice = 9,  // the run's seccomp listener: a refused call waits for its answer
 };
 // What a run holds while its child runs: the pidfd and the stdout/stderr
 // read ends. The workspace holds none (its root fd is released after the
@@ -58,6 +60,14 @@ constexpr std::size_t kFdsPerRun = 3;
 // Counted generously so the budget stays honest.
 constexpr std::size_t kFdsPerContainerRun = 14;
 inline std::size_t fds_per_run(Tier tier) { return tier == Tier::container ? kFdsPerContainerRun : kFdsPerRun; }
+// Tier process with --net none holds one more: its seccomp filter's
+// listener (run_setup.cpp: seccomp_for).
+inline std::size_t fds_per_run(const Request& req) {
+  return fds_per_run(req.tier) + (req.tier == Tier::os_process && req.net == NetworkAccess::none ? 1 : 0);
+}
+// Notifications answered per wakeup before the others get their turn (a
+// program with many threads can have as many waiting at once).
+constexpr std::size_t kNoticeBudget = 64;
 // Above the fds open when the supervisor was made: what one submit or one
 // collection holds for a moment (workspace, staging, pipe write ends,
 // memfd, ruleset, the collection walk: about ten), the signalfd, and room
@@ -128,6 +138,11 @@ struct Run {
   bool cpu_armed = false;
   double cpu_limit = 0;
   __kernel_timespec cpu_ts{};
+  // A notifying seccomp filter's listener (tier process, --net none): every
+  // refused socket call of the run's processes waits here for our answer,
+  // EACCES, which on_notice gives at once and counts.
+  UniqueFd listener;
+  bool listener_armed = false;
 };
 
 inline __kernel_timespec to_timespec(double seconds) {
@@ -281,6 +296,10 @@ struct Supervisor::Impl {
   void request_kill(std::uint32_t slot, Run& run, int sig);
 
   void on_timer(std::uint32_t slot, Run& run, int res);
+
+  // The run's seccomp listener (supervisor_notice.cpp).
+  void arm_notice(std::uint32_t slot, Run& run);
+  void on_notice(std::uint32_t slot, Run& run, int res);
 
   bool ops_pending(const Run& run) const;
 

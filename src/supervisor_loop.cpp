@@ -107,6 +107,10 @@ void Supervisor::Impl::handle_cqe(io_uring_cqe* cqe) {
     case kOpCpu:
       on_cpu_check(slot, run, cqe->res);
       break;
+    case kOpNotice:
+      run.listener_armed = false;
+      on_notice(slot, run, cqe->res);
+      break;
     case kOpOom:
       // The run's cgroup (v1) entered the OOM path: the run is over, as a
       // whole. Recorded before the kill: the kernel signals the eventfd

@@ -263,7 +263,8 @@ void Supervisor::Impl::on_timer(std::uint32_t slot, Run& run, int res) {
 }
 
 bool Supervisor::Impl::ops_pending(const Run& run) const {
-  return run.pid_armed || run.oom_armed || run.timer_armed || run.cpu_armed || run.out.armed || run.err.armed;
+  return run.pid_armed || run.oom_armed || run.timer_armed || run.cpu_armed || run.out.armed || run.err.armed ||
+         run.listener_armed;
 }
 
 void Supervisor::Impl::maybe_finish(std::uint32_t slot, Run& run) {
@@ -281,6 +282,7 @@ void Supervisor::Impl::retire(std::uint32_t slot, Run& run) {
   if (run.timer_armed) remove_op(slot, run, kOpTimer);
   if (run.cpu_armed) remove_op(slot, run, kOpCpu);
   if (run.oom_armed) remove_op(slot, run, kOpOom);
+  if (run.listener_armed) remove_op(slot, run, kOpNotice);
   for (auto [pipe, op] : {std::pair{&run.out, kOpOut}, std::pair{&run.err, kOpErr}})
     if (pipe->armed && !pipe->removing) remove_op(slot, run, op);
   retired.push_back(slot);
@@ -326,6 +328,7 @@ void Supervisor::Impl::free_slot(std::uint32_t slot, Run& run) {
   run.pidfd.reset();
   run.out.fd.reset();
   run.err.fd.reset();
+  run.listener.reset();
   run.prep = PreparedRun{};
   run.callbacks = RunCallbacks{};
   run.out_capture.reset();

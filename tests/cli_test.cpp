@@ -320,3 +320,22 @@ Test(cli, a_bad_artifact_root_exits_2_before_the_program_runs) {
           "unshare -m sh -c 'mount --bind " + ro + " " + ro + " && mount -o remount,bind,ro " + ro +
               " || exit 99; exec");
 }
+
+// A socket() refused under --net none is said to be corral's: one `corral:`
+// line in plain mode with the count and what would allow it, the count in
+// --json's refused_syscalls; a run that makes no socket call gets no line.
+Test(cli, refused_socket_calls_get_a_corral_note) {
+  const std::string prog = build_dir() + "/helpers/compat";
+  Ran plain = corral("run --net none -- " + prog + " sockets 3");
+  cr_assert_eq(plain.code, 0, "%s", plain.err.c_str());
+  cr_expect(has(plain.out, "socket_eacces=3"), "%s", plain.out.c_str());
+  cr_expect(has(plain.err, "corral: 3 socket() calls refused (--net none"), "%s", plain.err.c_str());
+  every_stderr_line_is_ours(plain.err);
+  Ran json = corral("run --json --net none -- " + prog + " sockets 2");
+  auto j = nlohmann::json::parse(json.out, nullptr, false);
+  cr_assert(!j.is_discarded(), "%s %s", json.out.c_str(), json.err.c_str());
+  cr_expect_eq(j["refused_syscalls"]["socket"], 2);
+  cr_expect(!has(json.err, "refused"), "--json carries the count, not a line: %s", json.err.c_str());
+  Ran quiet = corral("run --net none -- " + prog + " whoami");
+  cr_expect(!has(quiet.err, "refused"), "%s", quiet.err.c_str());
+}

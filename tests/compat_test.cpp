@@ -5,6 +5,7 @@
 // tests/helpers/compat.c; `make compat` runs CPython's own suite on top.
 #define CONTAINER_TEST_STAGED 1  // boxed() stages the helper: root runs enter the template
 #include "container_support.hpp"
+#include "corral/json.hpp"
 
 using namespace container_test;
 
@@ -113,19 +114,118 @@ Test(compat, process_tier_network_is_named_in_the_result) {
   EXPECT_EMPTY(ok_or(none, {{"socket", "EACCES"}}));
 }
 
-// POSIX semaphores (Python's multiprocessing locks) live in /dev/shm: the
-// host's, outside the write set of --confine-writes unless named.
-Test(compat, semaphores_need_dev_shm_in_the_write_set_under_confined_writes) {
+// Under --net none a program's socket(AF_INET) fails with EACCES, which
+// used to say nothing about who refused it: the supervisor now answers the
+// seccomp filter's notification (the same EACCES, each time) and the Result
+// counts the refusals. A run that makes no socket call has no count.
+Test(compat, refused_socket_calls_are_counted_in_the_result) {
+  Harness h;
+  Request r = in_process({"sockets", "3"});
+  r.net = NetworkAccess::none;
+  Result res = h.run(std::move(r));
+  EXPECT_EMPTY(ok_or(res, {{"socket_eacces", "3"}, {"socket_other", "-"}}));
+  cr_expect_eq(res.refused_syscalls.size(), 1u, "refused_syscalls: %zu entries", res.refused_syscalls.size());
+  cr_expect_eq(res.refused_syscalls["socket"], 3u, "socket refusals counted: %llu",
+               static_cast<unsigned long long>(res.refused_syscalls["socket"]));
+  cr_expect(contains(res.detail, "3 socket() calls refused by corral (network none)"), "%s", res.detail.c_str());
+  cr_expect(contains(result_to_json(res), "\"refused_syscalls\":{\"socket\":3}"), "%s", result_to_json(res).c_str());
+
+  Request quiet = in_process({"whoami"});
+  quiet.net = NetworkAccess::none;
+  Result q = h.run(std::move(quiet));
+  cr_expect(q.refused_syscalls.empty(), "a run without socket calls has a count");
+  cr_expect(!contains(q.detail, "refused"), "%s", q.detail.c_str());
+  cr_expect(contains(result_to_json(q), "\"refused_syscalls\":{}"));
+
+  // With the host's network nothing is refused, and nothing counted.
+  Result open = h.run(in_process({"sockets", "3"}));
+  EXPECT_EMPTY(ok_or(open, {{"socket_eacces", "0"}}));
+  cr_expect(open.refused_syscalls.empty());
+}
+
+// A hostile flood: 100,000 refused socket calls, each one waiting for the
+// supervisor's answer, all answered (EACCES every time, none left hanging)
+// and counted, while the same supervisor serves a neighbour run to its end
+// (which finishes first: its three refusals are not queued behind the flood).
+Test(compat, a_flood_of_refused_socket_calls_is_answered_and_counted, .timeout = 240) {
+  Harness h;
+  std::vector<std::string> order;
+  std::map<std::string, Result> results;
+  auto submit = [&](const std::string& name, std::vector<std::string> args) {
+    Request r = in_process(std::move(args));
+    r.net = NetworkAccess::none;
+    r.limits.set(Limit::wall_seconds, 200);
+    RunCallbacks cb;
+    cb.on_result = [&, name](const Result& res) {
+      order.push_back(name);
+      results[name] = res;
+    };
+    auto handle = h.sup->submit(std::move(r), cb);
+    cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+    return std::move(*handle);
+  };
+  auto flood = submit("flood", {"sockets", "100000"});
+  // Let the flood get going before the neighbour starts.
+  for (int i = 0; i < 20; ++i) (void)h.sup->run_once(0.005);
+  auto neighbour = submit("neighbour", {"sockets", "3"});
+  cr_assert(h.sup->run_until_idle().ok());
+  cr_assert_eq(order.size(), 2u);
+  EXPECT_EMPTY(ok_or(results["flood"], {{"socket_eacces", "100000"}, {"socket_other", "-"}}));
+  cr_expect_eq(results["flood"].refused_syscalls["socket"], 100000u);
+  EXPECT_EMPTY(ok_or(results["neighbour"], {{"socket_eacces", "3"}}));
+  cr_expect_eq(results["neighbour"].refused_syscalls["socket"], 3u);
+  cr_expect_eq(order.front(), "neighbour", "the neighbour waited for the flood to end");
+}
+
+// POSIX semaphores (Python's multiprocessing locks) live in /dev/shm,
+// which --confine-writes used to leave outside the write set (sem_open:
+// EACCES). As root each confined run now has a /dev/shm of its own, a tmpfs
+// in its mount namespace: writable, seen by neither the host nor a
+// neighbour, gone with the run. Naming /dev/shm as a write path keeps the
+// host's (and shares it).
+Test(compat, confined_writes_get_a_dev_shm_of_the_runs_own) {
   CORRAL_SKIP_UNLESS_ROOT();
   if (host().landlock_abi < 1) cr_skip_test("no Landlock: write confinement is unsupported here");
   Harness h;
-  Request confined = in_process({"semaphore"});
-  confined.confine_writes = true;
-  EXPECT_EMPTY(ok_or(h.run(std::move(confined)), {{"sem_open", "EACCES"}}));
-  Request allowed = in_process({"semaphore"});
-  allowed.confine_writes = true;
-  allowed.write_paths.push_back("/dev/shm");
-  EXPECT_EMPTY(ok_or(h.run(std::move(allowed)), {{"sem_open", "ok"}}));
+  auto confined = [](std::vector<std::string> args) {
+    Request r = in_process(std::move(args));
+    r.confine_writes = true;
+    return r;
+  };
+  EXPECT_EMPTY(ok_or(h.run(confined({"semaphore"})), {{"sem_open", "ok"}}));
+  Request py;
+  py.tier = Tier::os_process;
+  py.confine_writes = true;
+  py.argv = {"python3", "-c", "import multiprocessing; l = multiprocessing.Lock(); l.acquire(); l.release(); print('lock=ok')"};
+  Result pr = h.run(std::move(py));
+  cr_expect(contains(pr.stdout_capture.text, "lock=ok"), "multiprocessing.Lock(): %s %s", pr.stdout_capture.text.c_str(),
+            pr.stderr_capture.text.c_str());
+
+  // A run holds its file in /dev/shm while the host and a neighbour look.
+  const std::string name = "corral-compat-shm-" + std::to_string(getpid());
+  const std::string host_path = "/dev/shm/" + name;
+  std::string seen;
+  std::shared_ptr<Result> held;
+  RunCallbacks cb;
+  cb.on_output = [&](StreamId, std::string_view data) { seen.append(data); };
+  cb.on_result = [&](const Result& r) { held = std::make_shared<Result>(r); };
+  auto handle = h.sup->submit(confined({"shm-write", name, "30"}), cb);
+  cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+  for (int i = 0; i < 2000 && !contains(seen, "shm_write=") && !held; ++i) (void)h.sup->run_once(0.01);
+  cr_assert(contains(seen, "shm_write=ok"), "the run could not write its /dev/shm: %s", seen.c_str());
+  cr_expect_neq(access(host_path.c_str(), F_OK), 0, "the run's file is in the host's /dev/shm");
+  EXPECT_EMPTY(ok_or(h.run(confined({"shm-look", name})), {{"shm_look", "ENOENT"}}));
+  EXPECT_EMPTY(ok_or(h.run(in_process({"shm-look", name})), {{"shm_look", "ENOENT"}}));
+  handle->cancel();
+  cr_assert(h.sup->run_until_idle().ok());
+  cr_expect_neq(access(host_path.c_str(), F_OK), 0);
+
+  // --write-path /dev/shm: the host's, as before (what it leaves stays).
+  Request shared = confined({"shm-write", name});
+  shared.write_paths.push_back("/dev/shm");
+  EXPECT_EMPTY(ok_or(h.run(std::move(shared)), {{"shm_write", "ok"}}));
+  cr_expect_eq(access(host_path.c_str(), F_OK), 0, "--write-path /dev/shm did not reach the host's");
+  unlink(host_path.c_str());
   SKIP_UNLESS_CONTAINER();
   EXPECT_EMPTY(ok_or(h.run(boxed({"/helpers/compat", "semaphore"})), {{"sem_open", "ok"}}));
 }

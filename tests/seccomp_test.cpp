@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/personality.h>
@@ -284,20 +285,29 @@ Test(seccomp, profiles_compose_into_one_filter) {
 // build time; they must be exactly what libseccomp compiles now, or a
 // stale table would install a filter nobody reviewed.
 Test(seccomp, prebuilt_filters_are_what_libseccomp_compiles_now) {
-  const std::vector<std::vector<std::string>> combos = {
-      {"default"},           {"no-network"},          {"tcp-only"},
-      {"inet-only"},         {"host-network"},        {"default", "no-network"},
-      {"default", "tcp-only"}, {"default", "inet-only"}, {"default", "host-network"}};
+  struct Combo {
+    std::vector<std::string> profiles;
+    bool notify;
+  };
+  const std::vector<Combo> combos = {
+      {{"default"}, false},           {{"no-network"}, false},          {{"tcp-only"}, false},
+      {{"inet-only"}, false},         {{"host-network"}, false},        {{"default", "no-network"}, false},
+      {{"default", "tcp-only"}, false}, {{"default", "inet-only"}, false}, {{"default", "host-network"}, false},
+      {{"default", "no-network"}, true}, {{"default", "tcp-only"}, true}};
   for (const auto& combo : combos) {
     SeccompSpec spec;
     std::string key;
-    for (const auto& p : combo) spec.profile(p), key += key.empty() ? p : "," + p;
+    for (const auto& p : combo.profiles) spec.profile(p), key += key.empty() ? p : "," + p;
+    spec.notify_socket_refusals(combo.notify);
+    if (combo.notify) key += " (notifying)";
     auto built = prepare(spec);
     auto fresh = compile_with_libseccomp(spec);
     cr_assert(built.ok() && fresh.ok(), "%s: did not prepare", key.c_str());
     // Same build host, same libseccomp: the table must be in use here.
     cr_assert(built->prebuilt(), "%s: prepare() compiled instead of using the build's filter", key.c_str());
     cr_assert(!fresh->prebuilt());
+    cr_assert_eq(built->notifies(), combo.notify, "%s: notifies() is %d", key.c_str(), built->notifies());
+    cr_assert_eq(fresh->notifies(), combo.notify);
     cr_assert_eq(built->instruction_count(), fresh->instruction_count(), "%s: length differs", key.c_str());
     cr_assert_eq(std::memcmp(built->fprog()->filter, fresh->fprog()->filter,
                              fresh->instruction_count() * sizeof(sock_filter)),
@@ -307,6 +317,94 @@ Test(seccomp, prebuilt_filters_are_what_libseccomp_compiles_now) {
     cr_assert(built->describe() == fresh->describe(), "%s: %s vs %s", key.c_str(), built->describe().c_str(),
               fresh->describe().c_str());
   }
+}
+
+namespace {
+
+// A forked child installs the notifying no-network filter and hands its
+// listener to us through its pidfd; then, when told, calls socket(AF_INET)
+// `calls` times and exits with how many failed with `want`. We answer
+// (answer = true) or close our copy of the listener first.
+struct NoticeRun {
+  int matched = -1;     // the child's count of calls that failed with `want`
+  int answered = 0;     // notifications we answered
+  std::string seen;     // syscall names answered
+};
+
+NoticeRun notice_round_trip(int calls, bool answer, int want) {
+  SeccompSpec spec;
+  spec.profile("default").profile("no-network").notify_socket_refusals(true);
+  auto prog = prepare(spec);
+  cr_assert(prog.ok() && prog->notifies(), "no notifying filter: %s", prog.ok() ? "" : prog.error().message().c_str());
+  int to_parent[2], to_child[2];
+  cr_assert(pipe(to_parent) == 0 && pipe(to_child) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int listener = -1;
+    if (apply_seccomp_in_child(*prog, &listener) != 0) _exit(kApplyFailed);
+    (void)!write(to_parent[1], &listener, sizeof listener);
+    char go;
+    if (read(to_child[0], &go, 1) != 1) _exit(kNoChild);
+    close(listener);  // the parent's copy is the one that answers (or is gone)
+    int matched = 0;
+    for (int i = 0; i < calls; ++i) {
+      int fd = socket(AF_INET, SOCK_STREAM, 0);
+      if (fd < 0 && errno == want) ++matched;
+      if (fd >= 0) close(fd);
+    }
+    _exit(matched);
+  }
+  int child_fd = -1;
+  cr_assert_eq(read(to_parent[0], &child_fd, sizeof child_fd), static_cast<ssize_t>(sizeof child_fd));
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  int listener = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, child_fd, 0));
+  cr_assert(listener >= 0, "pidfd_getfd: %s", strerror(errno));
+  if (!answer) close(listener);
+  (void)!write(to_child[1], "g", 1);
+  NoticeRun out;
+  while (answer) {
+    pollfd p{listener, POLLIN, 0};
+    cr_assert_eq(poll(&p, 1, 10000), 1, "no notification within 10 s");
+    if (!(p.revents & POLLIN)) break;  // POLLHUP: the child is gone
+    auto nr = refuse_seccomp_notification(listener, EACCES);
+    cr_assert(nr.ok(), "%s", nr.ok() ? "" : nr.error().message().c_str());
+    ++out.answered;
+    out.seen = std::string(seccomp_notified_syscall_name(*nr));
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (answer) close(listener);
+  close(pidfd);
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) close(fd);
+  out.matched = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+}  // namespace
+
+// The notifying filter refuses as the plain one does, through whoever holds
+// the listener: each socket(AF_INET) waits for the answer and gets its EACCES.
+Test(seccomp, a_notifying_filter_refuses_through_its_listener) {
+  NoticeRun r = notice_round_trip(3, true, EACCES);
+  cr_expect_eq(r.matched, 3, "EACCES %d times of 3", r.matched);
+  cr_expect_eq(r.answered, 3);
+  cr_expect_eq(r.seen, "socket");
+  // Applied without a place to put the listener: refused (EINVAL), never a
+  // filter whose refusals nobody could answer.
+  SeccompSpec spec;
+  spec.profile("default").profile("no-network").notify_socket_refusals(true);
+  auto prog = prepare(spec);
+  cr_assert(prog.ok());
+  cr_expect_eq(errno_under(&*prog, [] { return socket_probe(AF_UNIX, SOCK_STREAM); }), kApplyFailed,
+               "a notifying filter applied without a listener must be refused, not leave calls unanswered");
+}
+
+// With nobody holding the listener (the supervisor gone) the kernel fails a
+// notifying call at once with ENOSYS: a run never waits on an answer that
+// cannot come.
+Test(seccomp, a_notifying_filter_without_a_listener_fails_fast) {
+  NoticeRun r = notice_round_trip(3, false, ENOSYS);
+  cr_expect_eq(r.matched, 3, "ENOSYS %d times of 3", r.matched);
 }
 
 Test(seccomp, a_combination_outside_the_table_is_compiled) {

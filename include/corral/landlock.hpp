@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "corral/fd.hpp"
@@ -53,6 +54,12 @@ class LandlockSpec {
   // set: read, write, create, remove, rename, truncate. Repeatable; the path
   // is opened by prepare(), relative to the parent's cwd.
   LandlockSpec& allow_writes(std::string path);
+  // The same for a directory given as an fd (a detached mount's root, which
+  // has no path yet: Landlock rules name inodes, so a tmpfs mounted later
+  // over some path needs its own root named, not the path's inode it
+  // covers). The fd stays the caller's and must stay open until prepare();
+  // `name` is what describe() shows ("/dev/shm (the run's own tmpfs)").
+  LandlockSpec& allow_writes_beneath(int dir_fd, std::string name);
   // false: leave the filesystem alone (only TCP/scoping). Contradicts a
   // non-empty write set; prepare() refuses the pair.
   LandlockSpec& confine_writes(bool on);
@@ -69,6 +76,7 @@ class LandlockSpec {
   LandlockSpec& scope_signals(bool on);
 
   const std::vector<std::string>& write_paths() const { return write_paths_; }
+  const std::vector<std::pair<int, std::string>>& write_fds() const { return write_fds_; }
   bool writes_confined() const { return confine_writes_; }
   bool tcp_restricted() const { return restrict_tcp_; }
   const std::vector<int>& tcp_bind_ports() const { return bind_ports_; }
@@ -78,6 +86,7 @@ class LandlockSpec {
 
  private:
   std::vector<std::string> write_paths_;
+  std::vector<std::pair<int, std::string>> write_fds_;
   std::vector<int> bind_ports_;
   std::vector<int> connect_ports_;
   bool confine_writes_ = true;

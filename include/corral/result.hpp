@@ -95,6 +95,11 @@ struct Result {
   // killed nothing, or the tier has no group to look at (tiers none and
   // process, whose kill is the process group's and the uid's).
   std::optional<bool> kill_confirmed;
+  // System calls corral's seccomp filter refused, by name, counted by the
+  // supervisor (tier process with --net none: "socket", "socketpair"): a
+  // program that reports EACCES from socket() was refused by corral, not by
+  // the host. Empty when nothing was refused or the tier does not count.
+  std::map<std::string, std::uint64_t> refused_syscalls;
   std::uint64_t max_rss_bytes = 0;
   std::vector<ArtifactInfo> artifacts;
   std::vector<std::string> artifact_notes;  // skipped outputs and why

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -120,6 +121,12 @@ struct RunEnd {
   // (runqueue_wait_seconds; process tiers): a run starved by the host's
   // load, not one that hung.
   std::optional<double> runqueue_seconds;
+  // Calls the seccomp filter refused and the supervisor answered (tier
+  // process, --net none: socket/socketpair), by syscall name.
+  std::map<std::string, std::uint64_t> refused_syscalls;
+  // Set when the supervisor stopped answering them (the listener failed):
+  // from then on the kernel failed those calls with ENOSYS.
+  std::string refusal_failure;
   double clone_seconds = 0;                 // Spawner::Child's (the container's: its exec report's)
   std::optional<double> exec_seconds;       // Spawner::Child's; unknown in tier container
   std::chrono::steady_clock::time_point spawned;  // the spawn returned (the program running, or on its way)

@@ -65,9 +65,18 @@ class SeccompSpec {
  public:
   SeccompSpec& profile(std::string name);
   const std::vector<std::string>& profiles() const { return profiles_; }
+  // The network profiles' socket(2)/socketpair(2) refusals become
+  // SECCOMP_RET_USER_NOTIF instead of a fixed errno: the caller waits
+  // until whoever holds the filter's listener answers (the supervisor,
+  // with the same EACCES, counting them so the Result can say corral
+  // refused them). Needs a kernel and libseccomp with user notification
+  // (Linux 5.0, libseccomp API level 6); prepare() fails without.
+  SeccompSpec& notify_socket_refusals(bool on);
+  bool socket_refusals_notified() const { return notify_socket_refusals_; }
 
  private:
   std::vector<std::string> profiles_;
+  bool notify_socket_refusals_ = false;
 };
 
 // A compiled filter. Owns its BPF; fprog() points into that storage and
@@ -92,6 +101,9 @@ class SeccompProgram {
   // True when prepare() took the filter compiled into libcorral at build
   // time instead of compiling it now (the same BPF; see prepare()).
   bool prebuilt() const noexcept { return prebuilt_; }
+  // Some refusal notifies (SeccompSpec::notify_socket_refusals and a
+  // profile with socket rows): applying it yields a listener fd.
+  bool notifies() const noexcept { return notifies_; }
 
  private:
   friend Expected<SeccompProgram> prepare(const SeccompSpec&);
@@ -104,6 +116,7 @@ class SeccompProgram {
   std::vector<std::string> skipped_;
   std::size_t denied_ = 0;
   bool prebuilt_ = false;
+  bool notifies_ = false;
 };
 
 // Parent side: merge the profiles into one libseccomp filter for the native
@@ -124,9 +137,28 @@ Expected<SeccompProgram> compile_with_libseccomp(const SeccompSpec& spec);
 // Child side, between clone and exec (a CLONE_VM child too): raw
 // prctl(PR_SET_NO_NEW_PRIVS, 1) — seccomp(2) requires it without
 // CAP_SYS_ADMIN, and it keeps setuid binaries from shedding the filter —
-// then seccomp(SECCOMP_SET_MODE_FILTER, 0, prog). Async-signal-safe: raw
+// then seccomp(SECCOMP_SET_MODE_FILTER, flags, prog). Async-signal-safe: raw
 // syscalls only, no allocation. Returns 0 or a positive errno. The filter
 // is inherited across fork and exec and cannot be removed.
-int apply_seccomp_in_child(const SeccompProgram& program) noexcept;
+// A program that notifies() is installed with SECCOMP_FILTER_FLAG_NEW_LISTENER
+// and its listener fd (O_CLOEXEC) stored in *listener; `listener` must then
+// be given (EINVAL otherwise). EBUSY: a filter already on this process has
+// a listener (the kernel allows one per chain; corral itself runs under a
+// notifying sandbox) — apply a plain program instead.
+int apply_seccomp_in_child(const SeccompProgram& program, int* listener = nullptr) noexcept;
+
+// Parent side, on a listener a notifying filter gave: receive one
+// notification and answer it with `err` (the call fails with it, as the
+// plain filter's SCMP_ACT_ERRNO would). Call when the listener polls
+// readable: then it does not block. Returns the syscall number answered;
+// an Error with ENOENT when the caller was killed before it was received
+// or answered (nothing to count).
+// When nobody holds the listener any more, the kernel fails a notifying
+// call at once with ENOSYS (seccomp_unotify(2)): a run never hangs on a
+// supervisor that is gone.
+Expected<int> refuse_seccomp_notification(int listener, int err);
+// "socket", "socketpair" for the syscalls a notifying filter notifies
+// (this architecture's numbers); "" for any other.
+std::string_view seccomp_notified_syscall_name(int nr);
 
 }  // namespace corral

@@ -17,6 +17,7 @@
 #include "corral/capabilities.hpp"
 #include "corral/fd.hpp"
 #include "corral/landlock.hpp"
+#include "corral/private_tmpfs.hpp"
 #include "corral/privilege.hpp"
 #include "corral/process.hpp"
 #include "corral/rlimits.hpp"
@@ -42,6 +43,7 @@ enum class SpawnStage : std::uint8_t {
   namespaces,  // container tier: namespaces.hpp's apply (the full message is in the detail)
   cgroup,      // container tier: joining the run's cgroup
   parent_death,  // PR_SET_PDEATHSIG, or the supervisor died before it was set
+  mounts,        // tier process: the run's own /dev/shm (private_tmpfs.hpp) in its mount namespace
 };
 std::string_view to_string(SpawnStage stage);
 
@@ -67,9 +69,19 @@ struct ChildPlan {
   std::optional<LandlockRuleset> landlock;
   // Shared: the BPF is immutable, and compiling it costs more than a spawn.
   std::shared_ptr<const SeccompProgram> seccomp;
+  // When `seccomp` notifies (SeccompProgram::notifies): the same filter
+  // with plain errno refusals, installed instead when the kernel gives no
+  // listener (EBUSY: this process already runs under a notifying filter).
+  // The vfork path only; the container path takes no notifying filter.
+  std::shared_ptr<const SeccompProgram> seccomp_fallback;
   // CLONE_NEW* flags the vfork path's clone3 adds (tier process as root:
-  // CLONE_NEWIPC). The container path builds its namespaces itself.
+  // CLONE_NEWIPC; CLONE_NEWNS with private_shm). The container path builds
+  // its namespaces itself.
   std::uint64_t clone_namespaces = 0;
+  // Tier process as root with confined writes: a tmpfs of the run's own
+  // attached over /dev/shm in the run's mount namespace (CLONE_NEWNS), first
+  // thing after setsid. Its fd closes with the plan, after the spawn.
+  std::optional<PrivateTmpfs> private_shm;
 
   // Filled by finalize(): the pointer arrays into the storage above.
   std::vector<char*> argv;
@@ -103,6 +115,10 @@ struct ChildReport {
   int error = 0;
   std::uint64_t setup_ns = 0;  // child entry → just before the first execve
   std::uint64_t entry_ns = 0;  // CLOCK_MONOTONIC at child entry (vfork path; 0 on the other)
+  // The vfork path: the listener of a notifying seccomp filter, installed
+  // into the fd table the child still shared with us (so it is ours; the
+  // child's private copy drops it). -1: none.
+  int seccomp_listener = -1;
 };
 
 // Parent-side resources reused across spawns. Owns the child stack and a
@@ -120,6 +136,7 @@ class Spawner {
     UniqueFd stdout_read;   // non-blocking, CLOEXEC
     UniqueFd stderr_read;   // invalid when merge_output
     ChildReport report;     // stage != none: exec never happened
+    UniqueFd seccomp_listener;  // a notifying filter's listener (CLOEXEC); whoever holds it must answer
     double clone_seconds = 0;          // our clone3 call → the child's first instruction
     std::optional<double> exec_seconds;  // the child's execve → we were released (the program's image in place)
   };

@@ -44,6 +44,7 @@ class Result:
     cpu_wait_seconds: Optional[float] = None  # killed_timeout: time spent waiting for a CPU (process tiers)
     cpu_starved: bool = False  # a wall kill of a run that waited >= 1/4 of wall_seconds for a CPU
     kill_confirmed: Optional[bool] = None  # a run corral killed: its cgroup found empty afterwards (container tier)
+    refused_syscalls: Dict[str, int] = field(default_factory=dict)  # corral's seccomp refusals by syscall (--net none: socket)
     max_rss_bytes: int = 0
     artifacts: List[Artifact] = field(default_factory=list)
     artifact_notes: List[str] = field(default_factory=list)
@@ -85,7 +86,7 @@ class Result:
         for key in ("artifact_notes",):
             if known.get(key) is None:
                 known[key] = []
-        for key in ("limits", "enforcement", "timings"):
+        for key in ("limits", "enforcement", "timings", "refused_syscalls"):
             if known.get(key) is None:
                 known[key] = {}
         return cls(**known, extra=extra)

@@ -282,6 +282,22 @@ void report_end(const Result& r) {
   if (r.outcome != Outcome::exited) say("%s", r.detail.c_str());
 }
 
+// A program's "Permission denied" from socket() does not say who refused
+// it: the count the supervisor kept does (tier process, --net none), with
+// what would allow the socket. Plain mode; --json carries refused_syscalls.
+void report_refusals(const Result& r) {
+  auto net = r.enforcement.find("network");
+  const std::string network = net == r.enforcement.end() ? "" : net->second;
+  for (const auto& [name, count] : r.refused_syscalls) {
+    const char* why = network == "tcp_allowlist"
+                          ? "--net none with TCP ports allowed: AF_UNIX and TCP sockets only"
+                          : "--net none: AF_UNIX sockets only";
+    say("%llu %s() call%s refused (%s; the default --net host allows them, --tier container --loopback gives a "
+        "network of the run's own)",
+        static_cast<unsigned long long>(count), name.c_str(), count == 1 ? "" : "s", why);
+  }
+}
+
 }  // namespace
 
 int run_main(int argc, char** argv) { return run_main_in_session(argc, argv, ""); }
@@ -414,6 +430,7 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
     report_lost("the program's stderr", err);
   }
   report_end(r);
+  if (!o.json) report_refusals(r);
   if (o.json && !out_ok && !got_signal) {
     // The one thing --json promises is the Result on stdout: not written,
     // the run's exit status would say nothing about it.

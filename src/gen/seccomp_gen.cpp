@@ -26,6 +26,12 @@ const std::vector<std::vector<std::string>> kCombinations = {
     {"default", "inet-only"},
     {"default", "host-network"},
 };
+// Tier process with --net none: the same socket refusals, answered by the
+// supervisor (SeccompSpec::notify_socket_refusals).
+const std::vector<std::vector<std::string>> kNotifying = {
+    {"default", "no-network"},
+    {"default", "tcp-only"},
+};
 
 std::string joined(const std::vector<std::string>& v) {
   std::string out;
@@ -41,12 +47,24 @@ int main() {
   std::printf("constexpr BuiltinSeccompOrigin kOrigin{%u, %u, %u, %u, %u};\n", v->major, v->minor, v->micro,
               seccomp_api_get(), seccomp_arch_native());
   std::vector<std::string> entries;
-  for (std::size_t i = 0; i < kCombinations.size(); ++i) {
+  struct Build {
+    std::vector<std::string> profiles;
+    bool notify;
+  };
+  std::vector<Build> builds;
+  for (const auto& c : kCombinations) builds.push_back({c, false});
+  for (const auto& c : kNotifying) builds.push_back({c, true});
+  for (std::size_t i = 0; i < builds.size(); ++i) {
     corral::SeccompSpec spec;
-    for (const auto& p : kCombinations[i]) spec.profile(p);
+    for (const auto& p : builds[i].profiles) spec.profile(p);
+    spec.notify_socket_refusals(builds[i].notify);
     auto prog = corral::compile_with_libseccomp(spec);
     if (!prog) {
-      std::fprintf(stderr, "seccomp_gen: %s: %s\n", joined(kCombinations[i]).c_str(),
+      // A libseccomp or kernel without user notification (API level < 6)
+      // builds no notifying filter; prepare() then compiles, and the tiers
+      // fall back to the plain one (run_setup.cpp: seccomp_for).
+      if (builds[i].notify) continue;
+      std::fprintf(stderr, "seccomp_gen: %s: %s\n", joined(builds[i].profiles).c_str(),
                    prog.error().message().c_str());
       return 1;
     }
@@ -56,9 +74,10 @@ int main() {
       std::printf("    {0x%04x, %u, %u, 0x%08x},\n", f->filter[k].code, f->filter[k].jt, f->filter[k].jf,
                   f->filter[k].k);
     std::printf("};\n");
-    entries.push_back("    {\"" + joined(kCombinations[i]) + "\", kBpf" + std::to_string(i) + ", " +
+    entries.push_back("    {\"" + joined(builds[i].profiles) + "\", kBpf" + std::to_string(i) + ", " +
                       std::to_string(f->len) + ", \"" + joined(prog->skipped_syscalls()) + "\", " +
-                      std::to_string(prog->denied_syscall_count()) + "},\n");
+                      std::to_string(prog->denied_syscall_count()) + ", " +
+                      (prog->notifies() ? "true" : "false") + "},\n");
   }
   std::printf("constexpr BuiltinSeccomp kTable[] = {\n");
   for (const auto& e : entries) std::printf("%s", e.c_str());

@@ -1,6 +1,8 @@
 // bench seq_spawn: per-run time of /bin/true through the library (tier none
 // and tier process) against a bare posix_spawn + waitpid loop, measured in
 // the same process, interleaved in rounds so drift hits both sides.
+// SEQ_SPAWN_NET=none runs the tier-process row with --net none (the
+// seccomp filter whose socket refusals the supervisor answers).
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -29,12 +31,15 @@ double bare_us(int n) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
 }
 
+bool g_net_none = false;
+
 double corral_us(corral::Supervisor& sup, corral::Tier tier, int n) {
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) {
     corral::Request r;
     r.tier = tier;
     r.argv = {"/bin/true"};
+    if (g_net_none && tier == corral::Tier::os_process) r.net = corral::NetworkAccess::none;
     auto res = sup.run(std::move(r));
     if (!res || res->outcome != corral::Outcome::exited) {
       std::fprintf(stderr, "bench: run failed: %s\n", res ? res->detail.c_str() : res.error().message().c_str());
@@ -58,6 +63,8 @@ int main(int argc, char** argv) {
   const char* base = std::getenv("CORRAL_WORKSPACE_BASE");
   if (base) options.workspace_base = base;
   const char* label = std::getenv("SEQ_SPAWN_LABEL");
+  const char* net = std::getenv("SEQ_SPAWN_NET");
+  g_net_none = net && std::string(net) == "none";
   std::string suffix = label ? std::string("_") + label : "";
   auto sup = corral::Supervisor::create(options);
   if (!sup) {

@@ -15,6 +15,12 @@
  *   semaphore         sem_open of a new named POSIX semaphore (/dev/shm), as
  *                     Python's multiprocessing locks do: "sem_open="
  *   int80             getpid through the 32-bit int 0x80 entry: "int80=ok"
+ *   sockets N         socket(AF_INET, SOCK_STREAM) N times: "socket_eacces=K"
+ *                     (how many failed with EACCES) and "socket_other=" the
+ *                     errno of the first that did not ("-" when none)
+ *   shm-write NAME [S] create /dev/shm/NAME and write to it: "shm_write=";
+ *                     then stay S seconds (default 0) holding it
+ *   shm-look NAME     whether /dev/shm/NAME exists: "shm_look=" ok or ENOENT
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -147,6 +153,42 @@ static int int80(void) {
   return 0;
 }
 
+static int sockets(long n) {
+  long eacces = 0;
+  int other = 0;
+  for (long i = 0; i < n; i++) {
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s >= 0) {
+      close(s);
+      if (!other) other = -1;
+    } else if (errno == EACCES) {
+      eacces++;
+    } else if (!other) {
+      other = errno;
+    }
+  }
+  printf("socket_eacces=%ld\nsocket_other=%s\n", eacces, other == 0 ? "-" : other < 0 ? "made" : err_name(other));
+  return 0;
+}
+
+static int shm_write(const char *name, int seconds) {
+  char path[256];
+  snprintf(path, sizeof path, "/dev/shm/%s", name);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  int rc = fd >= 0 && write(fd, "shared\n", 7) == 7 ? 0 : -1;
+  result("shm_write", rc);
+  if (fd >= 0) close(fd);
+  if (seconds > 0) sleep((unsigned)seconds);
+  return 0;
+}
+
+static int shm_look(const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, "/dev/shm/%s", name);
+  result("shm_look", access(path, F_OK));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) return 2;
@@ -157,5 +199,8 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "loopback")) return loopback();
   if (!strcmp(m, "semaphore")) return semaphore();
   if (!strcmp(m, "int80")) return int80();
+  if (!strcmp(m, "sockets") && argc > 2) return sockets(atol(argv[2]));
+  if (!strcmp(m, "shm-write") && argc > 2) return shm_write(argv[2], argc > 3 ? atoi(argv[3]) : 0);
+  if (!strcmp(m, "shm-look") && argc > 2) return shm_look(argv[2]);
   return 2;
 }
