@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pwd.h>
 #include <semaphore.h>
 #include <stdio.h>
@@ -70,18 +71,33 @@ static int pty(void) {
   result("pty", strncmp(buf, "ping", 4) == 0 ? 0 : -1);
 
   // A child in a session of its own whose terminal is the slave: /dev/tty
-  // is that pty, and what it writes there reaches the master.
+  // is that pty, and what it writes there reaches the master. The child
+  // stays until the master has read: a session leader's exit hangs up its
+  // terminal, which may drop the line before the master reads it.
+  int hold[2];
+  if (pipe(hold) != 0) {
+    result("tty_with_pty", -1);
+    return 0;
+  }
   pid_t pid = fork();
   if (pid == 0) {
+    close(hold[1]);
     if (setsid() < 0 || ioctl(slave, TIOCSCTTY, 0) != 0) _exit(1);
     int t = open("/dev/tty", O_WRONLY);
     if (t < 0) _exit(2);
-    _exit(write(t, "pong\n", 5) == 5 ? 0 : 3);
+    int wrote = write(t, "pong\n", 5) == 5;
+    char c;
+    (void)!read(hold[0], &c, 1);
+    _exit(wrote ? 0 : 3);
   }
+  close(hold[0]);
+  memset(buf, 0, sizeof buf);
+  struct pollfd p = {.fd = master, .events = POLLIN};
+  ssize_t n = poll(&p, 1, 10000) == 1 ? read(master, buf, sizeof buf - 1) : -1;
+  close(hold[1]);
   int status = 0;
   waitpid(pid, &status, 0);
-  memset(buf, 0, sizeof buf);
-  ssize_t n = WIFEXITED(status) && WEXITSTATUS(status) == 0 ? read(master, buf, sizeof buf - 1) : -1;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) n = -1;
   if (n > 0 && strstr(buf, "pong")) {
     puts("tty_with_pty=ok");
   } else {
