@@ -34,9 +34,10 @@ class CapabilityDrop {
   int last_cap_ = -1;
 };
 
-// Parent side. Asks libcap (cap_max_bits, which reads the kernel's
-// cap_last_cap) how many capabilities exist, so the child drops the ones
-// this kernel knows even when they are newer than our headers. Refuses when
+// Parent side. Reads the kernel's /proc/sys/kernel/cap_last_cap (one read;
+// a PR_CAPBSET_READ search without /proc) to learn how many capabilities
+// exist, so the child drops the ones this kernel knows even when they are
+// newer than our headers. Refuses when
 // CAP_SETPCAP is not effective in the calling thread: the child (which
 // inherits this thread's capabilities) could not empty the bounding set.
 Expected<CapabilityDrop> prepare_capability_drop();

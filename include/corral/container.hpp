@@ -148,7 +148,7 @@ Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_
 // execve) with the full message in c.failure.
 Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c);
 // The same, with the signals to reset to SIG_DFL in the child given
-// (Spawner::ignored_signals(): read once, not 29 sigaction calls per run).
+// (Spawner::ignored_signals(): SigIgn read once per supervisor, not per run).
 Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c, std::uint64_t ignored_signals);
 
 // Parent, once the run has ended (pid 1 reaped, so every writer of the pipe
