@@ -91,9 +91,18 @@ static int pty(void) {
     _exit(wrote ? 0 : 3);
   }
   close(hold[0]);
+  // The master first reads the echo of "ping"; what comes after it is the
+  // child's line.
   memset(buf, 0, sizeof buf);
+  size_t got = 0;
+  ssize_t n = -1;
   struct pollfd p = {.fd = master, .events = POLLIN};
-  ssize_t n = poll(&p, 1, 10000) == 1 ? read(master, buf, sizeof buf - 1) : -1;
+  while (got < sizeof buf - 1 && !strstr(buf, "pong") && poll(&p, 1, 10000) == 1) {
+    n = read(master, buf + got, sizeof buf - 1 - got);
+    if (n <= 0) break;
+    got += (size_t)n;
+  }
+  n = strstr(buf, "pong") ? (ssize_t)got : -1;
   close(hold[1]);
   int status = 0;
   waitpid(pid, &status, 0);
