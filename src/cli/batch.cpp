@@ -31,6 +31,7 @@
 #include "corral/request_fields.hpp"
 #include "corral/shard.hpp"
 #include "corral/supervisor.hpp"
+#include "batch_options.hpp"
 #include "batch_pace.hpp"
 #include "batch_session.hpp"
 #include "line_reader.hpp"
@@ -40,168 +41,11 @@
 namespace corral::cli {
 namespace {
 
-const char kBatchHelp[] =
-    "usage: corral batch [options] [FILE]\n"
-    "\n"
-    "Run one job per line of FILE (default: stdin; '-' is stdin). A job is a JSON\n"
-    "object (schema/job.schema.json) of the request fields, each parsed as corral\n"
-    "run's option of the same field is (\"route\" names a route of --routes FILE;\n"
-    "\"provenance\" \"untrusted\" is refused below tier container). Blank lines are\n"
-    "skipped. The fields:\n"
-    "\n";
-
-// Then the job fields (the field table's: request_fields.hpp), then this.
-const char kBatchOptionsHelp[] =
-    "\n"
-    "  -p, --parallel N         runs in flight at once (default: CPUs x 4, and of\n"
-    "                           the jobs with a cpu_seconds limit at most CPUs at\n"
-    "                           once, so none waits out its wall_seconds queued\n"
-    "                           for a CPU; at most what the fd limit allows). A\n"
-    "                           given N applies to every job as it is\n"
-    "      --routes FILE        the routes a job may name with \"route\" (it then runs\n"
-    "                           under that route's tier, limits, network, env, secrets\n"
-    "                           and outputs, and is refused where the route refuses)\n"
-    "      --allow-host-path P  jobs may name host paths (inputs' host_path, binds,\n"
-    "                           ro_binds, dev_binds, rootfs, artifact_root,\n"
-    "                           write_paths, cwd, chdir) that\n"
-    "                           resolve under P (repeatable; default: none; a route's\n"
-    "                           allow_host_paths add to it)\n"
-    "      --min-tier T         refuse jobs in a tier below T (none|process|container;\n"
-    "                           default: none)\n"
-    "      --untrusted          every job is untrusted (refused below container)\n"
-    "      --audit FILE         append one JSON audit line per job to FILE (never a secret)\n"
-    "      --keep-sessions      keep the sessions that jobs with \"session\": {\"scope\",\n"
-    "                           \"thread\"[, \"agent\"]} opened (a job with it runs in that\n"
-    "                           warm session, its jobs one at a time in order; default:\n"
-    "                           disposed at the end of the batch)\n"
-    "  -j, --json               accepted for symmetry: the output is always JSON lines\n"
-    "      --max-line-bytes N   longest job line read (default: 16 MiB, at most 4 GiB);\n"
-    "                           a longer line is an error result naming its line\n"
-    "                           number and the cap, its bytes skipped unread into\n"
-    "                           memory, and the batch goes on\n"
-    "      --shard I/N|auto[/N] run only shard I (0-based) of N: the k-th job of FILE\n"
-    "                           (blank lines not counted) is in shard k mod N. auto:\n"
-    "                           I and N from a Slurm array task (SLURM_ARRAY_TASK_ID,\n"
-    "                           SLURM_ARRAY_TASK_COUNT) or I from a Kubernetes Indexed\n"
-    "                           Job pod (JOB_COMPLETION_INDEX; N given: auto/N).\n"
-    "                           Needs FILE. Each result gets \"shard\" and \"jobs_sha256\"\n"
-    "                           (FILE's SHA-256); a last {\"shard_end\": ...} line says\n"
-    "                           the shard finished. corral merge joins the shards.\n"
-    "\n"
-    "Output: one JSON line per job on stdout as it finishes: the Result with its\n"
-    "\"id\" and \"line\", or {\"id\", \"line\", \"outcome\": \"error\", \"error\"} for a line\n"
-    "corral refused (malformed JSON, unknown field, invalid limit, a host path not\n"
-    "allowed, a gate refusal, ...). On stderr: on a terminal a progress bar (done,\n"
-    "rate, ETA, in flight, failed); otherwise one summary line at the end:\n"
-    "\"corral: batch: N jobs in S s (R jobs/s): exited A, killed_timeout B, ...\".\n"
-    "A wall kill of a run that waited a quarter of its wall_seconds or more for a\n"
-    "CPU has \"cpu_starved\": true (the host, not the program, used up the time).\n"
-    "\n"
-    "Exit: 0 when every job's result was written (whatever the jobs' outcomes); 1 when\n"
-    "some could not be (each named on stderr by job id and line); 2 usage error; 130/143 on SIGINT/SIGTERM (runs in flight are\n"
-    "cancelled and their results written as \"cancelled\"; jobs read but not started, e.g. waiting for\n"
-    "their session or a CPU, as errors \"cancelled before it started\"; a second signal gives up the\n"
-    "results not written yet).\n";
-
-// The default cap on one job line. A job carries its program's argv, env,
-// stdin and inline input bytes; 16 MiB is the default stdout_bytes cap too,
-// so a job can hand a program as much as it may print. Reading, parsing and
-// copying one line costs about four times its size at its peak (the line,
-// the JSON tree, the Request), so the cap bounds a batch's memory for input
-// at ~64 MiB however its input was made. Larger payloads belong in a file
-// named by an input's host_path; --max-line-bytes raises the cap.
-constexpr std::size_t kDefaultMaxLineBytes = 16u << 20;
-constexpr unsigned long long kMaxLineBytesCeiling = 1ull << 32;  // 4 GiB
-
-struct Options {
-  std::size_t max_line_bytes = kDefaultMaxLineBytes;
-  std::size_t parallel = 0;  // 0: CPUs x 4, and CPU-limited jobs at most CPUs at once
-  std::string file;          // "" or "-": stdin
-  std::string audit;         // --audit FILE: one line per job
-  std::string routes;        // --routes FILE
-  bool untrusted = false;
-  bool keep_sessions = false;
-  DoorPolicy policy;
-  std::optional<Shard> shard;  // --shard: only this slice of FILE
-  std::string jobs_sha256;     // FILE's fingerprint, with --shard
-};
-
-enum : int { kRoutes = 256, kAllowHostPath, kMinTier, kUntrusted, kAudit, kMaxLineBytes, kShard, kKeepSessions };
-
-const option kBatchOptions[] = {
-    {"help", no_argument, nullptr, 'h'},
-    {"parallel", required_argument, nullptr, 'p'},
-    {"json", no_argument, nullptr, 'j'},
-    {"routes", required_argument, nullptr, kRoutes},
-    {"allow-host-path", required_argument, nullptr, kAllowHostPath},
-    {"min-tier", required_argument, nullptr, kMinTier},
-    {"untrusted", no_argument, nullptr, kUntrusted},
-    {"audit", required_argument, nullptr, kAudit},
-    {"max-line-bytes", required_argument, nullptr, kMaxLineBytes},
-    {"shard", required_argument, nullptr, kShard},
-    {"keep-sessions", no_argument, nullptr, kKeepSessions},
-    {nullptr, 0, nullptr, 0},
-};
-
-// Returns -1 to go on, or an exit code.
-int parse(int argc, char** argv, Options& o) {
-  int operands = argc;
-  int rc = parse_options(argc, argv, "batch", "hp:j", kBatchOptions, [&](int opt, const char* v) -> int {
-    switch (opt) {
-      case 'h': write_all_fd(1, std::string(kBatchHelp) + field_names(kJobField) + "\n" + kBatchOptionsHelp); return 0;
-      case 'j': return -1;
-      case 'p': {
-        auto n = parse_limit_value("--parallel", v);
-        if (!n || *n == 0 || *n > 1000000) return say("--parallel: '%s' is not a number from 1 to 1000000", v), 2;
-        o.parallel = static_cast<std::size_t>(*n);
-        return -1;
-      }
-      case kRoutes: o.routes = v; return -1;
-      case kAllowHostPath:
-        if (v[0] != '/') return say("--allow-host-path: '%s' is not an absolute path", v), 2;
-        o.policy.allow_host_paths.push_back(v);
-        return -1;
-      case kMinTier: {
-        auto t = parse_tier(v);
-        if (!t) return say("--min-tier: %s", t.error().message().c_str()), 2;
-        o.policy.min_tier = *t;
-        return -1;
-      }
-      case kUntrusted: o.untrusted = true; return -1;
-      case kKeepSessions: o.keep_sessions = true; return -1;
-      case kAudit: o.audit = v; return -1;
-      case kMaxLineBytes: {
-        auto n = parse_limit_value("--max-line-bytes", v);
-        if (!n || *n == 0 || *n > kMaxLineBytesCeiling)
-          return say("--max-line-bytes: '%s' is not a number from 1 to %llu", v, kMaxLineBytesCeiling), 2;
-        o.max_line_bytes = static_cast<std::size_t>(*n);
-        return -1;
-      }
-      case kShard: {
-        auto shard = parse_shard(v, [](const char* name) -> const char* { return std::getenv(name); });
-        if (!shard) return say("%s", shard.error().message().c_str()), 2;
-        o.shard = *shard;
-        return -1;
-      }
-    }
-    return 2;
-  }, operands);
-  if (rc >= 0) return rc;
-  for (int i = operands; i < argc; ++i) {
-    if (!o.file.empty()) return say("more than one FILE given (%s)", argv[i]), 2;
-    o.file = argv[i];
-  }
-  // Every shard must read the same bytes, and merge checks them again.
-  if (o.shard && (o.file.empty() || o.file == "-"))
-    return say("batch: --shard needs the job FILE (every shard reads the same file), not stdin"), 2;
-  return -1;
-}
-
 class Batch {
  public:
   // cpu_parallel: jobs with a cpu_seconds limit in flight at most.
   Batch(Supervisor& sup, int in_fd, std::size_t max_line_bytes, std::size_t parallel, std::size_t cpu_parallel,
-        bool progress, const Options& options)
+        bool progress, const BatchOptions& options)
       : sup_(sup), in_(in_fd, max_line_bytes), parallel_(parallel), cpu_(cpu_parallel), shard_(options.shard),
         progress_(progress), options_(options), t0_(std::chrono::steady_clock::now()) {
     total_ = shard_.of(count_jobs(in_fd));
@@ -535,7 +379,7 @@ class Batch {
   std::array<std::size_t, 7> outcomes_{};  // results by Outcome
   std::size_t errors_ = 0;                 // lines refused (outcome "error")
   bool progress_;
-  const Options& options_;
+  const BatchOptions& options_;
   std::chrono::steady_clock::time_point t0_, last_draw_{};
   std::optional<std::size_t> total_;
   long line_no_ = 0;
@@ -550,8 +394,8 @@ class Batch {
 }  // namespace
 
 int batch_main(int argc, char** argv) {
-  Options o;
-  if (int rc = parse(argc, argv, o); rc >= 0) return rc;
+  BatchOptions o;
+  if (int rc = parse_batch_options(argc, argv, o); rc >= 0) return rc;
   if (!o.routes.empty()) {
     auto router = load_router(o.routes, probe_host());
     if (!router) return say("%s", router.error().message().c_str()), 2;
