@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -296,6 +297,12 @@ Status CgroupBackend::add_process(pid_t pid) {
 Status CgroupBackend::remove() {
   if (removed) return {};
   Status first = kill_all();
+  if (first && left_for_reuse()) {
+    join_fds.clear();
+    hold.reset();
+    removed = true;
+    return first;
+  }
   bool all_gone = true;
   for (const auto& p : placements) {
     // EBUSY while the kernel still detaches tasks that were just killed.
@@ -316,6 +323,7 @@ Status CgroupBackend::remove() {
   // rather than write to nothing, and the destructor tries again.
   if (all_gone) {
     join_fds.clear();
+    hold.reset();
     removed = true;
   }
   return first;
@@ -463,6 +471,22 @@ Expected<RunCgroup> create_run_cgroup(const CgroupProbe& probe, const CgroupSpec
     if (backend) return RunCgroup(std::move(*backend));
     if (backend.error().code() != EEXIST || attempt == 3) return std::move(backend).error();
   }
+}
+
+Expected<RunCgroup> reuse_run_cgroup(const CgroupProbe& probe, const CgroupSpec& spec, std::string_view name) {
+  if (Status s = detail::validate_spec(spec, name); !s) return std::move(s).error();
+  if (probe.backend != CgroupVersion::v1)
+    return Error(ENOTSUP, "cgroup: groups are reused on v1 only (v2's memory.events counters cannot be reset)");
+  auto backend = detail::reuse_v1(probe, spec, std::string(name));
+  if (!backend) return std::move(backend).error();
+  return RunCgroup(std::move(*backend));
+}
+
+bool run_cgroups_reusable(const CgroupProbe& probe) noexcept { return probe.backend == CgroupVersion::v1; }
+
+bool run_cgroup_held(const std::string& dir) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  return fd && ::flock(fd.get(), LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
 }
 
 int join_cgroup_in_child(const RunCgroup& run) noexcept {

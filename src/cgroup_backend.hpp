@@ -60,6 +60,9 @@ class CgroupBackend {
   virtual int cgroup_fd() const noexcept { return -1; }
   virtual Expected<CgroupStats> stats() const = 0;
   virtual Status kill_all() = 0;
+  // Whether remove() leaves the (killed, empty) directories for another
+  // run (CgroupSpec::reusable) instead of removing them.
+  virtual bool left_for_reuse() const { return false; }
 
   std::string who() const { return version() == CgroupVersion::v2 ? "cgroup v2" : "cgroup v1"; }
   std::vector<std::string> dirs() const;
@@ -77,6 +80,9 @@ class CgroupBackend {
   // What join_cgroup_in_child writes "0" to, parallel to placements,
   // O_WRONLY|O_CLOEXEC: v2 cgroup.procs, v1 tasks (see open_join_file).
   std::vector<UniqueFd> join_fds;
+  // A reusable group: its first directory, LOCK_EX while this run holds
+  // it (RunCgroup::held_by_a_run); released when remove() removed or left it.
+  UniqueFd hold;
   bool removed = false;
 };
 
@@ -100,6 +106,10 @@ Expected<UniqueFd> attach_device_program(int cgroup_dir_fd, const std::vector<De
 
 Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, const CgroupSpec& spec,
                                                    const std::string& name);
+// The directories a reusable v1 run left under <parent>/<name>, taken over
+// (reuse_run_cgroup).
+Expected<std::unique_ptr<CgroupBackend>> reuse_v1(const CgroupProbe& probe, const CgroupSpec& spec,
+                                                  const std::string& name);
 // The v2 directory run cgroups go under (create_v2 and the sweeps agree on
 // it): the hierarchy root with under_hierarchy_root, else our own cgroup —
 // or, when our own cgroup is not the root and holds processes (so the

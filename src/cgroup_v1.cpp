@@ -12,6 +12,10 @@
 // - freezer.state: FROZEN is reached asynchronously (FREEZING meanwhile);
 //   frozen tasks do not act on SIGKILL until thawed, so we thaw after the
 //   kill on every path.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "cgroup_backend.hpp"
@@ -57,7 +61,25 @@ class V1Backend final : public CgroupBackend {
     return first;
   }
 
+  // A reusable run's groups stay for the next run (reuse_run_cgroup) only
+  // when nothing of this run lingers that the next would inherit: an OOM
+  // kill or a refused fork (counters that cannot be reset), a ceiling that
+  // was reached, or more than kReuseResidueBytes still charged (a file the
+  // run left on a tmpfs stays charged to the group that wrote it; a removed
+  // group hands its charges to its parent).
+  bool left_for_reuse() const override {
+    if (!reusable) return false;
+    auto st = stats();
+    if (!st || st->hit_ceiling || st->oom_killed() || st->under_oom || st->pids_limit_hits.value_or(0) > 0)
+      return false;
+    if (memory < 0) return true;
+    auto usage = read_text(kWho, placements[memory].dir + "/memory.usage_in_bytes");
+    auto bytes = usage ? parse_u64(*usage) : std::nullopt;
+    return bytes && *bytes <= kReuseResidueBytes;
+  }
+
   int memory = -1, pids = -1, cpuacct = -1, freezer = -1, devices = -1;  // index into placements
+  bool reusable = false;
 
  private:
   std::string dir_of(int i) const { return i >= 0 ? placements[i].dir : std::string(); }
@@ -86,9 +108,9 @@ class V1Backend final : public CgroupBackend {
 
 }  // namespace
 
-Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, const CgroupSpec& spec,
-                                                   const std::string& name) {
-  auto usable = [&](int h) { return h >= 0 && probe.v1[h].writable; };
+namespace {
+
+Status require_controllers(const CgroupProbe& probe, const CgroupSpec& spec) {
   auto require = [&](const char* what, const char* controller, int h) -> Status {
     if (h < 0)
       return Error(ENOTSUP, std::string(kWho) + ": " + what + " needs the " + controller +
@@ -99,23 +121,21 @@ Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, con
     return {};
   };
   if (spec.memory_bytes)
-    if (Status s = require("memory_bytes", "memory", probe.v1_memory); !s) return std::move(s).error();
+    if (Status s = require("memory_bytes", "memory", probe.v1_memory); !s) return s;
   if (spec.pids_max)
-    if (Status s = require("pids_max", "pids", probe.v1_pids); !s) return std::move(s).error();
+    if (Status s = require("pids_max", "pids", probe.v1_pids); !s) return s;
   if (spec.devices)
-    if (Status s = require("devices", "devices", probe.v1_devices); !s) return std::move(s).error();
+    if (Status s = require("devices", "devices", probe.v1_devices); !s) return s;
+  return {};
+}
 
-  auto b = std::make_unique<V1Backend>();
-  b->name = name;
-  // From here on every failure removes what was made.
-  auto fail = [&](Error e) -> Error {
-    (void)b->remove();
-    return e;
-  };
-
-  // One run directory per distinct hierarchy; the roles point at it.
+// The hierarchies the run joins, one run directory per distinct one (a
+// co-mounted hierarchy counts once); the roles point at them. Returns the
+// probe's hierarchy index of each placement to come.
+std::vector<int> assign_roles(const CgroupProbe& probe, const CgroupSpec& spec, V1Backend& b) {
+  auto usable = [&](int h) { return h >= 0 && probe.v1[h].writable; };
   std::vector<int> hierarchies;
-  int* role_slot[] = {&b->memory, &b->pids, &b->cpuacct, &b->freezer, &b->devices};
+  int* role_slot[] = {&b.memory, &b.pids, &b.cpuacct, &b.freezer, &b.devices};
   int role_h[] = {probe.v1_memory, (spec.pids_max || spec.pids_accounting) ? probe.v1_pids : -1,
                   spec.cpu_accounting ? probe.v1_cpuacct : -1, spec.freezer_kill ? probe.v1_freezer : -1,
                   spec.devices ? probe.v1_devices : -1};
@@ -125,13 +145,103 @@ Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, con
     if (it == hierarchies.end()) it = hierarchies.insert(hierarchies.end(), role_h[r]);
     *role_slot[r] = static_cast<int>(it - hierarchies.begin());
   }
+  return hierarchies;
+}
 
-  for (int h : hierarchies) {
-    const auto& hier = probe.v1[h];
-    Placement p;
-    p.base = spec.under_hierarchy_root ? hier.mount_point : hier.own_dir;
-    p.parent = p.base + "/" + spec.parent;
-    p.dir = p.parent + "/" + name;
+Placement placement_in(const CgroupV1Hierarchy& hier, const CgroupSpec& spec, const std::string& name) {
+  Placement p;
+  p.base = spec.under_hierarchy_root ? hier.mount_point : hier.own_dir;
+  p.parent = p.base + "/" + spec.parent;
+  p.dir = p.parent + "/" + name;
+  return p;
+}
+
+// memory.memsw.limit_in_bytes must stay >= memory.limit_in_bytes at every
+// step: going down the memory limit is written first, going up (a reused
+// group that had a lower one) memsw first, which the kernel's EINVAL for
+// the memory write says.
+Status write_memory_limit(const std::string& dir, const std::string& value, bool memsw) {
+  Status s = write_text(kWho, dir + "/memory.limit_in_bytes", value);
+  if (!memsw) return s;
+  if (s) return write_text(kWho, dir + "/memory.memsw.limit_in_bytes", value);
+  if (s.error().code() != EINVAL) return s;
+  if (Status m = write_text(kWho, dir + "/memory.memsw.limit_in_bytes", value); !m) return m;
+  return write_text(kWho, dir + "/memory.limit_in_bytes", value);
+}
+
+// The ceilings into the run's groups; `reused`: a group that had another
+// run's (an absent ceiling is written as none). Appends what is in force.
+Status write_ceilings(V1Backend& b, const CgroupSpec& spec, bool reused, std::vector<std::string>& in_force) {
+  if (b.memory >= 0) {
+    const std::string dir = b.placements[b.memory].dir;
+    const bool memsw = file_exists(dir + "/memory.memsw.limit_in_bytes");
+    if (spec.memory_bytes || reused) {
+      const std::string value = spec.memory_bytes ? std::to_string(*spec.memory_bytes) : "-1";
+      if (Status s = write_memory_limit(dir, value, memsw); !s) return s;
+    }
+    if (spec.memory_bytes) {
+      const std::string value = std::to_string(*spec.memory_bytes);
+      in_force.push_back("memory.limit_in_bytes=" + value);
+      if (memsw) {
+        in_force.push_back("memory.memsw.limit_in_bytes=" + value);
+        b.swap_capped = true;
+      } else {
+        in_force.push_back("swap not capped (no memory.memsw.limit_in_bytes: swap accounting off)");
+      }
+    }
+    // Written only when inherited as disabled: the write itself is one of
+    // the v1 knobs newer kernels warn about.
+    auto oom = read_text(kWho, dir + "/memory.oom_control");
+    if (!oom) return std::move(oom).error();
+    if (cgroupfs::keyed_value(*oom, "oom_kill_disable").value_or(0) != 0)
+      if (Status s = write_text(kWho, dir + "/memory.oom_control", "0"); !s) return s;
+  }
+  if (b.pids >= 0 && (spec.pids_max || reused)) {
+    const std::string value = spec.pids_max ? std::to_string(*spec.pids_max) : "max";
+    if (Status s = write_text(kWho, b.placements[b.pids].dir + "/pids.max", value); !s) return s;
+    if (spec.pids_max) in_force.push_back("pids.max=" + value);
+  }
+  return {};
+}
+
+// The child joins through `tasks`, not cgroup.procs. Writing "0" to
+// cgroup.procs takes the global cgroup_threadgroup_rwsem for writing, and
+// on a kernel without favordynmods that waits for an RCU grace period:
+// 5-13 ms per run on this 2-CPU host. A single-thread move of the writer
+// itself ("0" into tasks) skips that lock (kernel/cgroup/cgroup.c,
+// cgroup_procs_write_start) and costs ~20 us. The joiner is a freshly
+// cloned, single-threaded child, so moving its one thread moves all of it.
+Status open_join_fds(V1Backend& b) {
+  for (const auto& p : b.placements) {
+    auto fd = open_join_file(kWho, p.dir, "tasks");
+    if (!fd) return std::move(fd).error();
+    b.join_fds.push_back(std::move(*fd));
+  }
+  return {};
+}
+
+void describe(V1Backend& b, const std::vector<std::string>& in_force) {
+  b.description = in_force.empty() ? "accounting only" : "";
+  for (const auto& s : in_force) b.description += (b.description.empty() ? "" : ", ") + s;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, const CgroupSpec& spec,
+                                                   const std::string& name) {
+  if (Status s = require_controllers(probe, spec); !s) return std::move(s).error();
+  auto b = std::make_unique<V1Backend>();
+  b->name = name;
+  b->reusable = spec.reusable && !spec.devices;
+  // From here on every failure removes what was made.
+  auto fail = [&](Error e) -> Error {
+    b->reusable = false;
+    (void)b->remove();
+    return e;
+  };
+
+  for (int h : assign_roles(probe, spec, *b)) {
+    Placement p = placement_in(probe.v1[h], spec, name);
     // The parent is kept, but an operator (or an older corral) may remove it
     // between our steps: ENOENT means make it again.
     Status made;
@@ -143,37 +253,16 @@ Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, con
     if (!made) return fail(std::move(made).error());
     b->placements.push_back(std::move(p));
   }
+  if (b->reusable && !b->placements.empty()) {
+    // Held from the start (reuse_v1 takes only a group nobody holds).
+    const std::string& first = b->placements.front().dir;
+    b->hold.reset(::open(first.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!b->hold || ::flock(b->hold.get(), LOCK_EX) != 0)
+      return fail(Error::from_errno(errno, std::string(kWho) + ": hold " + first));
+  }
 
   std::vector<std::string> in_force;
-  if (b->memory >= 0) {
-    const std::string dir = b->placements[b->memory].dir;
-    if (spec.memory_bytes) {
-      const std::string value = std::to_string(*spec.memory_bytes);
-      if (Status s = write_text(kWho, dir + "/memory.limit_in_bytes", value); !s)
-        return fail(std::move(s).error());
-      in_force.push_back("memory.limit_in_bytes=" + value);
-      if (file_exists(dir + "/memory.memsw.limit_in_bytes")) {
-        if (Status s = write_text(kWho, dir + "/memory.memsw.limit_in_bytes", value); !s)
-          return fail(std::move(s).error());
-        in_force.push_back("memory.memsw.limit_in_bytes=" + value);
-        b->swap_capped = true;
-      } else {
-        in_force.push_back("swap not capped (no memory.memsw.limit_in_bytes: swap accounting off)");
-      }
-    }
-    // Written only when inherited as disabled: the write itself is one of
-    // the v1 knobs newer kernels warn about.
-    auto oom = read_text(kWho, dir + "/memory.oom_control");
-    if (!oom) return fail(std::move(oom).error());
-    if (cgroupfs::keyed_value(*oom, "oom_kill_disable").value_or(0) != 0)
-      if (Status s = write_text(kWho, dir + "/memory.oom_control", "0"); !s) return fail(std::move(s).error());
-  }
-  if (b->pids >= 0 && spec.pids_max) {
-    const std::string value = std::to_string(*spec.pids_max);
-    if (Status s = write_text(kWho, b->placements[b->pids].dir + "/pids.max", value); !s)
-      return fail(std::move(s).error());
-    in_force.push_back("pids.max=" + value);
-  }
+  if (Status s = write_ceilings(*b, spec, false, in_force); !s) return fail(std::move(s).error());
   if (b->devices >= 0 && spec.devices) {
     // Deny all first (a new group inherits its parent's list), then allow
     // each rule; the kernel checks at open(2) of a device node.
@@ -188,20 +277,64 @@ Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, con
     }
     in_force.push_back("devices.allow=" + (allowed.empty() ? std::string("none") : allowed));
   }
-  // The child joins through `tasks`, not cgroup.procs. Writing "0" to
-  // cgroup.procs takes the global cgroup_threadgroup_rwsem for writing, and
-  // on a kernel without favordynmods that waits for an RCU grace period:
-  // 5-13 ms per run on this 2-CPU host. A single-thread move of the writer
-  // itself ("0" into tasks) skips that lock (kernel/cgroup/cgroup.c,
-  // cgroup_procs_write_start) and costs ~20 us. The joiner is a freshly
-  // cloned, single-threaded child, so moving its one thread moves all of it.
+  if (Status s = open_join_fds(*b); !s) return fail(std::move(s).error());
+  describe(*b, in_force);
+  return std::unique_ptr<CgroupBackend>(std::move(b));
+}
+
+Expected<std::unique_ptr<CgroupBackend>> reuse_v1(const CgroupProbe& probe, const CgroupSpec& spec,
+                                                  const std::string& name) {
+  if (spec.devices) return Error(ENOTSUP, std::string(kWho) + ": a group with device rules is not reused");
+  if (Status s = require_controllers(probe, spec); !s) return std::move(s).error();
+  auto b = std::make_unique<V1Backend>();
+  b->name = name;
+  b->reusable = true;
+  for (int h : assign_roles(probe, spec, *b)) b->placements.push_back(placement_in(probe.v1[h], spec, name));
+  if (b->placements.empty()) return Error(ENOENT, std::string(kWho) + ": no hierarchy to reuse " + name + " in");
+  // Held (LOCK_EX on the first directory) by whoever holds the group: a
+  // group another run holds is not ours; nobody else takes this one now.
+  const std::string first = b->placements.front().dir;
+  b->hold.reset(::open(first.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!b->hold) return Error::from_errno(errno, std::string(kWho) + ": open " + first + " to reuse it");
+  if (::flock(b->hold.get(), LOCK_EX | LOCK_NB) != 0)
+    return Error(EAGAIN, std::string(kWho) + ": " + first + " is held by another run");
+  // A group unfit for reuse is removed here, while we hold it (its
+  // processes killed): EBUSY saying why.
+  auto unfit = [&](const std::string& why) {
+    b->reusable = false;
+    Status gone = b->remove();
+    return Error(EBUSY, std::string(kWho) + ": " + name + " not reused (" + why + ")" +
+                            (gone ? std::string() : "; its removal: " + gone.error().message()));
+  };
+  // Gone while we opened it (a sweep removed it): nothing to reuse.
+  if (!file_exists(first + "/tasks")) return Error(ENOENT, std::string(kWho) + ": " + first + " is gone");
   for (const auto& p : b->placements) {
-    auto fd = open_join_file(kWho, p.dir, "tasks");
-    if (!fd) return fail(std::move(fd).error());
-    b->join_fds.push_back(std::move(*fd));
+    if (!file_exists(p.dir + "/tasks")) return unfit("no " + p.dir);
+    auto procs = read_procs(kWho, p.dir);
+    if (!procs) return unfit(procs.error().message());
+    if (!procs->empty()) return unfit("processes are left in it");
   }
-  b->description = in_force.empty() ? "accounting only" : "";
-  for (const auto& s : in_force) b->description += (b->description.empty() ? "" : ", ") + s;
+  // The counters that cannot be reset must be zero; the rest start again.
+  auto st = b->stats();
+  if (!st) return unfit(st.error().message());
+  if (st->oom_killed() || st->under_oom) return unfit("an OOM kill was counted");
+  if (st->pids_limit_hits.value_or(0) > 0) return unfit("a refused fork was counted");
+  std::vector<std::string> in_force;
+  if (Status s = write_ceilings(*b, spec, true, in_force); !s) return unfit(s.error().message());
+  if (b->memory >= 0) {
+    const std::string dir = b->placements[b->memory].dir;
+    // "0" resets a high-water mark to the current usage, a failcnt to 0.
+    std::vector<const char*> reset{"memory.max_usage_in_bytes", "memory.failcnt"};
+    if (b->swap_capped || file_exists(dir + "/memory.memsw.max_usage_in_bytes"))
+      reset.insert(reset.end(), {"memory.memsw.max_usage_in_bytes", "memory.memsw.failcnt"});
+    for (const char* f : reset)
+      if (Status s = write_text(kWho, dir + "/" + f, "0"); !s) return unfit(s.error().message());
+  }
+  if (b->cpuacct >= 0)
+    if (Status s = write_text(kWho, b->placements[b->cpuacct].dir + "/cpuacct.usage", "0"); !s)
+      return unfit(s.error().message());
+  if (Status s = open_join_fds(*b); !s) return unfit(s.error().message());
+  describe(*b, in_force);
   return std::unique_ptr<CgroupBackend>(std::move(b));
 }
 

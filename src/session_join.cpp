@@ -1,6 +1,6 @@
 // A session exec's run-layer part (session_join.hpp): the parent side that
-// opens the live session's pid 1 and makes the exec's cgroup below the
-// session's, from the SessionTarget the supervisor layer read, and the spawn
+// opens the live session's pid 1 and claims the exec's cgroup below the
+// session's (session_cgroup.hpp), from the SessionTarget the supervisor layer read, and the spawn
 // of a child that joins the session's namespaces. Everything named *_in_child runs in
 // the cloned process (fork-like: its own copy of our memory) and is
 // async-signal-safe: raw syscalls only.
@@ -22,6 +22,7 @@
 #include "corral/run_setup.hpp"
 #include "corral/session_join.hpp"
 #include "corral/syscalls.hpp"
+#include "session_cgroup.hpp"
 
 namespace corral {
 
@@ -40,10 +41,6 @@ void touch_active(const std::string& active_file) {
 struct SessionJoin {
   std::string active_file;
   Pidfd pid1;
-  // LOCK_EX on the exec's cgroup directory in the session's first
-  // hierarchy while this process holds the exec: the keeper removes an
-  // exec cgroup nobody claims (sweep_unclaimed_execs).
-  UniqueFd claim;
   long inside_uid = 0, inside_gid = 0;
   ~SessionJoin() {
     if (!active_file.empty()) touch_active(active_file);
@@ -72,37 +69,6 @@ Expected<Pidfd> open_pid1(const SessionTarget& info) {
   struct pollfd p = {pidfd->fd(), POLLIN, 0};
   if (::poll(&p, 1, 0) != 0) return Error(ESRCH, "session " + info.id + ": its pid 1 is gone");
   return pidfd;
-}
-
-// The exec's cgroup: <session group>/execs/<run> in each hierarchy the
-// session uses, made with the cgroup module by pointing its probe's "own
-// cgroup" at the session's group.
-Expected<RunCgroup> exec_cgroup(const HostFacts& host, const SessionTarget& info, const PreparedRun& run) {
-  CgroupProbe probe = host.cgroups;
-  if (probe.backend != CgroupVersion::v1)
-    return Error(ENOTSUP, "session exec: per-exec cgroups are made on cgroup v1 only (this host: " +
-                              host.cgroup_summary + ")");
-  bool pids = false;
-  for (std::size_t h = 0; h < probe.v1.size(); ++h) {
-    auto& hier = probe.v1[h];
-    hier.writable = false;
-    for (const auto& d : info.cgroup_dirs)
-      if (d.rfind(hier.mount_point + "/", 0) == 0) {
-        hier.own_dir = d;
-        hier.writable = true;
-        if (static_cast<int>(h) == probe.v1_pids) pids = true;
-      }
-  }
-  CgroupSpec spec;
-  spec.parent = "execs";
-  spec.freezer_kill = false;
-  spec.pids_accounting = false;
-  spec.cpu_accounting = probe.v1_cpuacct >= 0 && probe.v1[probe.v1_cpuacct].writable;
-  spec.memory_bytes = tighter(run.limits.get(Limit::memory_bytes), info.memory_bytes);
-  if (pids) spec.pids_max = tighter(run.limits.get(Limit::process_count), info.process_count);
-  auto cg = create_run_cgroup(probe, spec, run.run_id);
-  if (!cg) return std::move(cg).error().context("session " + info.id + ": the exec's cgroup");
-  return cg;
 }
 
 // ---- the child
@@ -186,8 +152,11 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const Sessi
   if (!pid1) return std::move(pid1).error();
 
   auto c = std::make_shared<ContainerRun>();
-  auto cg = exec_cgroup(host, *info, run);
-  if (!cg) return std::move(cg).error();
+  // Held while the exec runs (the keeper sweeps the groups nobody holds).
+  auto cg = claim_exec_cgroup(host.cgroups, info->cgroup_dirs,
+                              tighter(run.limits.get(Limit::memory_bytes), info->memory_bytes),
+                              tighter(run.limits.get(Limit::process_count), info->process_count), run.run_id);
+  if (!cg) return std::move(cg).error().context("session " + info->id + ": the exec's cgroup");
   c->join_in_child = true;
   if (run.limits.get(Limit::memory_bytes) || info->memory_bytes) {
     auto oom = cg->oom_notifier();
@@ -196,13 +165,6 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const Sessi
   }
   c->cgroup.emplace(std::move(*cg));
   auto join = std::make_shared<SessionJoin>();
-  const std::string first = info->cgroup_dirs.empty() ? std::string() : info->cgroup_dirs.front() + "/";
-  for (const auto& d : c->cgroup->dirs())
-    if (!first.empty() && d.rfind(first, 0) == 0) {
-      join->claim.reset(::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-      if (!join->claim || ::flock(join->claim.get(), LOCK_EX) != 0)
-        return Error::from_errno(errno, "session exec: claim the exec's cgroup '" + d + "'");
-    }
   join->active_file = info->active_file;
   join->pid1 = std::move(*pid1);
   join->inside_uid = info->inside_uid;

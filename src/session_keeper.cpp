@@ -19,6 +19,7 @@
 #include "corral/host_probe.hpp"
 #include "corral/privilege.hpp"
 #include "corral/run_setup.hpp"
+#include "session_cgroup.hpp"
 #include "session_state.hpp"
 
 namespace corral::session_state {
@@ -27,17 +28,6 @@ namespace {
 // The idle program under pid 1: from the sandbox's own /usr, so a rootfs
 // must have it too.
 const std::vector<std::string> kIdleArgv{"sleep", "infinity"};
-
-bool busy(const std::vector<std::string>& cgroup_dirs) {
-  for (const auto& d : cgroup_dirs) {
-    UniqueFd fd(::open((d + "/execs").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!fd) continue;
-    struct stat st {};
-    // A v1 cgroup directory's link count is 2 + its subdirectories.
-    if (::fstat(fd.get(), &st) == 0 && st.st_nlink > 2) return true;
-  }
-  return false;
-}
 
 std::uint64_t pidns_inode(pid_t pid) {
   struct stat st {};
@@ -170,12 +160,17 @@ void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::strin
     undo(&child->pidfd);
     fail(st.error());
   }
+  // One exec group made ahead and left clean in the pool for the first exec.
+  if (run_cgroups_reusable(host.cgroups))
+    if (auto ahead = claim_exec_cgroup(host.cgroups, info.cgroup_dirs, info.memory_bytes, info.process_count, "exec"))
+      (void)ahead->remove();
   report("ok\n");
   // What the set-up allocated is not needed again.
   ::malloc_trim(0);
 
   // Keep it until told, idle, too old, or its pid 1 is gone.
   const double created = info.created;
+  const int pool_keep = run_cgroups_reusable(host.cgroups) ? kExecPoolKeep : 0;
   for (;;) {
     const double now = now_realtime();
     double wait = 1.0;
@@ -184,13 +179,15 @@ void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::strin
       wait = std::min(wait, spec.max_lifetime_seconds - (now - created));
     }
     // What an exec whose owner died left (its leader died with the owner,
-    // PDEATHSIG; a setsid child of it did not) is killed here.
-    if (busy(info.cgroup_dirs)) {
+    // PDEATHSIG; a setsid child of it did not) is killed here; clean
+    // groups stay for the next execs, a few at most.
+    bool busy = false;
+    {
       std::vector<std::string> problems;
-      (void)sweep_unclaimed_execs(info.cgroup_dirs, 2.0, problems);
+      (void)sweep_unclaimed_execs(info.cgroup_dirs, pool_keep, problems, &busy);
     }
     if (spec.idle_seconds > 0) {
-      if (busy(info.cgroup_dirs)) {
+      if (busy) {
         touch_active(session_dir);
       } else {
         double idle = now - std::max(active_mtime(session_dir), created);

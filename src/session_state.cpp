@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "cgroup_backend.hpp"
+#include "session_cgroup.hpp"
 
 namespace corral::session_state {
 namespace {
@@ -156,69 +157,6 @@ double active_mtime(const std::string& session_dir) {
   struct stat st {};
   if (::stat((session_dir + "/active").c_str(), &st) != 0) return 0;
   return static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) / 1e9;
-}
-
-int remove_exec_cgroups(const std::vector<std::string>& session_cgroup_dirs, std::vector<std::string>& problems) {
-  int left = 0;
-  for (const auto& sdir : session_cgroup_dirs) {
-    const std::string execs = sdir + "/execs";
-    std::vector<std::string> children;
-    if (DIR* d = ::opendir(execs.c_str())) {
-      while (struct dirent* e = ::readdir(d))
-        if (e->d_name[0] != '.' && e->d_type == DT_DIR) children.push_back(execs + "/" + e->d_name);
-      ::closedir(d);
-    }
-    for (const auto& c : children) {
-      if (auto st = detail::kill_until_empty("session", {c}, 2000); !st) problems.push_back(st.error().message());
-      if (::rmdir(c.c_str()) != 0 && errno != ENOENT) {
-        problems.push_back("session: rmdir '" + c + "': " + std::strerror(errno));
-        ++left;
-      }
-    }
-    if (::rmdir(execs.c_str()) != 0 && errno != ENOENT) {
-      problems.push_back("session: rmdir '" + execs + "': " + std::strerror(errno));
-      ++left;
-    }
-  }
-  return left;
-}
-
-int sweep_unclaimed_execs(const std::vector<std::string>& session_cgroup_dirs, double min_age_seconds,
-                          std::vector<std::string>& problems) {
-  if (session_cgroup_dirs.empty()) return 0;
-  const std::string execs = session_cgroup_dirs.front() + "/execs";
-  std::vector<std::string> names;
-  if (DIR* d = ::opendir(execs.c_str())) {
-    while (struct dirent* e = ::readdir(d))
-      if (e->d_name[0] != '.' && e->d_type == DT_DIR) names.emplace_back(e->d_name);
-    ::closedir(d);
-  }
-  int removed = 0;
-  const double now = now_realtime();
-  for (const auto& name : names) {
-    UniqueFd dir(::open((execs + "/" + name).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!dir) continue;
-    // Its owner holds LOCK_EX while the exec lives.
-    if (::flock(dir.get(), LOCK_SH | LOCK_NB) != 0) continue;
-    struct stat st {};
-    if (::fstat(dir.get(), &st) != 0 ||
-        now - (static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) / 1e9) < min_age_seconds)
-      continue;
-    std::vector<std::string> dirs;
-    for (const auto& sdir : session_cgroup_dirs) dirs.push_back(sdir + "/execs/" + name);
-    if (auto st2 = detail::kill_until_empty("session", dirs, 2000); !st2) {
-      problems.push_back(st2.error().message());
-      continue;
-    }
-    bool all = true;
-    for (const auto& d : dirs)
-      if (::rmdir(d.c_str()) != 0 && errno != ENOENT) {
-        problems.push_back("session: rmdir '" + d + "': " + std::strerror(errno));
-        all = false;
-      }
-    removed += all;
-  }
-  return removed;
 }
 
 void remove_files(const std::string& session_dir) {

@@ -35,21 +35,10 @@ Status write(const SessionInfo& info);
 void touch_active(const std::string& session_dir);
 double active_mtime(const std::string& session_dir);
 
-// What a session whose keeper is gone left: the exec cgroups and the
-// session's own (processes in them killed first), then the files and the
-// directory. Call with <dir>/.lock held. Errors are collected.
+// What a session whose keeper is gone left: the exec cgroups
+// (session_cgroup.hpp) and the session's own (processes in them killed
+// first), then the files and the directory. Call with <dir>/.lock held. Errors are collected.
 void remove_leftovers(const SessionInfo& info, std::vector<std::string>& problems);
-// The exec cgroups below each session cgroup dir (killed, removed); the
-// number that could not go.
-int remove_exec_cgroups(const std::vector<std::string>& session_cgroup_dirs, std::vector<std::string>& problems);
-// Exec cgroups nobody claims any more: the process that makes one holds an
-// flock on its directory in the session's first hierarchy for the exec's
-// life (session_join.cpp), so an owner that died (a SIGKILLed `corral
-// session exec`) has let go of it. What is inside is killed and the groups
-// removed; one younger than min_age_seconds is left (made, not yet
-// claimed). Returns how many were removed.
-int sweep_unclaimed_execs(const std::vector<std::string>& session_cgroup_dirs, double min_age_seconds,
-                          std::vector<std::string>& problems);
 // Removes <session_dir>/{state,active,lock} and the directory.
 void remove_files(const std::string& session_dir);
 
