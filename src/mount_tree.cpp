@@ -24,8 +24,9 @@ namespace corral {
 
 namespace mount_tree_detail {
 
-HostKind host_kind(const std::string& path) {
-  struct stat st;
+HostKind host_kind(const std::string& path, struct stat* out) {
+  struct stat local;
+  struct stat& st = out ? *out : local;
   if (::lstat(path.c_str(), &st) != 0) return HostKind::missing;
   if (S_ISDIR(st.st_mode)) return HostKind::directory;
   if (S_ISREG(st.st_mode)) return HostKind::file;
@@ -337,11 +338,15 @@ Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, con
   for (const auto& st : b.steps()) {
     if (st.op != MountOp::bind) continue;
     const char* src = out.base.str(st.source);
-    struct stat sb;
     std::string host = std::string(src).substr(kOldRoot.size());
     if (host.empty()) host = "/";
-    if (::stat(host.c_str(), &sb) != 0) return Error::from_errno(errno, "mount tree: stat '" + host + "'");
-    out.fingerprint += host + " " + std::to_string(sb.st_dev) + ":" + std::to_string(sb.st_ino) + "\n";
+    std::string id = base.identity_of(host);
+    if (id.empty()) {
+      struct stat sb;
+      if (::stat(host.c_str(), &sb) != 0) return Error::from_errno(errno, "mount tree: stat '" + host + "'");
+      id = std::to_string(sb.st_dev) + ":" + std::to_string(sb.st_ino);
+    }
+    out.fingerprint += host + " " + id + "\n";
   }
   return out;
 }

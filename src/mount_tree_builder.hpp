@@ -11,6 +11,7 @@
 #include <linux/mount.h>
 #include <sys/stat.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -28,7 +29,8 @@ constexpr std::uint64_t kWritable = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 
 enum class HostKind { missing, directory, file, symlink, chardev, other };
 
-HostKind host_kind(const std::string& path);
+// lstat(2)'s answer as a kind; `st` (when given) gets the stat.
+HostKind host_kind(const std::string& path, struct stat* st = nullptr);
 
 // realpath(3) of a host path; errors name `what`.
 Expected<std::string> canonical_host(const std::string& path, std::string_view what);
@@ -127,6 +129,18 @@ class Builder {
     tree.add_step(st);
   }
 
+  // A bind source's identity as it was just lstat'ed (canonical, not a
+  // symlink): the split tree's fingerprint takes it instead of a stat of
+  // its own.
+  void note_identity(const std::string& host, const struct stat& st) {
+    identities_.emplace(host, std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino));
+  }
+  // "dev:ino" of `host` as noted, or empty.
+  std::string identity_of(const std::string& host) const {
+    auto it = identities_.find(host);
+    return it == identities_.end() ? std::string() : it->second;
+  }
+
   void setattr(const std::string& target, std::uint64_t attr, std::string_view what) {
     MountStep st{MountOp::setattr};
     st.what = s(what);
@@ -137,6 +151,7 @@ class Builder {
 
  private:
   std::set<std::string> made_;
+  std::map<std::string, std::string> identities_;
 };
 
 // An operator's device (--dev-bind): its path and the identity it was opened with.

@@ -62,8 +62,17 @@ std::string etc_group(const EtcIdentity& who) {
 // Mirror one host entry (`host` is its path on the host, `inside` where it
 // goes): a symlink stays a symlink with the same target, a directory or file
 // becomes a read-only bind of its canonical path. Anything else is skipped.
-Status mirror_entry(Builder& b, const std::string& host, const std::string& inside, bool required) {
-  switch (host_kind(host)) {
+// `in_canonical_dir`: host's directory is canonical (no symlink on the way
+// to it) and its last component is a plain name, so a host that is not
+// itself a symlink is its own canonical path: one lstat, no realpath (which
+// readlinks every component) and no second stat, for each of the ~40
+// entries every container run's tree is built from. The identity goes to
+// the builder for the template's fingerprint.
+Status mirror_entry(Builder& b, const std::string& host, const std::string& inside, bool required,
+                    bool in_canonical_dir) {
+  struct stat st;
+  const HostKind kind = host_kind(host, &st);
+  switch (kind) {
     case HostKind::symlink: {
       char buf[PATH_MAX];
       ssize_t n = ::readlink(host.c_str(), buf, sizeof buf - 1);
@@ -73,6 +82,11 @@ Status mirror_entry(Builder& b, const std::string& host, const std::string& insi
     }
     case HostKind::directory:
     case HostKind::file: {
+      if (in_canonical_dir) {
+        b.note_identity(host, st);
+        b.bind(host, inside, kReadOnly, kind == HostKind::directory);
+        return {};
+      }
       auto canon = canonical_host(host, "host entry");
       if (!canon) return std::move(canon).error();
       b.bind(*canon, inside, kReadOnly, host_kind(*canon) == HostKind::directory);
@@ -91,7 +105,7 @@ Status mirror_entry(Builder& b, const std::string& host, const std::string& insi
 Status add_host_system(Builder& b, const EtcIdentity& who) {
   for (auto name : kSystemEntries) {
     std::string n(name);
-    if (auto st = mirror_entry(b, "/" + n, "/" + n, name == "usr"); !st) return st;
+    if (auto st = mirror_entry(b, "/" + n, "/" + n, name == "usr", true); !st) return st;
   }
   b.mkdir("/etc");
   b.write_file("/etc/passwd", etc_passwd(who));
@@ -115,8 +129,12 @@ Status add_host_system(Builder& b, const EtcIdentity& who) {
     std::sort(versioned.begin(), versioned.end());
     names.insert(names.end(), versioned.begin(), versioned.end());
   }
+  // /etc a directory of its own (no symlink): its plain entries are canonical.
+  const bool etc_canonical = host_kind("/etc") == HostKind::directory;
   for (const auto& n : names)
-    if (auto st = mirror_entry(b, "/etc/" + n, "/etc/" + n, false); !st) return st;
+    if (auto st = mirror_entry(b, "/etc/" + n, "/etc/" + n, false, etc_canonical && n.find('/') == std::string::npos);
+        !st)
+      return st;
   return {};
 }
 
@@ -139,7 +157,7 @@ Status add_rootfs(Builder& b, const std::string& rootfs) {
   std::sort(names.begin(), names.end());
   std::string base = *canon == "/" ? "" : *canon;
   for (const auto& n : names)
-    if (auto st = mirror_entry(b, base + "/" + n, "/" + n, false); !st) return st;
+    if (auto st = mirror_entry(b, base + "/" + n, "/" + n, false, true); !st) return st;
   return {};
 }
 
@@ -151,7 +169,9 @@ void add_dev(Builder& b, const MountTreeSpec& spec, Builder& fresh, const std::v
   // device nodes stay usable (no nodev on it).
   for (auto node : kDevNodes) {
     std::string host = "/dev/" + std::string(node);
-    if (host_kind(host) != HostKind::chardev) continue;
+    struct stat st;
+    if (host_kind(host, &st) != HostKind::chardev) continue;
+    b.note_identity(host, st);
     b.bind(host, host, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false);
   }
   

@@ -358,7 +358,7 @@ int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, 
       if ((err = set_hostname_in_child(ns.hostname_.data(), ns.hostname_.size())))
         return fail(NsStage::hostname, err);
     if ((err = apply_mount_tree_in_child(ns.tree_, &f->mount))) return fail(NsStage::mount_tree, err);
-    sys::call(SYS_close, ns.workspace_fd_.get());
+    if (ns.workspace_fd_) sys::call(SYS_close, ns.workspace_fd_.get());
     // Root's supplementary groups must not reach pid 1 or the program.
     if ((ret = sys::call(SYS_setgroups, 0, 0)) < 0) return fail(NsStage::setgroups, sys::error_of(ret));
     Pid1UserNs u{ns.template_user_.get(), ns.map_.inside_uid, ns.map_.inside_gid, ns.map_.outside_uid,

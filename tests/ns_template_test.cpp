@@ -272,6 +272,39 @@ Test(ns_template, a_changed_host_file_makes_a_new_base) {
   cr_assert_eq(a->base.describe(), b->base.describe());
 }
 
+Test(ns_template, the_host_base_fingerprint_names_each_bind_as_stat_sees_it) {
+  // The host tree's entries are lstat'ed once and their identity reused
+  // (no realpath, no second stat): every bind line of the fingerprint must
+  // still be a canonical host path with the dev:ino stat(2) gives it now.
+  TempDir ws;
+  MountTreeSpec spec;
+  spec.workspace(ws.path());
+  EtcIdentity who;
+  auto split = prepare_split_mount_tree(spec, who);
+  cr_assert(split.ok(), "%s", split.ok() ? "" : split.error().message().c_str());
+  int binds = 0;
+  std::size_t at = 0;
+  const std::string& fp = split->fingerprint;
+  while (at < fp.size()) {
+    std::size_t nl = fp.find('\n', at);
+    std::string line = fp.substr(at, nl - at);
+    at = nl == std::string::npos ? fp.size() : nl + 1;
+    if (line.empty() || line[0] != '/') continue;  // a step line starts with its op number
+    std::size_t sp = line.rfind(' ');
+    std::string host = line.substr(0, sp);
+    struct stat st;
+    cr_assert_eq(stat(host.c_str(), &st), 0, "stat '%s'", host.c_str());
+    std::string id = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+    cr_expect_eq(line.substr(sp + 1), id, "'%s': fingerprint %s, stat %s", host.c_str(), line.substr(sp + 1).c_str(),
+                 id.c_str());
+    char canon[PATH_MAX];
+    cr_assert_neq(realpath(host.c_str(), canon), nullptr, "realpath '%s'", host.c_str());
+    cr_expect_str_eq(canon, host.c_str(), "a bind source that is not canonical");
+    ++binds;
+  }
+  cr_assert_gt(binds, 5, "only %d binds in the host base:\n%s", binds, fp.c_str());
+}
+
 Test(ns_template, runs_in_the_template_leave_no_mount_cgroup_or_workspace) {
   SKIP_UNLESS_TEMPLATE();
   TemplatesLock lock(false);
