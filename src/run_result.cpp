@@ -196,7 +196,8 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   r.limits = run.limits;
   r.binary_output = run.request.binary_output;
   const RunPolicy& policy = run.policy ? *run.policy : default_run_policy();
-  r.enforcement = policy.run_enforcement(run.enforcement, run.request, run.limits);
+  static const std::map<std::string, std::string> kNoEnforcement;
+  r.enforcement = policy.run_enforcement(run.enforcement ? *run.enforcement : kNoEnforcement, run.request, run.limits);
   r.enforcement["network"] = run_network(run);
   if (!run.cpu_enforcer.empty()) r.enforcement["cpu_seconds"] = run.cpu_enforcer;
   else if (run.limits.fractional(Limit::cpu_seconds) && r.enforcement.count("cpu_seconds"))

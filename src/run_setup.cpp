@@ -529,13 +529,13 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
 
   if (auto st = add_tier_mechanisms(run, host, owner, ctx.cache); !st) return who(st.error());
   plan.finalize();
+  using EnforcementMap = std::map<std::string, std::string>;
   if (ctx.cache) {
-    auto it = ctx.cache->enforcement.find(req.tier);
-    if (it == ctx.cache->enforcement.end())
-      it = ctx.cache->enforcement.emplace(req.tier, policy.host_enforcement(host, req.tier)).first;
-    run.enforcement = it->second;
+    auto& shared = ctx.cache->enforcement[req.tier];
+    if (!shared) shared = std::make_shared<const EnforcementMap>(policy.host_enforcement(host, req.tier));
+    run.enforcement = shared;
   } else {
-    run.enforcement = policy.host_enforcement(host, req.tier);
+    run.enforcement = std::make_shared<const EnforcementMap>(policy.host_enforcement(host, req.tier));
   }
   run.plan_seconds = since(t0);
   return run;

@@ -202,9 +202,6 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   // Landlock ruleset fd) and the workspace's root fd until collection.
   run.prep.plan.reset();
   if (run.prep.workspace) (void)run.prep.workspace->release_fd();
-  // One copy per tier lives in the cache (about 4 KiB each), not one per
-  // run in flight; restored at delivery.
-  run.prep.enforcement = {};
   if (child->report.stage != SpawnStage::none) {
     // Exec never happened (the child is already reaped): a spawn_failed
     // result, delivered from the loop like every other result.

@@ -308,7 +308,6 @@ void Supervisor::Impl::deliver(Run& run) {
   // Found again by name below the shared base; a failure (the directory
   // was moved or replaced) shows in the result's detail via remove().
   if (run.prep.workspace) (void)run.prep.workspace->reacquire();
-  run.prep.enforcement = cache.enforcement[run.prep.request.tier];
   // Not const, and not used after the callback: run() moves from it.
   Result result = finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get());
   // The audit line (the policy's: run_policy.hpp), with the secrets scrubbed.
