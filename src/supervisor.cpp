@@ -98,6 +98,33 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   return std::unique_ptr<Supervisor>(new Supervisor(std::move(impl)));
 }
 
+Status CheckMemo::check(const HostFacts& host, const Request& request, const Limits& defaults,
+                        std::vector<std::string>& warnings) const {
+  const RunPolicy& policy = default_run_policy();
+  if (!request.acknowledged.empty()) return policy.check(host, request, defaults, warnings);
+  // Everything check_enforceable reads of the request and the defaults.
+  static_assert(2 * kLimitCount + 3 + 4 <= 64, "the key holds every limit twice, the tier and four guarantees");
+  std::uint64_t key = static_cast<std::uint64_t>(request.tier);
+  int bit = 3;
+  for (const auto& info : all_limits()) {
+    key |= std::uint64_t{request.limits.has(info.limit)} << bit++;
+    key |= std::uint64_t{defaults.has(info.limit)} << bit++;
+  }
+  key |= std::uint64_t{request.confine_writes || !request.write_paths.empty()} << bit++;
+  key |= std::uint64_t{request.net == NetworkAccess::none} << bit++;
+  key |= std::uint64_t{request.user.has_value()} << bit++;
+  key |= std::uint64_t{!request.dev_binds.empty()} << bit++;
+  if (auto it = passed_.find(key); it != passed_.end()) {
+    warnings.insert(warnings.end(), it->second.begin(), it->second.end());
+    return {};
+  }
+  std::vector<std::string> found;
+  Status st = policy.check(host, request, defaults, found);
+  if (st) passed_.emplace(key, found);
+  warnings.insert(warnings.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
+  return st;
+}
+
 std::string Supervisor::next_run_id() {
   return "r-" + impl_->owner_token + "-" + std::to_string(++impl_->run_counter);
 }
@@ -116,6 +143,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
     if (session_exec) note_live_session(s.host);
     else probe_container_facts(s.host);
     s.cache.enforcement.erase(Tier::container);
+    s.check_memo.forget();
   }
   const std::size_t weight = fds_per_run(request);
   if (s.held_fds + weight > s.fd_budget) s.free_retired();  // runs already over give their fds back first
@@ -124,7 +152,8 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
                              std::to_string(s.held_fds) + " of the " + std::to_string(s.fd_budget) +
                              " fds the fd limit (RLIMIT_NOFILE) leaves for runs (" +
                              std::to_string(weight) + " more needed); wait for some to finish");
-  RunContext ctx{&s.uids, s.options.workspace_base, &s.host, &s.cache, s.base, s.owner_token, s.options.policy.get()};
+  const RunPolicy* policy = s.options.policy ? s.options.policy.get() : &s.check_memo;
+  RunContext ctx{&s.uids, s.options.workspace_base, &s.host, &s.cache, s.base, s.owner_token, policy};
   // A session exec: the live session from its host state (ENOENT, or ESRCH
   // when its keeper is gone), handed to the run layer as plain data.
   std::optional<SessionTarget> target;

@@ -415,6 +415,40 @@ Test(run, unenforceable_asks_are_refused_unless_acknowledged) {
   cr_assert_eq(h.leftovers(), 0u);
 }
 
+// The supervisor remembers which checks passed (CheckMemo), by what the
+// request asks: a run that asks nothing passing first must not let a later
+// ask the host cannot enforce through, in either order, and the warnings a
+// remembered check replays are the ones a fresh check gives.
+Test(run, a_remembered_check_still_refuses_each_unenforceable_ask) {
+  Harness h;
+  for (int round = 0; round < 2; ++round) {
+    auto plain = h.sup->run(req(Tier::none, {"true"}));
+    cr_assert(plain.ok(), "%s", plain.ok() ? "" : plain.error().message().c_str());
+    Request sized = req(Tier::none, {"true"});
+    sized.limits.set(Limit::workspace_bytes, 1 << 20);  // a directory workspace in tier none: unsupported
+    auto refused = h.sup->run(sized);
+    cr_assert(!refused.ok(), "round %d: workspace_bytes ran unacknowledged", round);
+    cr_assert_eq(refused.error().code(), ENOTSUP);
+    cr_assert(contains(refused.error().message(), "workspace_bytes"), "%s", refused.error().message().c_str());
+    Request confined = req(Tier::none, {"true"});
+    confined.confine_writes = true;
+    cr_assert(!h.sup->run(confined).ok(), "round %d: write_confinement ran unacknowledged", round);
+    sized.acknowledged.insert("workspace_bytes");
+    auto acked = h.sup->run(sized);
+    cr_assert(acked.ok(), "%s", acked.ok() ? "" : acked.error().message().c_str());
+    cr_assert(contains(acked->detail, "workspace_bytes=1048576 (acknowledged) is not enforced"), "%s",
+              acked->detail.c_str());
+  }
+  // The same request twice: the second (remembered) says what the first did.
+  Request a = req(Tier::none, {"true"});
+  auto first = h.sup->run(a);
+  auto second = h.sup->run(a);
+  cr_assert(first.ok() && second.ok());
+  cr_assert(first->warnings == second->warnings, "warnings differ between a fresh and a remembered check");
+  cr_assert(first->enforcement == second->enforcement);
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
 Test(run, bad_requests_are_errors_that_name_the_problem) {
   Harness h;
   auto empty = h.sup->run(Request{});
