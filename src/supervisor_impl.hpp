@@ -75,6 +75,12 @@ constexpr std::size_t kNoticeBudget = 64;
 constexpr std::size_t kFdReserve = 64;
 constexpr std::size_t kReadBudget = 16;     // reads per wakeup before yielding to others
 constexpr std::size_t kScratchBytes = 256 * 1024;
+// A pipe starts at the kernel's 64 KiB; a read that finds at least that
+// much waiting (the writer outruns us) grows it to this, once: the writer
+// then blocks, and we wake, a quarter as often. Only busy streams pay for
+// the bigger buffer (its pages are allocated as they fill).
+constexpr std::size_t kDefaultPipeBytes = 64 * 1024;
+constexpr int kBusyPipeBytes = 1024 * 1024;
 
 enum class TimerPhase { none, deadline, grace, drain };
 
@@ -109,6 +115,7 @@ struct Pipe {
   bool removing = false;
   bool ready = false;   // data left after the read budget
   bool held = false;    // not read while the run's output is paused
+  bool grown = false;   // F_SETPIPE_SZ tried (drain_pipe: a busy stream)
 };
 
 struct Run {

@@ -147,6 +147,11 @@ void Supervisor::Impl::drain_pipe(std::uint32_t slot, Run& run, Pipe& pipe, Op o
     }
     ssize_t n = ::read(pipe.fd.get(), scratch.get(), kScratchBytes);
     if (n > 0) {
+      // A failure (an unprivileged user past fs.pipe-user-pages-soft) keeps the size it has.
+      if (!pipe.grown && static_cast<std::size_t>(n) >= kDefaultPipeBytes) {
+        pipe.grown = true;
+        (void)::fcntl(pipe.fd.get(), F_SETPIPE_SZ, kBusyPipeBytes);
+      }
       emit(run, id, cap.on_data(std::string_view(scratch.get(), static_cast<std::size_t>(n))));
       check_output_limit(slot, run, cap, op == kOpOut ? Limit::stdout_bytes : Limit::stderr_bytes);
       continue;
