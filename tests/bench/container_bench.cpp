@@ -154,6 +154,11 @@ int main(int argc, char** argv) {
                 median(c_wall), median(b_wall), median(c_wall) / median(b_wall), median(c_cpu), median(b_cpu));
   else
     std::printf("bench container corral=%.2f baseline=none unit=ms_per_run (bwrap not installed)\n", median(c_wall));
+  // CPU per run (user + system of the whole run's processes) against
+  // bubblewrap's: issue 16 wants corral's at most bubblewrap's.
+  if (have_bwrap)
+    std::printf("bench container_cpu corral=%.2f baseline=%.2f ratio=%.2f unit=ms_cpu_per_run\n", median(c_cpu),
+                median(b_cpu), median(c_cpu) / median(b_cpu));
   if (have_bwrap)
     std::printf("bench container_tmpfs_workspace corral=%.2f baseline=%.2f ratio=%.2f unit=ms_per_run (cpu: corral=%.2f)\n",
                 median(s_wall), median(b_wall), median(s_wall) / median(b_wall), median(s_cpu));

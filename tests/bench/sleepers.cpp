@@ -166,8 +166,8 @@ int main(int argc, char** argv) {
   row("sleepers_cpu", c.cpu_us_per_child, b.cpu_us_per_child, "us_supervisor_cpu_per_child");
   row("sleepers_rss", c.rss_kib_per_child, b.rss_kib_per_child, "KiB_supervisor_rss_per_child");
   std::printf("# sleepers: %d children, %ld alive at once; results exited 0: corral %ld, baseline %ld; "
-              "goals: cpu <= 60 us (%s), rss <= 4 KiB (%s)\n",
-              n, c.peak, c.ok, b.ok, c.cpu_us_per_child <= 60 ? "met" : "missed",
+              "goals: cpu <= 100 us (%s), rss <= 4 KiB (%s)\n",
+              n, c.peak, c.ok, b.ok, c.cpu_us_per_child <= 100 ? "met" : "missed",
               c.rss_kib_per_child <= 4 ? "met" : "missed");
   return c.ok == n ? 0 : 1;
 }
