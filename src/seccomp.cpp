@@ -376,17 +376,34 @@ Expected<std::vector<std::string>> distinct_profiles(const SeccompSpec& spec) {
   return out;
 }
 
-// Whether this process's libseccomp would compile exactly what the build's
-// did. Asked once: seccomp_api_get() probes the kernel on its first call.
-bool prebuilt_filters_apply() {
+// Whether the kernel takes a filter returning `action`
+// (SECCOMP_GET_ACTION_AVAIL, Linux 4.14; before it nothing is available).
+bool kernel_has_action(std::uint32_t action) {
+  return ::syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) == 0;
+}
+
+// Whether a prebuilt filter is the one this process's libseccomp would
+// compile: the same libseccomp release and native architecture (no
+// syscall), and a kernel that takes the actions the filters return. The
+// BPF libseccomp emits depends on those and the rules only; its kernel
+// API level (seccomp_api_get(): 9 probing seccomp calls per process)
+// decides only whether compiling succeeds, which is what the actions
+// checked here decide. Every filter's bad-arch action is KILL_PROCESS;
+// a notifying one also returns USER_NOTIF (Linux 5.0, with the
+// NEW_LISTENER flag it is installed with). Each asked once per process:
+// one seccomp call for the plain filters, one more for a notifying one.
+// A kernel without them gets libseccomp's own compile and its error.
+bool prebuilt_filters_apply(bool notify) {
   static const bool same = [] {
     const auto& origin = detail::builtin_seccomp_origin();
     const scmp_version* v = seccomp_version();
     return origin.major != 0 && v && v->major == origin.major && v->minor == origin.minor &&
-           v->micro == origin.micro && seccomp_api_get() == origin.api_level &&
-           seccomp_arch_native() == origin.arch;
+           v->micro == origin.micro && seccomp_arch_native() == origin.arch &&
+           kernel_has_action(SECCOMP_RET_KILL_PROCESS);
   }();
-  return same;
+  if (!same || !notify) return same;
+  static const bool notify_ok = kernel_has_action(SECCOMP_RET_USER_NOTIF);
+  return notify_ok;
 }
 
 std::vector<std::string> split_commas(std::string_view s) {
@@ -404,7 +421,7 @@ std::vector<std::string> split_commas(std::string_view s) {
 Expected<SeccompProgram> prepare(const SeccompSpec& spec) {
   auto names = distinct_profiles(spec);
   if (!names) return std::move(names).error();
-  if (prebuilt_filters_apply()) {
+  if (prebuilt_filters_apply(spec.socket_refusals_notified())) {
     std::string key;
     for (const auto& n : *names) key += (key.empty() ? "" : ",") + n;
     std::size_t count = 0;

@@ -20,9 +20,11 @@ struct BuiltinSeccomp {
 };
 
 // What the filters were compiled against. A build-time filter is used only
-// when the running libseccomp, its view of the kernel (API level) and the
-// native architecture are the same, so it is the BPF prepare() would have
-// produced itself (tests/seccomp_test.cpp compares the two).
+// when the running libseccomp and the native architecture are the same and
+// the kernel takes the actions the filter returns (KILL_PROCESS; USER_NOTIF
+// for a notifying one), so it is the BPF prepare() would have produced
+// itself (tests/seccomp_test.cpp compares the two). api_level is the build
+// host's, for the record: it decides whether libseccomp compiles, not what.
 struct BuiltinSeccompOrigin {
   unsigned major, minor, micro;  // seccomp_version()
   unsigned api_level;            // seccomp_api_get()

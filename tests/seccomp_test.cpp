@@ -2,6 +2,7 @@
 
 #include <linux/io_uring.h>
 #include <linux/keyctl.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -10,6 +11,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/personality.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -514,4 +516,59 @@ Test(seccomp, program_survives_a_move_and_empty_one_is_refused) {
   cr_assert_eq(errno_under(&assigned, [] { return socket_probe(AF_INET, SOCK_STREAM); }), EACCES);
   SeccompProgram empty;
   cr_assert_eq(apply_seccomp_in_child(empty), EINVAL);
+}
+
+namespace {
+
+// In a fork: a filter of the test's own that fails seccomp(2) with EPERM
+// for every operation except those `allow_op` lets through, then prepare()
+// of `default` (notifying or not). Exit 0: prebuilt; 1: compiled; 2: failed.
+int prepare_under_seccomp_gate(bool allow_action_avail, bool notify) {
+  std::vector<sock_filter> f = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_seccomp, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SECCOMP_GET_ACTION_AVAIL, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, allow_action_avail ? SECCOMP_RET_ALLOW : SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+  };
+  sock_fprog prog{static_cast<unsigned short>(f.size()), f.data()};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0)
+    return 3;
+  SeccompSpec spec;
+  spec.profile("default").profile("no-network");
+  spec.notify_socket_refusals(notify);
+  auto made = prepare(spec);
+  if (!made) return 2;
+  return made->prebuilt() ? 0 : 1;
+}
+
+}  // namespace
+
+// prepare() decides whether the prebuilt filters apply from the kernel's
+// answer for the actions they return (SECCOMP_GET_ACTION_AVAIL), not from
+// libseccomp's API-level probe (nine seccomp calls per process, a share of
+// every one-shot `corral run --tier process`). A process where every other
+// seccomp operation fails still gets the prebuilt filter, plain and
+// notifying; one where the kernel's answer is no compiles instead.
+Test(seccomp, prebuilt_filters_need_only_the_kernels_action_answer) {
+  // Each in a fork of its own: the answer is kept per process.
+  auto plain = run_in_child([] {
+    auto prog = prepare(SeccompSpec().profile("default"));
+    return prog && prog->prebuilt() ? 0 : 1;
+  });
+  if (!plain.exited || plain.code != 0) cr_skip_test("this libcorral has no prebuilt filters for this host's libseccomp");
+  for (bool notify : {false, true}) {
+    auto only_avail = run_in_child([&] { return prepare_under_seccomp_gate(true, notify); });
+    cr_assert(only_avail.exited, "child did not exit");
+    cr_assert_eq(only_avail.code, 0,
+                 "notify=%d: prepare() %s with only SECCOMP_GET_ACTION_AVAIL answered (3: gate not installed)",
+                 notify, only_avail.code == 1 ? "compiled" : "failed");
+    auto refused = run_in_child([&] { return prepare_under_seccomp_gate(false, notify); });
+    cr_assert(refused.exited, "child did not exit");
+    cr_assert_neq(refused.code, 0, "notify=%d: prebuilt filter used though the kernel did not say it takes its actions",
+                  notify);
+    cr_assert_neq(refused.code, 3, "gate not installed");
+  }
 }

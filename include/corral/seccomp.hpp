@@ -126,8 +126,9 @@ class SeccompProgram {
 // The combinations the tiers use (default; default + one network
 // profile; each single profile) were compiled when libcorral was built;
 // prepare() returns that BPF, without calling libseccomp's compiler, when
-// the running libseccomp version, its kernel API level and the
-// architecture are the ones it was built with, and compiles otherwise.
+// the running libseccomp version and the architecture are the ones it was
+// built with and the kernel takes the filter's actions (KILL_PROCESS;
+// USER_NOTIF for a notifying filter), and compiles otherwise.
 Expected<SeccompProgram> prepare(const SeccompSpec& spec);
 
 // The same, always compiled through libseccomp now (the build uses it to
