@@ -9,16 +9,20 @@
 #include "corral/workspace.hpp"
 
 #include "corral/names.hpp"
+#include "corral/sha256.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/mount.h>
+#include <sys/auxv.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -172,14 +176,43 @@ namespace {
 std::string default_base(const std::string& given) { return choose_workspace_base(given).path; }
 
 
-// mkdirat(parent, "<prefix><16 hex>", mode) under a fresh random name; the name.
+// 64 bits for a fresh name without a syscall: splitmix64 of a counter and
+// a seed, SHA-256 of AT_RANDOM (the 16 bytes the kernel gave us at exec;
+// hashed, as libc's stack canary came from them), getrandom without it.
+// Distinct within the process (a bijection of the counter); where a name
+// is taken anyway (a fork's copy of the counter, a guess planted in a
+// shared base) the caller retries with fresh bits. 0: no seed.
+std::uint64_t next_name_bits() {
+  static const std::uint64_t seed = [] {
+    std::uint64_t v = 0;
+    if (const auto* at = reinterpret_cast<const char*>(::getauxval(AT_RANDOM))) {
+      std::string digest = Sha256::hex_of(std::string("corral workspace names ") + std::string(at, 16));
+      v = std::strtoull(digest.substr(0, 16).c_str(), nullptr, 16);
+    }
+    if (v == 0 && ::getrandom(&v, sizeof v, 0) != sizeof v) v = 0;
+    return v;
+  }();
+  static std::atomic<std::uint64_t> counter{0};
+  if (seed == 0) return 0;
+  std::uint64_t z = seed + counter.fetch_add(1, std::memory_order_relaxed) * 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+std::string hex64(std::uint64_t v) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) out[static_cast<std::size_t>(i)] = kHex[v & 0xf];
+  return out;
+}
+
+// mkdirat(parent, "<prefix><16 hex>", mode) under a fresh name; the name.
 Expected<std::string> make_unique_dir(int parent, const char* prefix, mode_t mode, const std::string& who) {
   for (int attempt = 0;; ++attempt) {
-    unsigned char rnd[8];
-    if (::getrandom(rnd, sizeof rnd, 0) != sizeof rnd) return errno_error(who + ": getrandom");
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string name = prefix;
-    for (unsigned char b : rnd) name += {kHex[b >> 4], kHex[b & 0xf]};
+    std::uint64_t bits = attempt == 0 ? next_name_bits() : 0;
+    if (bits == 0 && ::getrandom(&bits, sizeof bits, 0) != sizeof bits) return errno_error(who + ": getrandom");
+    std::string name = prefix + hex64(bits);
     if (::mkdirat(parent, name.c_str(), mode) == 0) return name;
     if (errno != EEXIST || attempt == 16) return errno_error(who + ": create " + quoted(name));
   }
@@ -264,11 +297,9 @@ Expected<Workspace> Workspace::create_tmpfs(const WorkspaceOptions& options) {
   Workspace ws;
   ws.owner_ = options.owner;
   ws.tmpfs_bytes_ = *options.tmpfs_bytes;
-  unsigned char rnd[8];
-  if (::getrandom(rnd, sizeof rnd, 0) != sizeof rnd) return errno_error("workspace: getrandom");
-  static constexpr char kHex[] = "0123456789abcdef";
-  ws.name_ = "corral-";
-  for (unsigned char b : rnd) ws.name_ += {kHex[b >> 4], kHex[b & 0xf]};
+  std::uint64_t bits = next_name_bits();
+  if (bits == 0 && ::getrandom(&bits, sizeof bits, 0) != sizeof bits) return errno_error("workspace: getrandom");
+  ws.name_ = "corral-" + hex64(bits);
   const std::string who = "workspace: tmpfs of " + std::to_string(ws.tmpfs_bytes_) + " bytes (workspace_bytes)";
   UniqueFd fs(static_cast<int>(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
   if (!fs) return errno_error(who + ": fsopen");

@@ -785,3 +785,20 @@ Test(workspace, removing_a_tmpfs_workspace_empties_it_through_its_fd) {
   cr_assert_neq(::faccessat(other.get(), "a", F_OK, 0), 0, "remove() left the contents");
   cr_assert_neq(::faccessat(other.get(), "home", F_OK, 0), 0, "remove() left home/");
 }
+
+// Workspace names come from one getrandom per process mixed with a counter;
+// a forked child inherits the sequence, so its next name is the parent's
+// next. The name taken is skipped for fresh bits: both get a workspace.
+Test(workspace, a_name_taken_by_a_forked_copy_is_skipped) {
+  corral_test::TempDir base;
+  Workspace first = make_ws(base);
+  auto end = corral_test::run_in_child([&] {
+    auto* kept = new Workspace(make_ws(base));  // left in place for the parent to meet
+    return kept->path().empty() ? 1 : 0;
+  });
+  expect_child_ok(end);
+  cr_assert_eq(entries(base.path()), 2u);
+  Workspace second = make_ws(base);
+  cr_assert_neq(second.path(), first.path());
+  cr_assert_eq(entries(base.path()), 3u, "the parent's workspace did not get a name of its own");
+}
