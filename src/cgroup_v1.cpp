@@ -68,18 +68,44 @@ class V1Backend final : public CgroupBackend {
   // run left on a tmpfs stays charged to the group that wrote it; a removed
   // group hands its charges to its parent).
   bool left_for_reuse() const override {
-    if (!reusable) return false;
-    auto st = stats();
-    if (!st || st->hit_ceiling || st->oom_killed() || st->under_oom || st->pids_limit_hits.value_or(0) > 0)
-      return false;
+    if (!reusable || !uncleared_counters().empty()) return false;
     if (memory < 0) return true;
-    auto usage = read_text(kWho, placements[memory].dir + "/memory.usage_in_bytes");
-    auto bytes = usage ? parse_u64(*usage) : std::nullopt;
-    return bytes && *bytes <= kReuseResidueBytes;
+    const std::string dir = placements[memory].dir;
+    auto value = [&](const char* file) -> std::optional<std::uint64_t> {
+      auto text = read_text(kWho, dir + "/" + file);
+      return text ? cgroupfs::single_value(*text) : std::nullopt;
+    };
+    auto usage = value("memory.usage_in_bytes");
+    if (!usage || *usage > kReuseResidueBytes) return false;
+    if (!limit_bytes) return true;
+    // CgroupStats::hit_ceiling against the limit this run wrote.
+    const std::uint64_t slack = kOomChargePages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    auto below = [&](std::optional<std::uint64_t> peak) { return peak && *peak + slack < *limit_bytes; };
+    return below(value("memory.max_usage_in_bytes")) &&
+           (!swap_capped || below(value("memory.memsw.max_usage_in_bytes")));
+  }
+
+  // Why the counters no reset clears say this group's run was not clean:
+  // an OOM kill (or one under way), a fork pids.max refused. "" when none.
+  std::string uncleared_counters() const {
+    if (memory >= 0) {
+      auto oom = read_text(kWho, placements[memory].dir + "/memory.oom_control");
+      if (!oom) return oom.error().message();
+      if (cgroupfs::keyed_value(*oom, "oom_kill").value_or(0) > 0 ||
+          cgroupfs::keyed_value(*oom, "under_oom").value_or(0) > 0)
+        return "an OOM kill was counted";
+    }
+    if (pids >= 0) {
+      auto events = read_text(kWho, placements[pids].dir + "/pids.events");
+      if (!events) return events.error().message();
+      if (cgroupfs::keyed_value(*events, "max").value_or(0) > 0) return "a refused fork was counted";
+    }
+    return "";
   }
 
   int memory = -1, pids = -1, cpuacct = -1, freezer = -1, devices = -1;  // index into placements
   bool reusable = false;
+  std::optional<std::uint64_t> limit_bytes;  // the memory ceiling written for this run
 
  private:
   std::string dir_of(int i) const { return i >= 0 ? placements[i].dir : std::string(); }
@@ -169,6 +195,15 @@ Status write_memory_limit(const std::string& dir, const std::string& value, bool
   return write_text(kWho, dir + "/memory.limit_in_bytes", value);
 }
 
+Status write_pids_max(V1Backend& b, const CgroupSpec& spec, bool reused, std::vector<std::string>& in_force) {
+  if (b.pids >= 0 && (spec.pids_max || reused)) {
+    const std::string value = spec.pids_max ? std::to_string(*spec.pids_max) : "max";
+    if (Status s = write_text(kWho, b.placements[b.pids].dir + "/pids.max", value); !s) return s;
+    if (spec.pids_max) in_force.push_back("pids.max=" + value);
+  }
+  return {};
+}
+
 // The ceilings into the run's groups; `reused`: a group that had another
 // run's (an absent ceiling is written as none). Appends what is in force.
 Status write_ceilings(V1Backend& b, const CgroupSpec& spec, bool reused, std::vector<std::string>& in_force) {
@@ -177,8 +212,17 @@ Status write_ceilings(V1Backend& b, const CgroupSpec& spec, bool reused, std::ve
     const bool memsw = file_exists(dir + "/memory.memsw.limit_in_bytes");
     if (spec.memory_bytes || reused) {
       const std::string value = spec.memory_bytes ? std::to_string(*spec.memory_bytes) : "-1";
-      if (Status s = write_memory_limit(dir, value, memsw); !s) return s;
+      // A reused group whose limit is already the one wanted (memsw is
+      // always written with it) keeps it: one read instead of two writes.
+      bool same = false;
+      if (reused)
+        if (auto text = read_text(kWho, dir + "/memory.limit_in_bytes"))
+          if (auto now = parse_u64(*text))
+            same = spec.memory_bytes ? *now == *spec.memory_bytes : *now >= (std::uint64_t{1} << 62);
+      if (!same)
+        if (Status s = write_memory_limit(dir, value, memsw); !s) return s;
     }
+    b.limit_bytes = spec.memory_bytes;
     if (spec.memory_bytes) {
       const std::string value = std::to_string(*spec.memory_bytes);
       in_force.push_back("memory.limit_in_bytes=" + value);
@@ -190,18 +234,15 @@ Status write_ceilings(V1Backend& b, const CgroupSpec& spec, bool reused, std::ve
       }
     }
     // Written only when inherited as disabled: the write itself is one of
-    // the v1 knobs newer kernels warn about.
+    // the v1 knobs newer kernels warn about. A reused group had it checked
+    // when it was made.
+    if (reused) return write_pids_max(b, spec, reused, in_force);
     auto oom = read_text(kWho, dir + "/memory.oom_control");
     if (!oom) return std::move(oom).error();
     if (cgroupfs::keyed_value(*oom, "oom_kill_disable").value_or(0) != 0)
       if (Status s = write_text(kWho, dir + "/memory.oom_control", "0"); !s) return s;
   }
-  if (b.pids >= 0 && (spec.pids_max || reused)) {
-    const std::string value = spec.pids_max ? std::to_string(*spec.pids_max) : "max";
-    if (Status s = write_text(kWho, b.placements[b.pids].dir + "/pids.max", value); !s) return s;
-    if (spec.pids_max) in_force.push_back("pids.max=" + value);
-  }
-  return {};
+  return write_pids_max(b, spec, reused, in_force);
 }
 
 // The child joins through `tasks`, not cgroup.procs. Writing "0" to
@@ -306,27 +347,28 @@ Expected<std::unique_ptr<CgroupBackend>> reuse_v1(const CgroupProbe& probe, cons
     return Error(EBUSY, std::string(kWho) + ": " + name + " not reused (" + why + ")" +
                             (gone ? std::string() : "; its removal: " + gone.error().message()));
   };
-  // Gone while we opened it (a sweep removed it): nothing to reuse.
-  if (!file_exists(first + "/tasks")) return Error(ENOENT, std::string(kWho) + ": " + first + " is gone");
+  // Each directory is there (a missing one fails its join fd's open below)
+  // and empty (a vanished one reads as empty).
   for (const auto& p : b->placements) {
-    if (!file_exists(p.dir + "/tasks")) return unfit("no " + p.dir);
     auto procs = read_procs(kWho, p.dir);
     if (!procs) return unfit(procs.error().message());
     if (!procs->empty()) return unfit("processes are left in it");
   }
   // The counters that cannot be reset must be zero; the rest start again.
-  auto st = b->stats();
-  if (!st) return unfit(st.error().message());
-  if (st->oom_killed() || st->under_oom) return unfit("an OOM kill was counted");
-  if (st->pids_limit_hits.value_or(0) > 0) return unfit("a refused fork was counted");
+  if (std::string why = b->uncleared_counters(); !why.empty()) {
+    // Gone while we opened it (a sweep removed it): nothing to reuse.
+    if (!file_exists(first + "/tasks")) return Error(ENOENT, std::string(kWho) + ": " + first + " is gone");
+    return unfit(why);
+  }
   std::vector<std::string> in_force;
   if (Status s = write_ceilings(*b, spec, true, in_force); !s) return unfit(s.error().message());
   if (b->memory >= 0) {
     const std::string dir = b->placements[b->memory].dir;
-    // "0" resets a high-water mark to the current usage, a failcnt to 0.
-    std::vector<const char*> reset{"memory.max_usage_in_bytes", "memory.failcnt"};
+    // "0" resets a high-water mark to the current usage (the failcnts are
+    // not read: CgroupStats::hit_ceiling says why).
+    std::vector<const char*> reset{"memory.max_usage_in_bytes"};
     if (b->swap_capped || file_exists(dir + "/memory.memsw.max_usage_in_bytes"))
-      reset.insert(reset.end(), {"memory.memsw.max_usage_in_bytes", "memory.memsw.failcnt"});
+      reset.push_back("memory.memsw.max_usage_in_bytes");
     for (const char* f : reset)
       if (Status s = write_text(kWho, dir + "/" + f, "0"); !s) return unfit(s.error().message());
   }

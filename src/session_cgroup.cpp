@@ -57,8 +57,11 @@ bool rmdir_all(const std::vector<std::string>& dirs, std::vector<std::string>& p
 // sweeps of one session do not overlap.
 Expected<UniqueFd> lock_execs(const std::string& first_session_dir) {
   const std::string execs = first_session_dir + "/execs";
-  if (Status s = detail::make_dir("session", execs, true); !s) return std::move(s).error();
   UniqueFd fd(::open(execs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd && errno == ENOENT) {
+    if (Status s = detail::make_dir("session", execs, true); !s) return std::move(s).error();
+    fd.reset(::open(execs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  }
   if (!fd) return Error::from_errno(errno, "session: open '" + execs + "'");
   while (::flock(fd.get(), LOCK_EX) != 0)
     if (errno != EINTR) return Error::from_errno(errno, "session: lock '" + execs + "'");
