@@ -305,19 +305,16 @@ Status CgroupBackend::remove() {
   }
   bool all_gone = true;
   for (const auto& p : placements) {
-    // EBUSY while the kernel still detaches tasks that were just killed.
-    const long long deadline = now_ms() + 2000;
-    int err = 0;
-    while (::rmdir(p.dir.c_str()) < 0) {
-      err = errno;
-      if (err == ENOENT) break;
-      if (err != EBUSY || now_ms() >= deadline) {
+    // A nested group's children (hold_processes_in) go first: a group with
+    // a child group refuses rmdir.
+    std::vector<std::string> order = nested ? cgroup_subtree(p.dir) : std::vector<std::string>{p.dir};
+    if (order.empty()) order.push_back(p.dir);
+    for (const auto& d : order)
+      if (Status s = remove_group(who(), d, 2000); !s) {
         all_gone = false;
-        if (first) first = Error::from_errno(err, who() + ": rmdir " + p.dir);
+        if (first) first = std::move(s);
         break;
       }
-      sleep_ms(2);
-    }
   }
   // The fds stay while a directory does: a join must keep failing loudly
   // rather than write to nothing, and the destructor tries again.
@@ -447,6 +444,17 @@ Status RunCgroup::signal_all(int sig, pid_t except) {
     }
     if (!fresh) break;
   }
+  return {};
+}
+
+Status RunCgroup::hold_processes_in(std::string_view leaf) {
+  if (!backend_) return moved_from();
+  if (Status s = detail::validate_spec(CgroupSpec{}, leaf); !s) return s;
+  if (Status s = backend_->hold_processes_in(std::string(leaf)); !s) return s;
+  // The backend's join fds may now be the leaf's.
+  join_count_ = 0;
+  for (const auto& fd : backend_->join_fds)
+    if (join_count_ < kCgroupMaxJoinFds) join_fds_[join_count_++] = fd.get();
   return {};
 }
 

@@ -39,6 +39,12 @@ Expected<int> kill_listed(std::string_view who, const std::vector<std::string>& 
 // that was mid-fork when the group was killed), then sleep a little. Bounded
 // by timeout_ms; ETIMEDOUT names the survivors.
 Status kill_until_empty(std::string_view who, const std::vector<std::string>& dirs, int timeout_ms);
+// dir and every group below it, each child before its parent (the order
+// rmdir needs). A directory that vanished meanwhile is left out.
+std::vector<std::string> cgroup_subtree(const std::string& dir);
+// rmdir, retried while EBUSY (the kernel still detaching tasks that were just
+// killed) up to timeout_ms; ENOENT is success.
+Status remove_group(std::string_view who, const std::string& dir, int timeout_ms);
 void sleep_ms(int ms);
 // Monotonic clock in milliseconds.
 long long now_ms();
@@ -63,6 +69,11 @@ class CgroupBackend {
   // Whether remove() leaves the (killed, empty) directories for another
   // run (CgroupSpec::reusable) instead of removing them.
   virtual bool left_for_reuse() const { return false; }
+  // RunCgroup::hold_processes_in. v1 has nothing to do.
+  virtual Status hold_processes_in(const std::string& leaf) {
+    (void)leaf;
+    return {};
+  }
 
   std::string who() const { return version() == CgroupVersion::v2 ? "cgroup v2" : "cgroup v1"; }
   std::vector<std::string> dirs() const;
@@ -84,6 +95,9 @@ class CgroupBackend {
   // it (RunCgroup::held_by_a_run); released when remove() removed or left it.
   UniqueFd hold;
   bool removed = false;
+  // Groups were made below the run dir (hold_processes_in): remove() takes
+  // them away first.
+  bool nested = false;
 };
 
 // The spec checks both backends share: run name, parent path, values.

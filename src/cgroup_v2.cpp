@@ -16,8 +16,15 @@
 // - cgroup.events "populated 0|1" raises POLLPRI on change: the kill waits
 //   on it instead of sleeping.
 // - CLONE_INTO_CGROUP (5.7) takes an fd of the run directory.
+// - A group with child groups (hold_processes_in: a session, pid 1 in a
+//   leaf, an exec group each) keeps memory.oom.group 0: on an OOM the
+//   kernel kills the highest group with oom.group set between the victim's
+//   and the one whose limit was hit (mem_cgroup_get_oom_group), so an OOM
+//   at the session's ceiling takes one exec group whole (theirs is 1), and
+//   never the session. cgroup.kill and cgroup.events cover the subtree.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,7 +39,10 @@ constexpr const char* kWho = "cgroup v2";
 class V2Backend final : public CgroupBackend {
  public:
   CgroupVersion version() const noexcept override { return CgroupVersion::v2; }
-  int cgroup_fd() const noexcept override { return removed ? -1 : dir_fd.get(); }
+  int cgroup_fd() const noexcept override {
+    if (removed) return -1;
+    return leaf_fd ? leaf_fd.get() : dir_fd.get();
+  }
 
   Expected<CgroupStats> stats() const override {
     if (removed) return Error(ENOENT, std::string(kWho) + ": run cgroup " + name + " was removed");
@@ -60,26 +70,85 @@ class V2Backend final : public CgroupBackend {
       Status froze = write_text(kWho, dir + "/cgroup.freeze", "1");
       if (froze) wait_events("frozen", 1, 1000);
       keep(std::move(froze));
-      auto k = kill_listed(kWho, {dir});
+      auto k = kill_listed(kWho, member_dirs());
       if (!k) keep(std::move(k).error());
       keep(write_text(kWho, dir + "/cgroup.freeze", "0"));  // on every path
     }
     // Wait for the exits; a straggler (no cgroup.kill, a task mid-fork)
     // gets SIGKILL again from the loop.
-    if (!wait_events("populated", 0, 2000)) keep(kill_until_empty(kWho, {dir}, 3000));
+    if (!wait_events("populated", 0, 2000)) keep(kill_until_empty(kWho, member_dirs(), 3000));
     return first;
   }
 
+  Status hold_processes_in(const std::string& leaf) override {
+    if (removed) return Error(ENOENT, std::string(kWho) + ": run cgroup " + name + " was removed");
+    const std::string& dir = placements[0].dir;
+    auto pop = populated();
+    if (!pop) return std::move(pop).error();
+    if (*pop)
+      return Error(EBUSY, std::string(kWho) + ": " + dir +
+                              " already holds processes: its processes must go to a leaf before any joins");
+    // What the child groups get is what this one was given (its parent's
+    // subtree_control); without memory and pids there the exec groups
+    // could have neither ceilings nor OOM accounting.
+    auto offered = read_text(kWho, dir + "/cgroup.controllers");
+    if (!offered) return std::move(offered).error();
+    const auto available = cgroupfs::word_list(*offered);
+    auto current = read_text(kWho, dir + "/cgroup.subtree_control");
+    if (!current) return std::move(current).error();
+    const auto on = cgroupfs::word_list(*current);
+    for (const char* c : {"memory", "pids"}) {
+      if (contains(on, c)) continue;
+      if (!contains(available, c))
+        return Error(ENOTSUP, std::string(kWho) + ": " + dir + " cannot hand the " + c +
+                                  " controller to its child groups: it is not offered to it (cgroup.controllers: " +
+                                  (available.empty() ? std::string("none") : join(available, " ")) +
+                                  "); enable it in the parent's cgroup.subtree_control or delegate it");
+      if (Status s = write_text(kWho, dir + "/cgroup.subtree_control", std::string("+") + c); !s)
+        return Error(s.error().code(), s.error().message() + " (" + dir + " cannot hand the " + c +
+                                           " controller to its child groups)");
+    }
+    // An OOM at this group's ceiling takes the child group the kernel's
+    // victim is in (its own memory.oom.group), not every child at once.
+    if (file_exists(dir + "/memory.oom.group"))
+      if (Status s = write_text(kWho, dir + "/memory.oom.group", "0"); !s) return s;
+    const std::string leaf_dir = dir + "/" + leaf;
+    if (Status s = make_dir(kWho, leaf_dir, false); !s) return s;
+    nested = true;  // from here on remove() takes the leaf (and any sibling) first
+    UniqueFd fd(::open(leaf_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) return Error::from_errno(errno, std::string(kWho) + ": open " + leaf_dir);
+    auto procs = open_join_file(kWho, leaf_dir, "cgroup.procs");
+    if (!procs) return std::move(procs).error();
+    leaf_fd = std::move(fd);
+    join_fds.clear();
+    join_fds.push_back(std::move(*procs));
+    description += std::string(description.empty() ? "" : ", ") + "processes in " + leaf +
+                   "/, memory and pids handed to child groups";
+    return {};
+  }
+
   UniqueFd dir_fd, events_fd;
+  UniqueFd leaf_fd;  // hold_processes_in: where clone3 places a child
   UniqueFd device_prog;  // attached to the group; goes with its rmdir
   bool has_kill = false, has_freeze = false;
 
  private:
+  // The groups whose cgroup.procs can list a process of the run: the run
+  // dir, and once nested every group below it.
+  std::vector<std::string> member_dirs() const {
+    if (!nested) return {placements[0].dir};
+    auto tree = cgroup_subtree(placements[0].dir);
+    return tree.empty() ? std::vector<std::string>{placements[0].dir} : tree;
+  }
+
   Expected<bool> populated() const {
     if (!events_fd) {
-      auto pids = read_procs(kWho, placements[0].dir);
-      if (!pids) return std::move(pids).error();
-      return !pids->empty();
+      for (const auto& d : member_dirs()) {
+        auto pids = read_procs(kWho, d);
+        if (!pids) return std::move(pids).error();
+        if (!pids->empty()) return true;
+      }
+      return false;
     }
     auto v = events_value("populated");
     if (!v) return Error(EIO, std::string(kWho) + ": " + placements[0].dir + "/cgroup.events has no 'populated'");
@@ -207,6 +276,14 @@ Expected<std::unique_ptr<CgroupBackend>> create_v2(const CgroupProbe& probe, con
   }
   if (!made) return std::move(made).error();
   b->placements.push_back(p);
+  if (spec.reusable) {
+    // Never reused on v2 (memory.events cannot be reset), but held the
+    // same way while its RunCgroup lives (run_cgroup_held): a sweep of
+    // groups nobody holds leaves it alone.
+    b->hold.reset(::open(p.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!b->hold || ::flock(b->hold.get(), LOCK_EX) != 0)
+      return fail(Error::from_errno(errno, std::string(kWho) + ": hold " + p.dir));
+  }
 
   std::vector<std::string> in_force;
   auto set = [&](const char* file, const std::string& value) -> Status {

@@ -1,6 +1,7 @@
 // A session's exec cgroups (session_cgroup.hpp): the claim of an exec's
 // group (a pooled one reused where the backend can, else a new one), the
-// sweep of groups nobody holds, the removal of them all. Parent side.
+// sweep of groups nobody holds, the removal of them all. The same code on
+// v1 and v2; what differs is behind the cgroup module. Parent side.
 #include "session_cgroup.hpp"
 
 #include <dirent.h>
@@ -68,38 +69,28 @@ Expected<UniqueFd> lock_execs(const std::string& first_session_dir) {
   return fd;
 }
 
-// The host's probe with the session's groups as our own: exec groups go to
-// <session group>/execs/<name> in each hierarchy the session uses (v1).
-CgroupProbe exec_probe(const CgroupProbe& host, const std::vector<std::string>& session_dirs) {
-  CgroupProbe probe = host;
-  for (auto& hier : probe.v1) {
-    hier.writable = false;
-    for (const auto& d : session_dirs)
-      if (d.rfind(hier.mount_point + "/", 0) == 0) {
-        hier.own_dir = d;
-        hier.writable = true;
-      }
-  }
-  return probe;
-}
-
 }  // namespace
 
 Expected<RunCgroup> claim_exec_cgroup(const CgroupProbe& host, const std::vector<std::string>& session_dirs,
                                       std::optional<std::uint64_t> memory_bytes,
                                       std::optional<std::uint64_t> pids_max, std::string_view run_name) {
   if (session_dirs.empty()) return Error(ENOTSUP, "session exec: the session has no cgroup");
-  if (host.backend != CgroupVersion::v1)
-    return Error(ENOTSUP, "session exec: per-exec cgroups are made on cgroup v1 only");
-  const CgroupProbe probe = exec_probe(host, session_dirs);
+  if (host.backend == CgroupVersion::none) return Error(ENOTSUP, "session exec: no cgroup hierarchy (" + host.why_none + ")");
+  // Groups below the session's: <session group>/execs/<name> in each
+  // hierarchy the session uses (v1), below the process-free session group
+  // that hands memory and pids down (v2, RunCgroup::hold_processes_in),
+  // where the memory ceiling comes with memory.oom.group 1: an OOM takes
+  // the whole exec.
+  const CgroupProbe probe = probe_below(host, session_dirs);
+  const bool v2 = probe.backend == CgroupVersion::v2;
   CgroupSpec spec;
   spec.parent = "execs";
   spec.freezer_kill = false;
-  spec.reusable = true;
-  spec.cpu_accounting = probe.v1_cpuacct >= 0 && probe.v1[probe.v1_cpuacct].writable;
+  spec.reusable = true;  // v1: kept for the next exec when clean; v2: held while it runs, then removed
+  spec.cpu_accounting = v2 || (probe.v1_cpuacct >= 0 && probe.v1[probe.v1_cpuacct].writable);
   // Always in the pids hierarchy when the session is, so that every exec
   // group has the same hierarchies whatever its own ceilings.
-  const bool pids = probe.v1_pids >= 0 && probe.v1[probe.v1_pids].writable;
+  const bool pids = v2 || (probe.v1_pids >= 0 && probe.v1[probe.v1_pids].writable);
   spec.pids_accounting = pids;
   spec.memory_bytes = memory_bytes;
   if (pids) spec.pids_max = pids_max;

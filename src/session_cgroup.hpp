@@ -4,6 +4,9 @@
 //   <session group>/execs/<name>   one per exec while it runs; a few clean
 //                                  ones kept between execs where the
 //                                  backend reuses groups (the pool).
+//   <session group>/init           v2: pid 1 (the session's group holds no
+//                                  process, so it can hand memory and pids
+//                                  to the exec groups)
 //
 // An exec holds its group (the cgroup module's hold: LOCK_EX on the
 // group's directory in the first hierarchy) from its claim until it ends;

@@ -112,9 +112,11 @@ int session_exec_child(void* p) noexcept {
   // Its own process group and session: the supervisor's killpg reaches it
   // and what stays in its group; the cgroup reaches the rest.
   if (int e = become_session_leader_in_child()) return fail_in_child(a, SpawnStage::setsid, e);
-  // Before the cgroup namespace is entered (then the path would be the
-  // session's view); the fds were opened by the parent.
-  if (int e = join_cgroup_in_child(*a->cgroup)) return fail_in_child(a, SpawnStage::cgroup, e);
+  // v1 (v2 placed it at clone): before the cgroup namespace is entered
+  // (then the path would be the session's view); the fds were opened by the
+  // parent.
+  if (a->cgroup)
+    if (int e = join_cgroup_in_child(*a->cgroup)) return fail_in_child(a, SpawnStage::cgroup, e);
   // Still host root: CAP_SYS_ADMIN over the session's user namespace.
   if (int e = sys::error_of(sys::call(SYS_setns, a->pid1_fd, static_cast<long>(kJoinFlags))))
     return fail_in_child(a, SpawnStage::namespaces, e);
@@ -157,7 +159,8 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const Sessi
                               tighter(run.limits.get(Limit::memory_bytes), info->memory_bytes),
                               tighter(run.limits.get(Limit::process_count), info->process_count), run.run_id);
   if (!cg) return std::move(cg).error().context("session " + info->id + ": the exec's cgroup");
-  c->join_in_child = true;
+  // v2: CLONE_INTO_CGROUP places the child at clone time.
+  c->join_in_child = cg->cgroup_fd() < 0;
   if (run.limits.get(Limit::memory_bytes) || info->memory_bytes) {
     auto oom = cg->oom_notifier();
     if (!oom) return std::move(oom).error().context("session exec");
@@ -191,7 +194,7 @@ Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, st
 
   ExecArgs args{};
   args.plan = &plan;
-  args.cgroup = &*c.cgroup;
+  args.cgroup = c.join_in_child ? &*c.cgroup : nullptr;
   args.pid1_fd = join.pid1.fd();
   args.parent_pidfd = self->fd();
   args.inside_uid = join.inside_uid;
@@ -210,6 +213,7 @@ Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, st
     return Error::from_errno(errno, "session exec: enter the session's pid namespace");
   CloneSpec spec;
   spec.flags = CLONE_CLEAR_SIGHAND;
+  if (!c.join_in_child) spec.cgroup_fd = c.cgroup->cgroup_fd();
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);

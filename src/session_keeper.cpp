@@ -75,9 +75,14 @@ void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::strin
 
   HostFacts host = probe_host(true);
   if (!host.root) fail(Error(EPERM, "sessions need root (the sandbox's uid comes from the host-wide pool)"));
-  if (host.cgroups.backend != CgroupVersion::v1 || !host.cgroup_memory)
-    fail(Error(ENOTSUP, "sessions need cgroup v1 with the memory controller for the per-exec cgroups (this host: " +
-                            host.cgroup_summary + ")"));
+  // The per-exec cgroups (session_join.cpp) need the memory controller for
+  // their ceilings and OOM accounting; on v2 the session's group hands
+  // memory and pids to them (RunCgroup::hold_processes_in).
+  const bool v1 = host.cgroups.backend == CgroupVersion::v1;
+  const bool v2 = host.cgroups.backend == CgroupVersion::v2;
+  if (!host.cgroup_memory || !(v1 || (v2 && host.cgroup_pids)))
+    fail(Error(ENOTSUP, "sessions need a cgroup per exec: cgroup v1 with the memory controller, or cgroup v2 with "
+                        "memory and pids delegated (this host: " + host.cgroup_summary + ")"));
   UidPool pool;
   pool.lock_host_wide();
 
@@ -112,6 +117,17 @@ void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::strin
     if (prep->workspace) (void)prep->workspace->remove();
     prep->uid_lease.reset();
   };
+  // v2: pid 1 goes to <session group>/init (placed there at clone,
+  // CLONE_INTO_CGROUP), so the session's group holds no process and can
+  // hand memory and pids to the exec groups; v1: nothing to do.
+  if (!c.cgroup) {
+    undo(nullptr);
+    fail(Error(ENOTSUP, "session " + id + ": the container run made no cgroup (this host: " + host.cgroup_summary + ")"));
+  }
+  if (auto st = c.cgroup->hold_processes_in("init"); !st) {
+    undo(nullptr);
+    fail(st.error().context("session " + id + ": its cgroup"));
+  }
   auto child = spawn_container(*prep->plan, c);
   if (!child) {
     undo(nullptr);
@@ -201,7 +217,8 @@ void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::strin
   }
 
   // The end: the sandbox (pid 1, so its whole pid namespace, execs of other
-  // processes included), then the exec cgroups, the session's cgroup, the
+  // processes included), then the exec cgroups, the session's cgroup (its
+  // subtree killed, v2 cgroup.kill, and its groups removed bottom-up), the
   // workspace, the uid (reaped before the pool hands it out again), the
   // host state.
   kill_container(c, child->pidfd, SIGKILL);

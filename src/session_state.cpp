@@ -167,12 +167,10 @@ void remove_files(const std::string& session_dir) {
 void remove_leftovers(const SessionInfo& info, std::vector<std::string>& problems) {
   remove_exec_cgroups(info.cgroup_dirs, problems);
   // The session's own group: its pid 1 died with the keeper (PDEATHSIG),
-  // which ended its pid namespace; anything left is killed.
-  for (const auto& d : info.cgroup_dirs) {
-    if (auto st = detail::kill_until_empty("session", {d}, 2000); !st) problems.push_back(st.error().message());
-    if (::rmdir(d.c_str()) != 0 && errno != ENOENT)
-      problems.push_back("session: rmdir '" + d + "': " + std::strerror(errno));
-  }
+  // which ended its pid namespace; anything left is killed, and on v2 its
+  // leaf (init) goes before it.
+  for (const auto& d : info.cgroup_dirs)
+    if (auto st = kill_and_remove_cgroup_tree(d, 2000); !st) problems.push_back(st.error().message());
   remove_files(info.dir);
 }
 

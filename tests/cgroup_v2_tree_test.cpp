@@ -22,9 +22,12 @@
 // notifications. tests/cgroup_test.cpp runs the v2 backend on this host's
 // real unified mount for what it has (placement, kill, freeze, removal).
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -32,6 +35,8 @@
 #include <sstream>
 
 #include "corral/cgroup.hpp"
+#include "corral/run_setup.hpp"
+#include "../src/session_cgroup.hpp"
 #include "support.hpp"
 
 using namespace corral;
@@ -100,7 +105,54 @@ void populate(const std::string& dir) {
   }
 }
 
+// What the cgroup code did to the fake tree, in order: "kill <dir>" (a
+// write of 1 to <dir>/cgroup.kill) and "rmdir <dir>".
+std::vector<std::string> g_log;
+
+bool our_child(pid_t pid) {
+  std::string stat = get("/proc/" + std::to_string(pid) + "/stat");
+  auto paren = stat.rfind(')');
+  if (paren == std::string::npos) return false;
+  std::istringstream in(stat.substr(paren + 2));
+  char state;
+  pid_t ppid = 0;
+  in >> state >> ppid;
+  return ppid == getpid();
+}
+
+// What the kernel's cgroup.kill leads to: every process of the subtree
+// gets SIGKILL (only our own children are ever listed here, and only they
+// are signalled), then the groups list none and say populated 0.
+void emulate_kill(const std::string& dir) {
+  g_log.push_back("kill " + dir);
+  std::vector<std::string> tree{dir};
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_directory()) tree.push_back(e.path());
+  for (const auto& d : tree) {
+    std::istringstream procs(get(d + "/cgroup.procs"));
+    pid_t pid;
+    while (procs >> pid)
+      if (pid > 0 && our_child(pid)) ::kill(pid, SIGKILL);
+    put(d + "/cgroup.procs", "");
+    put(d + "/cgroup.events", "populated 0\nfrozen 0\n");
+  }
+}
+
 }  // namespace
+
+// A write of "1" to a fake cgroup.kill kills as the kernel would; every
+// other write is the kernel's.
+extern "C" ssize_t write(int fd, const void* buf, size_t n) {
+  if (!g_root.empty() && n >= 1 && static_cast<const char*>(buf)[0] == '1') {
+    char target[PATH_MAX];
+    ssize_t len = readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), target, sizeof target - 1);
+    if (len > 0) {
+      std::string path(target, static_cast<std::size_t>(len));
+      if (faked(path.c_str()) && path.ends_with("/cgroup.kill")) emulate_kill(path.substr(0, path.rfind('/')));
+    }
+  }
+  return syscall(SYS_write, fd, buf, n);
+}
 
 // The interposers: every mkdir/rmdir/open of this binary (libcorral.a's
 // included, not libstdc++.so's) comes here; only paths under g_root are
@@ -120,7 +172,9 @@ extern "C" int rmdir(const char* path) noexcept {
     for (const auto& e : std::filesystem::directory_iterator(path))
       if (e.is_regular_file()) ::unlink(e.path().c_str());
   }
-  return static_cast<int>(syscall(SYS_unlinkat, AT_FDCWD, path, AT_REMOVEDIR));
+  int r = static_cast<int>(syscall(SYS_unlinkat, AT_FDCWD, path, AT_REMOVEDIR));
+  if (r == 0 && faked(path)) g_log.push_back(std::string("rmdir ") + path);
+  return r;
 }
 
 extern "C" int open(const char* path, int flags, ...) {
@@ -164,7 +218,7 @@ struct DelegatedUnit {
   TempDir tmp;
   std::string root, unit, supervisor;
 
-  explicit DelegatedUnit(bool subgroup = true) {
+  explicit DelegatedUnit(bool subgroup = true, const char* delegated = "memory pids\n") {
     root = tmp / "cgroup2";
     sys_mkdir(root.c_str(), 0755);
     g_root = root;
@@ -172,7 +226,7 @@ struct DelegatedUnit {
     put(root + "/cgroup.subtree_control", "cpu io memory pids\n");
     put(root + "/cgroup.procs", "1\n");
     mkdirs(root + "/system.slice");
-    put(root + "/system.slice/cgroup.subtree_control", "memory pids\n");
+    put(root + "/system.slice/cgroup.subtree_control", delegated);
     unit = root + "/system.slice/corral-worker.service";
     mkdirs(unit);
     supervisor = subgroup ? unit + "/supervisor" : unit;
@@ -182,7 +236,10 @@ struct DelegatedUnit {
     put(tmp / "mountinfo", mountinfo);
     put(tmp / "self_cgroup", "0::" + supervisor.substr(root.size()) + "\n");
   }
-  ~DelegatedUnit() { g_root.clear(); }
+  ~DelegatedUnit() {
+    g_root.clear();
+    g_log.clear();
+  }
 
   CgroupProbe probe() { return probe_cgroups({tmp / "mountinfo", tmp / "self_cgroup", "6.18.0"}); }
 };
@@ -284,4 +341,246 @@ Test(cgroup_v2_tree, a_group_without_ceilings_still_gets_accounting_and_is_remov
   put(dir + "/cgroup.procs", "");
   cr_assert(run->remove().ok());
   cr_assert(!std::filesystem::exists(dir));
+}
+
+// ---------------------------------------------------------------- sessions on v2
+//
+// A session's cgroup as the keeper makes it (session_keeper.cpp): the
+// container run's group with the session's ceilings, then
+// hold_processes_in("init") before pid 1 is cloned into the leaf; each
+// exec's group by claim_exec_cgroup (session_cgroup.cpp), the code a
+// session exec runs.
+
+namespace {
+
+constexpr std::uint64_t kSessionMemory = 256ull << 20;
+
+struct V2Session {
+  DelegatedUnit h;
+  CgroupProbe probe;
+  std::optional<RunCgroup> group;
+  std::string dir;
+
+  explicit V2Session(const char* delegated = "memory pids\n") : h(true, delegated) {
+    probe = h.probe();
+    cr_assert_eq(probe.backend, CgroupVersion::v2, "%s", probe.describe().c_str());
+    CgroupSpec spec;
+    spec.memory_bytes = kSessionMemory;
+    if (probe.has("pids")) spec.pids_max = 64;
+    spec.freezer_kill = false;
+    spec.pids_accounting = false;
+    auto g = create_run_cgroup(probe, spec, "session");
+    cr_assert(g.ok(), "%s", g.ok() ? "" : g.error().message().c_str());
+    group.emplace(std::move(*g));
+    dir = group->dirs()[0];
+  }
+};
+
+std::string fd_path(int fd) {
+  char buf[PATH_MAX];
+  ssize_t n = readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
+// A child of ours that only waits to be killed: a real pid to list in a
+// fake cgroup.procs, so a kill of the listed pids cannot reach anyone else.
+pid_t sleeper() {
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (;;) pause();
+  }
+  cr_assert_gt(pid, 0);
+  return pid;
+}
+
+// Whether `pid` died of SIGKILL within 3 s (it is killed and reaped either way).
+bool died_of_sigkill(pid_t pid) {
+  for (int i = 0; i < 300; ++i) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return false;
+}
+
+std::size_t index_of(const std::string& entry) {
+  auto it = std::find(g_log.begin(), g_log.end(), entry);
+  return it == g_log.end() ? SIZE_MAX : static_cast<std::size_t>(it - g_log.begin());
+}
+
+std::string log_text() {
+  std::string t;
+  for (const auto& l : g_log) t += l + "\n";
+  return t;
+}
+
+}  // namespace
+
+Test(cgroup_v2_tree, a_session_group_holds_no_process_and_hands_memory_and_pids_to_init_and_its_execs) {
+  V2Session s;
+  cr_assert_eq(get(s.dir + "/memory.oom.group"), "1");  // as a one-shot run's group is made
+  auto held = s.group->hold_processes_in("init");
+  cr_assert(held.ok(), "%s", held.ok() ? "" : held.error().message().c_str());
+
+  // The session's group: its ceilings, memory and pids for its children,
+  // and memory.oom.group 0 so an OOM at its ceiling takes one exec, not all.
+  cr_assert_eq(get(s.dir + "/memory.max"), std::to_string(kSessionMemory));
+  cr_assert_eq(get(s.dir + "/pids.max"), "64");
+  cr_assert(enabled(get(s.dir + "/cgroup.subtree_control")) == (std::set<std::string>{"memory", "pids"}),
+            "%s", get(s.dir + "/cgroup.subtree_control").c_str());
+  cr_assert_eq(get(s.dir + "/memory.oom.group"), "0");
+  cr_assert_eq(s.group->dirs(), std::vector<std::string>{s.dir});
+  // pid 1's leaf: made with the controllers (so its memory counts), no
+  // ceiling of its own; clone3 and a join go there, never to the session's group.
+  cr_assert_eq(get(s.dir + "/init/memory.max"), "max\n");
+  struct stat leaf {}, by_fd {};
+  cr_assert_eq(stat((s.dir + "/init").c_str(), &leaf), 0);
+  cr_assert_eq(fstat(s.group->cgroup_fd(), &by_fd), 0);
+  cr_assert_eq(leaf.st_ino, by_fd.st_ino, "cgroup_fd() is %s", fd_path(s.group->cgroup_fd()).c_str());
+  cr_assert_eq(s.group->join_fd_count(), 1);
+  cr_assert_eq(fd_path(s.group->join_fds()[0]), s.dir + "/init/cgroup.procs");
+
+  // An exec: its own ceilings, the whole exec as the OOM unit, below
+  // execs/, held while it runs (the keeper's sweep leaves it alone).
+  auto exec = claim_exec_cgroup(s.probe, s.group->dirs(), 64ull << 20, 64, "exec1");
+  cr_assert(exec.ok(), "%s", exec.ok() ? "" : exec.error().message().c_str());
+  const std::string edir = exec->dirs()[0];
+  cr_assert_eq(std::filesystem::path(edir).parent_path().string(), s.dir + "/execs", "%s", edir.c_str());
+  cr_assert_eq(get(edir + "/memory.max"), std::to_string(64ull << 20));
+  cr_assert_eq(get(edir + "/memory.swap.max"), "0");
+  cr_assert_eq(get(edir + "/memory.oom.group"), "1");
+  cr_assert_eq(get(edir + "/pids.max"), "64");
+  cr_assert(run_cgroup_held(edir));
+  cr_assert(enabled(get(s.dir + "/execs/cgroup.subtree_control")) == (std::set<std::string>{"memory", "pids"}));
+  cr_assert_eq(fd_path(exec->cgroup_fd()), edir, "the exec is cloned into its own group");
+  // Nothing was ever placed in the session's group itself.
+  cr_assert_eq(get(s.dir + "/cgroup.procs"), "");
+
+  cr_assert(exec->remove().ok());
+  cr_assert(s.group->remove().ok());
+  cr_assert(!std::filesystem::exists(s.dir), "%s left behind", s.dir.c_str());
+}
+
+Test(cgroup_v2_tree, an_exec_kill_takes_its_group_and_a_dispose_kills_the_session_then_removes_it_bottom_up) {
+  V2Session s;
+  cr_assert(s.group->hold_processes_in("init").ok());
+  auto exec = claim_exec_cgroup(s.probe, s.group->dirs(), std::nullopt, std::nullopt, "exec1");
+  cr_assert(exec.ok(), "%s", exec.ok() ? "" : exec.error().message().c_str());
+  const std::string edir = exec->dirs()[0];
+  // pid 1 in init, an exec's process (and its setsid child, as the kernel
+  // lists it too) in the exec's group.
+  pid_t pid1 = sleeper(), program = sleeper(), escapee = sleeper();
+  put(s.dir + "/init/cgroup.procs", std::to_string(pid1) + "\n");
+  put(edir + "/cgroup.procs", std::to_string(program) + "\n" + std::to_string(escapee) + "\n");
+  for (const auto& d : {s.dir, s.dir + "/init", s.dir + "/execs", edir}) put(d + "/cgroup.events", "populated 1\nfrozen 0\n");
+
+  // The exec's timeout or cancel: cgroup.kill on its group alone, confirmed
+  // by its populated 0; pid 1 is untouched.
+  g_log.clear();
+  auto killed = exec->kill_all();
+  cr_assert(killed.ok(), "%s", killed.ok() ? "" : killed.error().message().c_str());
+  cr_assert_eq(g_log, std::vector<std::string>{"kill " + edir}, "%s", log_text().c_str());
+  cr_assert(died_of_sigkill(program) && died_of_sigkill(escapee));
+  cr_assert_eq(kill(pid1, 0), 0, "the session's pid 1 was killed by an exec's kill");
+  cr_assert(exec->remove().ok());
+  cr_assert(!std::filesystem::exists(edir));
+
+  // A second exec left running when the session is disposed.
+  auto other = claim_exec_cgroup(s.probe, s.group->dirs(), std::nullopt, std::nullopt, "exec2");
+  cr_assert(other.ok());
+  const std::string odir = other->dirs()[0];
+  pid_t straggler = sleeper();
+  put(odir + "/cgroup.procs", std::to_string(straggler) + "\n");
+  put(odir + "/cgroup.events", "populated 1\nfrozen 0\n");
+  put(s.dir + "/cgroup.events", "populated 1\nfrozen 0\n");
+  // `other` stays as an exec's owner holds it: a dispose goes by the tree.
+
+  // Dispose: one cgroup.kill on the session's group first (the subtree:
+  // pid 1 and every exec), then each group removed after its children.
+  g_log.clear();
+  auto removed = s.group->remove();
+  cr_assert(removed.ok(), "%s", removed.ok() ? "" : removed.error().message().c_str());
+  cr_assert(!g_log.empty() && g_log[0] == "kill " + s.dir, "%s", log_text().c_str());
+  cr_assert(died_of_sigkill(pid1) && died_of_sigkill(straggler));
+  for (const auto& [child, parent] : std::vector<std::pair<std::string, std::string>>{
+           {odir, s.dir + "/execs"}, {s.dir + "/execs", s.dir}, {s.dir + "/init", s.dir}}) {
+    cr_assert_neq(index_of("rmdir " + child), SIZE_MAX, "%s", log_text().c_str());
+    cr_assert_lt(index_of("rmdir " + child), index_of("rmdir " + parent), "%s", log_text().c_str());
+  }
+  cr_assert_eq(g_log.back(), "rmdir " + s.dir, "%s", log_text().c_str());
+  cr_assert(!std::filesystem::exists(s.dir));
+}
+
+Test(cgroup_v2_tree, what_a_dead_keeper_left_is_killed_and_removed_from_the_tree_alone) {
+  V2Session s;
+  cr_assert(s.group->hold_processes_in("init").ok());
+  auto exec = claim_exec_cgroup(s.probe, s.group->dirs(), std::nullopt, std::nullopt, "exec1");
+  cr_assert(exec.ok());
+  const std::string edir = exec->dirs()[0];
+  pid_t pid1 = sleeper(), program = sleeper();
+  put(s.dir + "/init/cgroup.procs", std::to_string(pid1) + "\n");
+  put(edir + "/cgroup.procs", std::to_string(program) + "\n");
+  // Another process's sweep (session_state.cpp remove_leftovers): only the
+  // paths from the session's state.
+  g_log.clear();
+  auto gone = kill_and_remove_cgroup_tree(s.dir);
+  cr_assert(gone.ok(), "%s", gone.ok() ? "" : gone.error().message().c_str());
+  cr_assert(!g_log.empty() && g_log[0] == "kill " + s.dir, "%s", log_text().c_str());
+  cr_assert(died_of_sigkill(pid1) && died_of_sigkill(program));
+  cr_assert(!std::filesystem::exists(s.dir), "%s", log_text().c_str());
+  cr_assert_eq(g_log.back(), "rmdir " + s.dir, "%s", log_text().c_str());
+  // Gone already: no error.
+  cr_assert(kill_and_remove_cgroup_tree(s.dir).ok());
+}
+
+Test(cgroup_v2_tree, a_session_group_that_cannot_hand_pids_down_or_already_holds_a_process_is_refused) {
+  {
+    // The unit was delegated memory only.
+    V2Session s("memory\n");
+    auto held = s.group->hold_processes_in("init");
+    cr_assert(!held.ok());
+    cr_assert_eq(held.error().code(), ENOTSUP);
+    const std::string why = held.error().message();
+    cr_assert(why.find("pids") != std::string::npos && why.find("cgroup.controllers: memory") != std::string::npos,
+              "%s", why.c_str());
+    cr_assert(!std::filesystem::exists(s.dir + "/init"));
+  }
+  {
+    V2Session s;
+    put(s.dir + "/cgroup.events", "populated 1\nfrozen 0\n");
+    auto held = s.group->hold_processes_in("init");
+    cr_assert(!held.ok());
+    cr_assert_eq(held.error().code(), EBUSY, "%s", held.error().message().c_str());
+    put(s.dir + "/cgroup.events", "populated 0\nfrozen 0\n");
+  }
+}
+
+Test(cgroup_v2_tree, an_exec_that_hit_its_own_ceiling_is_killed_oom_and_one_the_session_ceiling_hit_is_not) {
+  V2Session s;
+  cr_assert(s.group->hold_processes_in("init").ok());
+  auto exec = claim_exec_cgroup(s.probe, s.group->dirs(), 32ull << 20, std::nullopt, "exec1");
+  cr_assert(exec.ok());
+  const std::string edir = exec->dirs()[0];
+  auto classify = [&](const RunCgroup& g) {
+    auto st = g.stats();
+    cr_assert(st.ok(), "%s", st.ok() ? "" : st.error().message().c_str());
+    RunEnd end;
+    end.status = ExitStatus{};
+    end.status->signal = SIGKILL;
+    end.oom_killed = st->ceiling_oom(false);
+    Result r;
+    classify_outcome(end, Limits{}, r);
+    return r.outcome;
+  };
+  // The kernel's record of an OOM at the exec's memory.max with
+  // memory.oom.group 1: the limit reached, the group killed as one.
+  put(edir + "/memory.events", "low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\noom_group_kill 1\n");
+  cr_assert_eq(classify(*exec), Outcome::killed_oom);
+  // An OOM at the session's ceiling (two execs together): the victim's exec
+  // counts the kill, not a limit of its own; the session's group counts the
+  // limit. The exec is not killed_oom by its own ceiling.
+  put(edir + "/memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 1\noom_group_kill 1\n");
+  cr_assert_neq(classify(*exec), Outcome::killed_oom);
 }

@@ -27,8 +27,11 @@ namespace {
   do {                                                                                                    \
     CORRAL_SKIP_UNLESS_ROOT();                                                                            \
     SKIP_UNLESS_CONTAINER();                                                                              \
-    if (host().cgroups.backend != CgroupVersion::v1 || !host().cgroup_memory)                            \
-      cr_skip_test("sessions need cgroup v1 memory here: %s", host().cgroup_summary.c_str());            \
+    /* v1 with memory, or v2 with memory and pids delegated (session_keeper.cpp) */                      \
+    if (!host().cgroup_memory || !(host().cgroups.backend == CgroupVersion::v1 ||                        \
+                                   (host().cgroups.backend == CgroupVersion::v2 && host().cgroup_pids))) \
+      cr_skip_test("sessions need cgroup v1 memory, or v2 memory and pids, here: %s",                    \
+                   host().cgroup_summary.c_str());                                                       \
   } while (0)
 
 std::string scope_for(const char* name) { return std::string("test-") + std::to_string(getpid()) + "-" + name; }

@@ -141,7 +141,7 @@ struct CgroupSpec {
   // run's ceiling; a removed group hands its charges to its parent).
   // While a RunCgroup holds a reusable group it holds LOCK_EX on the
   // group's first directory (run_cgroup_held). Otherwise (and with device
-  // rules, and on v2) removed as usual.
+  // rules, and on v2, where it is held the same way) removed as usual.
   bool reusable = false;
 };
 
@@ -274,6 +274,20 @@ class RunCgroup {
   // (a v1 mkdir populates a directory of control files, ~50-100 us each).
   Status remove();
 
+  // Make the group a parent of groups of its own (a session: pid 1 in
+  // <dir>/<leaf>, each exec in a group below <dir>), before any process
+  // joins it. v2: a group may hand memory and pids to children only while
+  // it holds no process itself ("no internal processes"), so its processes
+  // go to the leaf: memory and pids are enabled in <dir>'s
+  // cgroup.subtree_control (refused with the reason when they cannot be),
+  // memory.oom.group is set back to 0 on <dir> (an OOM at its ceiling
+  // takes one child group, not all), <dir>/<leaf> is made and cgroup_fd()
+  // and the join fds point at it. kill_all() still kills the whole subtree,
+  // stats() still reads <dir>, and remove() takes the child groups away
+  // bottom-up before <dir>. v1: nothing to do (a v1 group may hold
+  // processes and children).
+  Status hold_processes_in(std::string_view leaf);
+
   // The join fds (O_WRONLY|O_CLOEXEC, opened by the parent, owned by the
   // RunCgroup) for join_cgroup_in_child. Plain ints in the object itself
   // so a CLONE_VM child reads them without following any pointer we free.
@@ -315,6 +329,13 @@ bool run_cgroups_reusable(const CgroupProbe& probe) noexcept;
 // Whether a live RunCgroup holds the reusable group whose first directory
 // is `dir` (a LOCK_SH|LOCK_NB probe of its flock).
 bool run_cgroup_held(const std::string& dir);
+// The probe as seen from inside existing groups (a session's, one per
+// hierarchy it uses): create_run_cgroup with it makes groups below them
+// (<group>/<spec.parent>/<run>). v2: the first of `group_dirs` is our own
+// cgroup, one that holds no process (RunCgroup::hold_processes_in); v1:
+// each hierarchy one of `group_dirs` lies in has it as its own dir, the
+// others are not used.
+CgroupProbe probe_below(const CgroupProbe& host, const std::vector<std::string>& group_dirs);
 
 // Child side, between clone and exec: move the calling process into the
 // run's cgroup by writing "0" ("the writer") to each join fd: cgroup.procs
@@ -342,6 +363,14 @@ Expected<int> sweep_stale_run_cgroups(const CgroupProbe& probe, const CgroupSpec
 // the backend uses), removing the empty ones whose name `is_stale` accepts.
 Expected<int> sweep_run_cgroups(const CgroupProbe& probe, const CgroupSpec& spec,
                                 const std::function<bool(std::string_view)>& is_stale);
+
+// A group and everything below it, by path, whoever made it (what a dead
+// session keeper left): every process in the subtree killed (v2
+// cgroup.kill on `dir` first; then, on both versions, SIGKILL to whatever
+// any cgroup.procs of the subtree still lists until none does, bounded by
+// timeout_ms), then each group removed, children before their parent. A
+// group that is already gone is no error. Errors name the step.
+Status kill_and_remove_cgroup_tree(const std::string& dir, int timeout_ms = 2000);
 
 // ---------------------------------------------------------------- file formats
 // Pure parsing of cgroupfs files, public so tests (and tools that watch
