@@ -18,21 +18,13 @@
 #include "cli_runner.hpp"
 #include "support.hpp"
 
+using corral_test::prefer_tmpfs;
 using corral_test::TempDir;
 using nlohmann::json;
 
 namespace {
 
 std::string corral_bin() { return corral_test::build_dir() + "/bin/corral"; }
-
-// Workspaces on tmpfs when there is one (this host's ext4 takes about a
-// millisecond per mkdir), in a 0755 directory of ours so nothing else is
-// created next to them and leftovers can be counted.
-bool prefer_tmpfs() {
-  struct stat st {};
-  if (stat("/dev/shm", &st) != 0 || !S_ISDIR(st.st_mode) || access("/dev/shm", W_OK) != 0) return false;
-  return setenv("TMPDIR", "/dev/shm", 1) == 0;
-}
 
 struct Base {
   bool on_tmpfs = prefer_tmpfs();  // before `dir` is made (declaration order)

@@ -87,8 +87,6 @@ Ran run_corral(const std::vector<std::string>& args) {
   return r;
 }
 
-bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
-
 }  // namespace
 
 TestSuite(cli_output, .timeout = 120);
@@ -123,7 +121,7 @@ Test(cli_output, a_stalled_stdout_reader_does_not_delay_the_deadline) {
   cr_assert_lt(lived, 1.5, "the program lived %.2fs under a 1 s deadline behind a stalled reader", lived);
   cr_assert_eq(code, 124);
   cr_assert_lt(peak_kb, 64 * 1024, "corral grew to %ld KiB behind the stalled reader", peak_kb);
-  cr_assert(has(read_file(dir / "err"), "wall_seconds deadline"), "%s", read_file(dir / "err").c_str());
+  cr_assert(contains(read_file(dir / "err"), "wall_seconds deadline"), "%s", read_file(dir / "err").c_str());
 }
 
 // Plain mode passes on at most the caps, and says what it cut (before, all
@@ -133,10 +131,10 @@ Test(cli_output, plain_mode_passes_on_no_more_than_the_caps) {
                       "sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a; echo 0123456789 >&2"});
   cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err.c_str());
   cr_assert_eq(r.out, "aaaaaaaaaa");
-  cr_assert(has(r.err, "corral: stdout cut at 10 bytes (stdout_bytes=10): 99990 more bytes not shown"), "%s",
+  cr_assert(contains(r.err, "corral: stdout cut at 10 bytes (stdout_bytes=10): 99990 more bytes not shown"), "%s",
             r.err.c_str());
   cr_assert_eq(r.err.rfind("01234corral: ", 0), 0u, "%s", r.err.c_str());  // the program's 5 bytes, then ours
-  cr_assert(has(r.err, "corral: stderr cut at 5 bytes (stderr_bytes=5): 6 more bytes not shown"), "%s",
+  cr_assert(contains(r.err, "corral: stderr cut at 5 bytes (stderr_bytes=5): 6 more bytes not shown"), "%s",
             r.err.c_str());
 }
 
@@ -170,7 +168,7 @@ Test(cli_output, output_limit_kill_ends_a_flood_as_killed_resource) {
   cr_assert_eq(json::parse(e.out)["resource"], "stderr_bytes");
   Ran bad = run_corral({"run", "--on-output-limit", "explode", "--", "true"});
   cr_assert_eq(bad.code, 2);
-  cr_assert(has(bad.err, "corral: --on-output-limit"), "%s", bad.err.c_str());
+  cr_assert(contains(bad.err, "corral: --on-output-limit"), "%s", bad.err.c_str());
 }
 
 // A --json Result that cannot be written is an error naming the run, never
@@ -186,8 +184,8 @@ Test(cli_output, a_result_that_cannot_be_written_exits_125_naming_the_run) {
     int code = wait_code(pid);
     std::string text = read_file(dir / "err");
     cr_assert_eq(code, 125, "exit %d with stdout %s: %s", code, out_fd < 0 ? "closed" : "/dev/full", text.c_str());
-    cr_assert(has(text, "corral: the Result of run r-"), "%s", text.c_str());
-    cr_assert(has(text, out_fd < 0 ? "Bad file descriptor" : "No space left on device"), "%s", text.c_str());
+    cr_assert(contains(text, "corral: the Result of run r-"), "%s", text.c_str());
+    cr_assert(contains(text, out_fd < 0 ? "Bad file descriptor" : "No space left on device"), "%s", text.c_str());
   }
   close(full);
 }

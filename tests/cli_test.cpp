@@ -37,8 +37,6 @@ Ran corral(const std::string& args, const std::string& env = "") {
   return shell(env + " " + build_dir() + "/bin/corral " + args);
 }
 
-bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
-
 void every_stderr_line_is_ours(const std::string& err) {
   std::istringstream in(err);
   std::string line;
@@ -50,13 +48,13 @@ void every_stderr_line_is_ours(const std::string& err) {
 Test(cli, version_and_help) {
   Ran v = corral("--version");
   cr_assert_eq(v.code, 0);
-  cr_assert(has(v.out, "corral 0."), "%s", v.out.c_str());
+  cr_assert(contains(v.out, "corral 0."), "%s", v.out.c_str());
   Ran h = corral("run --help");
   cr_assert_eq(h.code, 0);
   for (const char* opt : {"--tier", "--untrusted", "--limit", "--confine-writes", "--write-path", "--net", "--env",
                           "--pass-env", "--secret-env", "--input", "--output", "--artifact-root", "--merge-output",
                           "--json", "--cwd"})
-    cr_assert(has(h.out, opt), "run --help does not mention %s", opt);
+    cr_assert(contains(h.out, opt), "run --help does not mention %s", opt);
 }
 
 Test(cli, exit_codes_follow_the_contract) {
@@ -66,9 +64,9 @@ Test(cli, exit_codes_follow_the_contract) {
   cr_assert_eq(corral("run --limit cpu_seconds=1 -- " + build_dir() + "/helpers/hostile spin").code, 152);
   Ran missing = corral("run -- corral-no-such-program");
   cr_assert_eq(missing.code, 125);
-  cr_assert(has(missing.err, "execve 'corral-no-such-program': ENOENT"), "%s", missing.err.c_str());
+  cr_assert(contains(missing.err, "execve 'corral-no-such-program': ENOENT"), "%s", missing.err.c_str());
   Ran absolute = corral("run -- /nonexistent/corral-prog");
-  cr_assert(has(absolute.err, "execve '/nonexistent/corral-prog': ENOENT"), "%s", absolute.err.c_str());
+  cr_assert(contains(absolute.err, "execve '/nonexistent/corral-prog': ENOENT"), "%s", absolute.err.c_str());
   every_stderr_line_is_ours(missing.err);
   cr_assert_eq(corral("run -- " + build_dir() + "/helpers/hostile exit 127").code, 127);
 }
@@ -76,20 +74,20 @@ Test(cli, exit_codes_follow_the_contract) {
 Test(cli, usage_errors_and_refusals_exit_2_naming_the_problem) {
   Ran neg = corral("run --limit open_files=-5 -- true");
   cr_assert_eq(neg.code, 2);
-  cr_assert(has(neg.err, "open_files") && has(neg.err, "negative"), "%s", neg.err.c_str());
+  cr_assert(contains(neg.err, "open_files") && contains(neg.err, "negative"), "%s", neg.err.c_str());
   every_stderr_line_is_ours(neg.err);
   Ran unknown = corral("run --limit bogus=1 -- true");
   cr_assert_eq(unknown.code, 2);
-  cr_assert(has(unknown.err, "bogus"));
+  cr_assert(contains(unknown.err, "bogus"));
   Ran env = corral("run -- true", "CORRAL_LIMITS=cpu_seconds=x");
   cr_assert_eq(env.code, 2);
-  cr_assert(has(env.err, "CORRAL_LIMITS") && has(env.err, "cpu_seconds"), "%s", env.err.c_str());
+  cr_assert(contains(env.err, "CORRAL_LIMITS") && contains(env.err, "cpu_seconds"), "%s", env.err.c_str());
   Ran untrusted = corral("run --untrusted -- true");
   cr_assert_eq(untrusted.code, 2);
-  cr_assert(has(untrusted.err, "container"), "%s", untrusted.err.c_str());
+  cr_assert(contains(untrusted.err, "container"), "%s", untrusted.err.c_str());
   Ran confine = corral("run --tier none --confine-writes -- true");
   cr_assert_eq(confine.code, 2);
-  cr_assert(has(confine.err, "write_confinement"), "%s", confine.err.c_str());
+  cr_assert(contains(confine.err, "write_confinement"), "%s", confine.err.c_str());
   cr_assert_eq(corral("run").code, 2);
   cr_assert_eq(corral("frobnicate").code, 2);
 }
@@ -103,10 +101,10 @@ Test(cli, user_0_and_non_uid_forms_are_refused_with_exit_2) {
                            "run --user 00 -- true"}) {
     Ran r = corral(args);
     cr_expect_eq(r.code, 2, "%s: exit %d, stdout '%s'", args, r.code, r.out.c_str());
-    cr_expect(has(r.err, "--user"), "%s: stderr '%s'", args, r.err.c_str());
+    cr_expect(contains(r.err, "--user"), "%s: stderr '%s'", args, r.err.c_str());
     cr_expect_eq(r.out, "", "%s ran: %s", args, r.out.c_str());
   }
-  cr_expect(has(corral("run --user 0 -- true").err, "root"));
+  cr_expect(contains(corral("run --user 0 -- true").err, "root"));
 }
 
 Test(cli, json_result_has_the_contract_fields) {
@@ -139,11 +137,11 @@ Test(cli, secrets_are_masked_in_plain_and_json_output) {
   std::string prog = build_dir() + "/helpers/hostile secret-halves CLI_SECRET";
   Ran plain = corral("run --secret-env CLI_SECRET -- " + prog, env);
   cr_assert_eq(plain.code, 0, "%s", plain.err.c_str());
-  cr_assert(!has(plain.out + plain.err, "sup3r-s3cret-value"), "secret leaked: %s %s", plain.out.c_str(), plain.err.c_str());
-  cr_assert(has(plain.out, "before:***:after"), "%s", plain.out.c_str());
+  cr_assert(!contains(plain.out + plain.err, "sup3r-s3cret-value"), "secret leaked: %s %s", plain.out.c_str(), plain.err.c_str());
+  cr_assert(contains(plain.out, "before:***:after"), "%s", plain.out.c_str());
   Ran json = corral("run --json --secret-env CLI_SECRET -- " + prog, env);
-  cr_assert(!has(json.out + json.err, "sup3r"), "secret leaked in JSON: %s", json.out.c_str());
-  cr_assert(has(json.out, "before:***:after"), "%s", json.out.c_str());
+  cr_assert(!contains(json.out + json.err, "sup3r"), "secret leaked in JSON: %s", json.out.c_str());
+  cr_assert(contains(json.out, "before:***:after"), "%s", json.out.c_str());
 }
 
 Test(cli, enforcement_lists_limits_and_kernel_facts) {
@@ -152,10 +150,10 @@ Test(cli, enforcement_lists_limits_and_kernel_facts) {
   for (const char* name : {"cpu_seconds", "memory_bytes", "process_count", "file_bytes", "open_files", "wall_seconds",
                            "write_confinement", "landlock_abi", "io_uring", "user_namespaces", "cgroups", "seccomp",
                            "pidfd"})
-    cr_assert(has(r.out, name), "enforcement does not mention %s:\n%s", name, r.out.c_str());
+    cr_assert(contains(r.out, name), "enforcement does not mention %s:\n%s", name, r.out.c_str());
   // One line says whether SysV IPC and POSIX queues are the run's own.
   std::string ipc = "  ipc" + std::string(20, ' ') + (geteuid() == 0 ? "hard_per_run" : "shared");
-  cr_assert(has(r.out, ipc), "no '%s' line:\n%s", ipc.c_str(), r.out.c_str());
+  cr_assert(contains(r.out, ipc), "no '%s' line:\n%s", ipc.c_str(), r.out.c_str());
   Ran j = corral("enforcement --json --tier none");
   cr_assert(!nlohmann::json::parse(j.out, nullptr, false).is_discarded());
 }
@@ -204,14 +202,14 @@ Test(cli, options_follow_getopt_long_conventions) {
   cr_assert_eq(s["limits"]["wall_seconds"], 8);
   Ran bogus = corral("run --bogus -- true");
   cr_assert_eq(bogus.code, 2);
-  cr_assert(has(bogus.err, "unknown option --bogus"), "%s", bogus.err.c_str());
+  cr_assert(contains(bogus.err, "unknown option --bogus"), "%s", bogus.err.c_str());
   every_stderr_line_is_ours(bogus.err);
   Ran short_bogus = corral("run -Z -- true");
   cr_assert_eq(short_bogus.code, 2);
-  cr_assert(has(short_bogus.err, "unknown option -Z"), "%s", short_bogus.err.c_str());
+  cr_assert(contains(short_bogus.err, "unknown option -Z"), "%s", short_bogus.err.c_str());
   Ran missing = corral("run --tier");
   cr_assert_eq(missing.code, 2);
-  cr_assert(has(missing.err, "--tier needs a value"), "%s", missing.err.c_str());
+  cr_assert(contains(missing.err, "--tier needs a value"), "%s", missing.err.c_str());
   // The program's own options stay its own.
   Ran own = corral("run -t none sh -c 'echo $1' sh --json");
   cr_assert_eq(own.code, 0, "%s", own.err.c_str());
@@ -227,16 +225,16 @@ Test(cli, bad_input_is_refused_by_name) {
   Ran wrapped = corral("run --tier none --limit wall_seconds=9223372036854775807 -- sleep 1");
   cr_assert_eq(wrapped.code, 2, "exit %d (it used to end killed_timeout at once): %s", wrapped.code,
                wrapped.err.c_str());
-  cr_assert(has(wrapped.err, "wall_seconds") && has(wrapped.err, "maximum"), "%s", wrapped.err.c_str());
+  cr_assert(contains(wrapped.err, "wall_seconds") && contains(wrapped.err, "maximum"), "%s", wrapped.err.c_str());
   Ran env_wrapped = corral("run --tier none -- true", "CORRAL_LIMITS=cpu_seconds=9223372036854775807");
   cr_assert_eq(env_wrapped.code, 2);
   Ran cwd = corral("run --tier none --cwd '' -- pwd");
   cr_assert_eq(cwd.code, 2, "exit %d: %s %s", cwd.code, cwd.out.c_str(), cwd.err.c_str());
-  cr_assert(has(cwd.err, "--cwd: empty path"), "%s", cwd.err.c_str());
+  cr_assert(contains(cwd.err, "--cwd: empty path"), "%s", cwd.err.c_str());
   for (const char* flag : {"--write-path ''", "--artifact-root ''", "--input ''"}) {
     Ran empty = corral(std::string("run --tier none ") + flag + " -- true");
     cr_assert_eq(empty.code, 2, "%s: exit %d: %s", flag, empty.code, empty.err.c_str());
-    cr_assert(has(empty.err, "empty path"), "%s: %s", flag, empty.err.c_str());
+    cr_assert(contains(empty.err, "empty path"), "%s: %s", flag, empty.err.c_str());
   }
 }
 
@@ -271,7 +269,7 @@ Test(cli, one_bad_name_does_not_cancel_the_copy) {
   cr_assert_eq(read_file(path), "good\n");
   std::string notes = j["artifact_notes"].dump();
   for (const char* why : {"backslash", "not valid UTF-8", "control character"})
-    cr_assert(has(notes, why), "no note says '%s': %s", why, notes.c_str());
+    cr_assert(contains(notes, why), "no note says '%s': %s", why, notes.c_str());
   auto tree = tree_of(root.path());
   cr_assert_eq(tree.size(), 2u, "on disk: %s", r.out.c_str());  // <run-id>/ and <run-id>/zz.txt
 }
@@ -283,14 +281,14 @@ Test(cli, a_secret_in_a_file_name_reaches_neither_stdout_nor_the_disk) {
                      " -- sh " + (scripts / "mk.sh");
   Ran json = corral("run --json " + args, "CLI_NAME_SECRET=TopSecret123");
   cr_assert_eq(json.code, 0, "%s", json.err.c_str());
-  cr_assert(!has(json.out + json.err, "TopSecret123"), "the secret leaked: %s %s", json.out.c_str(), json.err.c_str());
-  cr_assert(has(json.out, "***.txt"), "%s", json.out.c_str());
+  cr_assert(!contains(json.out + json.err, "TopSecret123"), "the secret leaked: %s %s", json.out.c_str(), json.err.c_str());
+  cr_assert(contains(json.out, "***.txt"), "%s", json.out.c_str());
   Ran plain = corral("run " + args, "CLI_NAME_SECRET=TopSecret123");
   cr_assert_eq(plain.code, 0, "%s", plain.err.c_str());
-  cr_assert(!has(plain.out + plain.err, "TopSecret123"), "the secret leaked: %s", plain.err.c_str());
-  cr_assert(has(plain.err, "corral: output ***.txt"), "%s", plain.err.c_str());
+  cr_assert(!contains(plain.out + plain.err, "TopSecret123"), "the secret leaked: %s", plain.err.c_str());
+  cr_assert(contains(plain.err, "corral: output ***.txt"), "%s", plain.err.c_str());
   auto tree = tree_of(root.path());
-  for (const auto& name : tree) cr_assert(!has(name, "TopSecret123"), "on disk: %s", name.c_str());
+  for (const auto& name : tree) cr_assert(!contains(name, "TopSecret123"), "on disk: %s", name.c_str());
   cr_assert_eq(tree.size(), 4u, "two runs, each <run-id>/plain.txt");
 }
 
@@ -305,7 +303,7 @@ Test(cli, a_bad_artifact_root_exits_2_before_the_program_runs) {
                         root + " -- touch " + marker + "'");
     if (r.code == 99) cr_skip_test("cannot make a read-only bind mount here: %s", r.err.c_str());
     cr_assert_eq(r.code, 2, "artifact root %s: exit %d: %s", root.c_str(), r.code, r.err.c_str());
-    cr_assert(has(r.err, root) && has(r.err, why), "%s", r.err.c_str());
+    cr_assert(contains(r.err, root) && contains(r.err, why), "%s", r.err.c_str());
     every_stderr_line_is_ours(r.err);
     cr_assert(access(marker.c_str(), F_OK) != 0, "the program ran (artifact root %s)", root.c_str());
   };
@@ -328,14 +326,14 @@ Test(cli, refused_socket_calls_get_a_corral_note) {
   const std::string prog = build_dir() + "/helpers/compat";
   Ran plain = corral("run --net none -- " + prog + " sockets 3");
   cr_assert_eq(plain.code, 0, "%s", plain.err.c_str());
-  cr_expect(has(plain.out, "socket_eacces=3"), "%s", plain.out.c_str());
-  cr_expect(has(plain.err, "corral: 3 socket() calls refused (--net none"), "%s", plain.err.c_str());
+  cr_expect(contains(plain.out, "socket_eacces=3"), "%s", plain.out.c_str());
+  cr_expect(contains(plain.err, "corral: 3 socket() calls refused (--net none"), "%s", plain.err.c_str());
   every_stderr_line_is_ours(plain.err);
   Ran json = corral("run --json --net none -- " + prog + " sockets 2");
   auto j = nlohmann::json::parse(json.out, nullptr, false);
   cr_assert(!j.is_discarded(), "%s %s", json.out.c_str(), json.err.c_str());
   cr_expect_eq(j["refused_syscalls"]["socket"], 2);
-  cr_expect(!has(json.err, "refused"), "--json carries the count, not a line: %s", json.err.c_str());
+  cr_expect(!contains(json.err, "refused"), "--json carries the count, not a line: %s", json.err.c_str());
   Ran quiet = corral("run --net none -- " + prog + " whoami");
-  cr_expect(!has(quiet.err, "refused"), "%s", quiet.err.c_str());
+  cr_expect(!contains(quiet.err, "refused"), "%s", quiet.err.c_str());
 }

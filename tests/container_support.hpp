@@ -30,13 +30,10 @@
 namespace container_test {
 
 using namespace corral;
+using corral_test::contains;
 using corral_test::Harness;
 using corral_test::kv;
 using corral_test::TempDir;
-
-inline bool contains(const std::string& hay, const std::string& needle) {
-  return hay.find(needle) != std::string::npos;
-}
 
 // The host facts, probed once per test process.
 inline const HostFacts& host() {
@@ -114,7 +111,6 @@ inline std::string mismatches(const Result& r, const std::map<std::string, std::
   std::string bad = corral_test::observation_mismatches(r.stdout_capture.text, want);
   return bad.empty() ? "" : bad + "\nstdout:\n" + r.stdout_capture.text;
 }
-
 
 // Everything the sandbox shows one program, observed once.
 inline Result observe(Harness& h) {

@@ -13,16 +13,11 @@
 #include "support.hpp"
 
 using namespace corral;
+using corral_test::contains;
+using corral_test::assert_mentions;
 using corral_test::TempDir;
 
 namespace {
-
-bool contains(const std::string& text, std::string_view word) { return text.find(word) != std::string::npos; }
-
-void assert_mentions(const std::string& text, std::initializer_list<std::string_view> words) {
-  for (auto word : words)
-    cr_assert(contains(text, word), "'%.*s' not in: %s", (int)word.size(), word.data(), text.c_str());
-}
 
 // A batch job line through job_from_json and the door.
 Expected<Request> through(const std::string& line, const DoorPolicy& policy) {

@@ -18,6 +18,8 @@
 #include "supervisor_harness.hpp"
 
 using namespace corral;
+using corral_test::contains;
+using corral_test::expect_text;
 using corral_test::Harness;
 using nlohmann::json;
 
@@ -61,12 +63,9 @@ int forked(const Result& r) {
   return n;
 }
 
-bool contains(const std::string& hay, std::string_view needle) { return hay.find(needle) != std::string::npos; }
-
 // Compares through a reference that outlives the assertion: a c_str() of a
 // temporary map's value reaches the macro freed (make asan:
 // heap-use-after-free).
-void expect_text(const std::string& got, const char* want) { cr_assert_str_eq(got.c_str(), want); }
 
 const char* const kRlimitLimits[] = {"cpu_seconds", "memory_bytes", "file_bytes", "open_files"};
 

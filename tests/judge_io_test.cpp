@@ -40,8 +40,6 @@ Ran shell(const std::string& line) {
 
 std::string corral() { return build_dir() + "/bin/corral"; }
 
-bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
-
 std::vector<json> lines_of(const std::string& out) {
   std::vector<json> v;
   std::istringstream in(out);
@@ -68,7 +66,7 @@ Test(judge_io, a_fractional_cpu_limit_ends_the_run_within_50_ms_of_it) {
     cr_assert(cpu >= 0.25 - 0.05 && cpu <= 0.25 + 0.05, "%s: measured CPU %.3f s for cpu_seconds=0.25", tier, cpu);
     cr_assert_eq(j["limits"]["cpu_seconds"].get<double>(), 0.25);
     cr_assert_eq(j["enforcement"]["cpu_seconds"], "supervisor_cpu_clock", "%s", j["enforcement"].dump().c_str());
-    cr_assert(has(j["detail"].get<std::string>(), "cpu_seconds=0.25"), "%s", j["detail"].dump().c_str());
+    cr_assert(contains(j["detail"].get<std::string>(), "cpu_seconds=0.25"), "%s", j["detail"].dump().c_str());
   }
 }
 
@@ -138,14 +136,14 @@ Test(judge_io, a_bad_unit_is_refused_naming_the_limit_and_the_text) {
   for (const auto& c : cases) {
     Ran r = shell(corral() + " run " + c.args + " -- true");
     cr_assert_eq(r.code, 2, "%s: exit %d", c.args.c_str(), r.code);
-    cr_assert(has(r.err, c.expect), "%s: %s", c.args.c_str(), r.err.c_str());
+    cr_assert(contains(r.err, c.expect), "%s: %s", c.args.c_str(), r.err.c_str());
   }
   TempDir dir;
   write_file(dir / "jobs", R"({"id":"bad","argv":["true"],"limits":{"memory_bytes":"1 GiB"}})" "\n");
   Ran batch = shell(corral() + " batch " + (dir / "jobs"));
   auto results = lines_of(batch.out);
   cr_assert_eq(results.size(), 1u);
-  cr_assert(has(results[0]["error"].get<std::string>(), "limit memory_bytes: '1 GiB'"), "%s", batch.out.c_str());
+  cr_assert(contains(results[0]["error"].get<std::string>(), "limit memory_bytes: '1 GiB'"), "%s", batch.out.c_str());
 }
 
 // 10 MB of random bytes through the program's stdin and back out as a
@@ -173,7 +171,7 @@ Test(judge_io, stdin_is_capped_and_said_so) {
   Ran r = shell("head -c 100000 /dev/zero | " + corral() + " run --stdin - --stdin-max-bytes 1KiB -- wc -c");
   cr_assert_eq(r.code, 0, "%s", r.err.c_str());
   cr_assert_str_eq(r.out.c_str(), "1024\n");
-  cr_assert(has(r.err, "corral: stdin cut at 1024 bytes (--stdin-max-bytes)"), "%s", r.err.c_str());
+  cr_assert(contains(r.err, "corral: stdin cut at 1024 bytes (--stdin-max-bytes)"), "%s", r.err.c_str());
 }
 
 // Without --stdin the program's stdin is /dev/null, as before; what changed
@@ -182,13 +180,13 @@ Test(judge_io, piped_stdin_without_the_flag_is_not_passed_and_corral_says_so) {
   Ran r = shell("printf 'a\\nb\\n' | " + corral() + " run -- wc -l");
   cr_assert_eq(r.code, 0, "%s", r.err.c_str());
   cr_assert_str_eq(r.out.c_str(), "0\n");
-  cr_assert(has(r.err, "corral: note: corral's stdin is not passed to the program"), "%s", r.err.c_str());
+  cr_assert(contains(r.err, "corral: note: corral's stdin is not passed to the program"), "%s", r.err.c_str());
   Ran passed = shell("printf 'a\\nb\\n' | " + corral() + " run --stdin - -- wc -l");
   cr_assert_str_eq(passed.out.c_str(), "2\n", "%s", passed.err.c_str());
   cr_assert_str_eq(passed.err.c_str(), "");
   Ran missing = shell(corral() + " run --stdin /nonexistent/input -- true");
   cr_assert_eq(missing.code, 2);
-  cr_assert(has(missing.err, "--stdin: open /nonexistent/input"), "%s", missing.err.c_str());
+  cr_assert(contains(missing.err, "--stdin: open /nonexistent/input"), "%s", missing.err.c_str());
 }
 
 // Bytes that are not UTF-8 came back as U+FFFD only; with binary_output the
@@ -214,7 +212,7 @@ Test(judge_io, binary_output_gives_the_bytes_exactly_with_secrets_masked) {
   cr_assert_str_eq(echoed.c_str(), "AAEC/w==", "%s", batch.out.c_str());
   write_file(dir / "bad", R"({"id":"b","argv":["cat"],"stdin_b64":"AA*C"})" "\n");
   auto bad = lines_of(shell(corral() + " batch " + (dir / "bad")).out);
-  cr_assert(has(bad.at(0)["error"].get<std::string>(), "field 'stdin_b64'"), "%s", bad.at(0).dump().c_str());
+  cr_assert(contains(bad.at(0)["error"].get<std::string>(), "field 'stdin_b64'"), "%s", bad.at(0).dump().c_str());
 }
 
 Test(judge_io, batch_on_a_pipe_ends_with_one_summary_line) {
@@ -230,7 +228,7 @@ Test(judge_io, batch_on_a_pipe_ends_with_one_summary_line) {
   cr_assert(r.err.size() > expected_tail.size() &&
                 r.err.compare(r.err.size() - expected_tail.size(), expected_tail.size(), expected_tail) == 0,
             "%s", r.err.c_str());
-  cr_assert(has(r.err, " jobs/s)"), "%s", r.err.c_str());
+  cr_assert(contains(r.err, " jobs/s)"), "%s", r.err.c_str());
   cr_assert_eq(std::count(r.err.begin(), r.err.end(), '\n'), 1, "%s", r.err.c_str());
 }
 
@@ -294,6 +292,6 @@ Test(judge_io, a_wall_kill_of_a_cpu_starved_run_says_so) {
     }
     cr_assert_eq(j["cpu_starved"], true, "%s", j.dump().c_str());
     cr_assert_geq(j["cpu_wait_seconds"].get<double>(), 0.25, "%s", j.dump().c_str());
-    cr_assert(has(j["detail"].get<std::string>(), "waited"), "%s", j["detail"].dump().c_str());
+    cr_assert(contains(j["detail"].get<std::string>(), "waited"), "%s", j["detail"].dump().c_str());
   }
 }

@@ -4,6 +4,7 @@
 #include "support.hpp"
 
 using namespace corral;
+using corral_test::contains;
 
 namespace {
 
@@ -19,22 +20,12 @@ using Mock = MockTier<Req, Res>;
 
 TierCapabilities real(std::string_view tier) { return *tier_capabilities(tier); }
 
-bool contains(const std::string& text, std::string_view word) {
-  return text.find(word) != std::string::npos;
-}
-
 RouteSpec route_spec(std::string name, Provenance provenance, std::string tier) {
   RouteSpec s;
   s.name = std::move(name);
   s.provenance = provenance;
   s.tier = std::move(tier);
   return s;
-}
-
-MapEnforcementView hard() {
-  MapEnforcementView view;
-  for (const auto& t : corral_tiers()) view.set_all(std::string(t.name), "hard");
-  return view;
 }
 
 }  // namespace
@@ -110,15 +101,15 @@ Test(mock_tier, the_gate_refuses_under_test_where_production_would) {
 
   auto spec = route_spec("grader", Provenance::untrusted, "os_process");
   Router production, under_test;
-  auto prod = production.add(spec, real("os_process"), hard());
-  auto test = under_test.add(spec, *mock.capabilities("grader"), hard());
+  auto prod = production.add(spec, real("os_process"), corral_test::all_hard_view());
+  auto test = under_test.add(spec, *mock.capabilities("grader"), corral_test::all_hard_view());
   cr_assert(!prod.ok() && !test.ok());
   cr_assert(prod.error().message() == test.error().message(), "%s vs %s",
             prod.error().message().c_str(), test.error().message().c_str());
   cr_assert(contains(test.error().message(), "provenance untrusted needs isolation container"));
 
   auto ok = under_test.add(route_spec("sandboxed", Provenance::untrusted, "container"),
-                           *mock.capabilities("sandboxed"), hard());
+                           *mock.capabilities("sandboxed"), corral_test::all_hard_view());
   cr_assert(ok.ok(), "%s", ok.error().message().c_str());
   cr_assert(mock.call("sandboxed", Req{})->stdout_text == "graded");
 }

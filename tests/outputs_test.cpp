@@ -7,6 +7,8 @@
 #include "support.hpp"
 
 using namespace corral;
+using corral_test::contains;
+using corral_test::assert_mentions;
 
 namespace {
 
@@ -83,10 +85,6 @@ DeclaredOutput out(std::string path, bool required = false, std::string name = "
   return DeclaredOutput{std::move(path), "text/plain", required, std::move(name), disposition};
 }
 
-bool contains(const std::string& text, std::string_view word) {
-  return text.find(word) != std::string::npos;
-}
-
 void assert_failed(const TransferResult& r, TransferErrorKind kind,
                    std::initializer_list<std::string_view> words) {
   cr_assert(!r.ok(), "transfer succeeded");
@@ -95,11 +93,6 @@ void assert_failed(const TransferResult& r, TransferErrorKind kind,
   for (auto word : words)
     cr_assert(contains(r.error().message(), word), "'%.*s' not in: %s", (int)word.size(),
               word.data(), r.error().message().c_str());
-}
-
-void assert_mentions(const std::string& text, std::initializer_list<std::string_view> words) {
-  for (auto word : words)
-    cr_assert(contains(text, word), "'%.*s' not in: %s", (int)word.size(), word.data(), text.c_str());
 }
 
 void assert_invalid(std::string_view name, std::string_view reason) {

@@ -13,11 +13,10 @@
 #include "support.hpp"
 
 using namespace corral;
+using corral_test::contains;
 using corral_test::run_cli;
 
 namespace {
-
-bool contains(const std::string& text, std::string_view word) { return text.find(word) != std::string::npos; }
 
 // `corral run [args] -- true`: the flag's message, or "" when it ran.
 std::string flag_error(std::vector<std::string> args) {

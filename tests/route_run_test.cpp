@@ -20,21 +20,13 @@
 #include "supervisor_harness.hpp"
 
 using namespace corral;
+using corral_test::contains;
+using corral_test::expect_text;
+using corral_test::assert_mentions;
 using corral_test::Harness;
 using corral_test::TempDir;
 
 namespace {
-
-bool contains(const std::string& text, std::string_view word) { return text.find(word) != std::string::npos; }
-
-// Compares through a named copy: no pointer into a temporary reaches the
-// assertion macro (sanitizer builds catch that).
-void expect_text(const std::string& got, const char* want) { cr_assert_str_eq(got.c_str(), want); }
-
-void assert_mentions(const std::string& text, std::initializer_list<std::string_view> words) {
-  for (auto word : words)
-    cr_assert(contains(text, word), "'%.*s' not in: %s", (int)word.size(), word.data(), text.c_str());
-}
 
 RouteSpec spec(std::string name, std::string tier, Provenance provenance = Provenance::trusted) {
   RouteSpec s;
@@ -56,8 +48,7 @@ DeclaredOutput output(std::string path, Disposition disposition = Disposition::l
 }
 
 Route built(RouteSpec s) {
-  MapEnforcementView view;
-  for (const auto& t : corral_tiers()) view.set_all(std::string(t.name), "hard");
+  MapEnforcementView view = corral_test::all_hard_view();
   Router router;
   auto caps = tier_capabilities(s.tier);
   cr_assert(caps.ok());

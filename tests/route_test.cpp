@@ -3,6 +3,7 @@
 #include "support.hpp"
 
 using namespace corral;
+using corral_test::contains;
 
 namespace {
 
@@ -20,14 +21,7 @@ RouteSpec spec(std::string name, std::optional<Provenance> provenance, std::stri
   return s;
 }
 
-// Every limit "hard" on every corral tier.
-MapEnforcementView hard_everywhere() {
-  MapEnforcementView view;
-  for (const auto& t : corral_tiers()) view.set_all(std::string(t.name), "hard");
-  return view;
-}
-
-Expected<Route> add(Router& router, RouteSpec s, const EnforcementView& view = hard_everywhere()) {
+Expected<Route> add(Router& router, RouteSpec s, const EnforcementView& view = corral_test::all_hard_view()) {
   auto caps = tier(s.tier);
   return router.add(std::move(s), caps, view);
 }
@@ -35,10 +29,6 @@ Expected<Route> add(Router& router, RouteSpec s, const EnforcementView& view = h
 Expected<Route> add_one(RouteSpec s, HostPolicy policy = {}) {
   Router router(policy);
   return add(router, std::move(s));
-}
-
-bool contains(const std::string& text, std::string_view word) {
-  return text.find(word) != std::string::npos;
 }
 
 void assert_refused(const Expected<Route>& r, const std::string& route,
@@ -162,7 +152,7 @@ Test(route, refuses_a_capability_the_tier_lacks) {
 }
 
 Test(route, refuses_a_limit_unsupported_here_unless_acknowledged) {
-  MapEnforcementView view = hard_everywhere();
+  MapEnforcementView view = corral_test::all_hard_view();
   view.set("none", Limit::process_count, "unsupported");
   auto s = spec("script", Provenance::trusted, "none");
   s.acknowledge_network_egress = true;
@@ -261,7 +251,7 @@ Test(route, refuses_duplicate_and_empty_names) {
   cr_assert(!unnamed.ok());
   cr_assert(contains(unnamed.error().message(), "route: name is empty"));
   RouteSpec no_tier = spec("x", Provenance::trusted, "");
-  assert_refused(router.add(no_tier, tier("os_process"), hard_everywhere()), "x", {"tier is empty"});
+  assert_refused(router.add(no_tier, tier("os_process"), corral_test::all_hard_view()), "x", {"tier is empty"});
   cr_assert(router.find("grader") != nullptr);
   cr_assert(router.find("x") == nullptr);
   cr_assert_eq(router.names().size(), 1u);
@@ -285,12 +275,12 @@ Test(route, checks_declared_outputs_against_the_tier) {
   no_files.files_out = false;
   no_files.files_list = false;
   Router router;
-  assert_refused(router.add(s, no_files, hard_everywhere()), "grader",
+  assert_refused(router.add(s, no_files, corral_test::all_hard_view()), "grader",
                  {"declares outputs; tier 'container' does not offer files_out"});
 
   no_files.files_out = true;
   s.outputs = {DeclaredOutput{"results/*.json", "application/json", false, "", Disposition::land}};
-  assert_refused(router.add(s, no_files, hard_everywhere()), "grader",
+  assert_refused(router.add(s, no_files, corral_test::all_hard_view()), "grader",
                  {"output 'results/*.json' is a glob", "files_list"});
 
   s.outputs = {DeclaredOutput{"../etc/passwd", "text/plain", false, "", Disposition::land}};

@@ -7,15 +7,10 @@
 #include "support.hpp"
 
 using namespace corral;
+using corral_test::contains;
+using corral_test::assert_mentions;
 
 namespace {
-
-bool contains(const std::string& text, std::string_view word) { return text.find(word) != std::string::npos; }
-
-void assert_mentions(const std::string& text, std::initializer_list<std::string_view> words) {
-  for (auto word : words)
-    cr_assert(contains(text, word), "'%.*s' not in: %s", (int)word.size(), word.data(), text.c_str());
-}
 
 RoutesFile parsed(const std::string& text) {
   auto file = parse_routes(text, "t.toml");

@@ -24,6 +24,8 @@
 #include "supervisor_harness.hpp"
 
 using namespace corral;
+using corral_test::contains;
+using corral_test::expect_text;
 using corral_test::Harness;
 using corral_test::helper;
 using corral_test::TempDir;
@@ -37,9 +39,6 @@ Request req(Tier tier, std::vector<std::string> argv) {
   r.argv = std::move(argv);
   return r;
 }
-
-bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
-
 
 // Children other than the supervisor's guardian (guardian.hpp: a live child
 // for as long as the supervisor is, by design).
@@ -757,9 +756,6 @@ Test(run, on_output_stops_at_the_cap) {
 
 // Compares through named copies (no pointer into a temporary reaches the
 // assertion macro).
-static void expect_text(const std::string& got, const std::string& want) {
-  cr_assert_str_eq(got.c_str(), want.c_str());
-}
 
 // Each stream on its own cap, a secret masked across the stdout cap, and a
 // merged run: what on_output is given is exactly what the Result keeps,

@@ -17,6 +17,7 @@
 
 using corral_test::run_cli;
 using corral_test::TempDir;
+using corral_test::contains;
 using nlohmann::json;
 
 namespace {
@@ -35,8 +36,6 @@ std::function<const char*(const char*)> env_of(std::map<std::string, std::string
     return it == held->end() ? nullptr : it->second.c_str();
   };
 }
-
-bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
 // `corral ARGS > out_path` in the background; its pid.
 pid_t spawn_cli(const std::vector<std::string>& args, const std::string& out_path) {
@@ -68,7 +67,7 @@ Test(shard_spec, explicit_index_and_count) {
   cr_expect(s->owns(2) && s->owns(6) && !s->owns(3));
   for (const char* bad : {"4/4", "1/0", "-1/4", "1", "a/b", "1/4x", "/4", "auto/", "0/100001"})
     cr_expect(!corral::parse_shard(bad, none).ok(), "'%s' should be refused", bad);
-  cr_expect(has(corral::parse_shard("4/4", none).error().message(), "below the count"));
+  cr_expect(contains(corral::parse_shard("4/4", none).error().message(), "below the count"));
 }
 
 Test(shard_spec, auto_reads_a_slurm_array_task) {
@@ -85,7 +84,7 @@ Test(shard_spec, auto_reads_a_slurm_array_task) {
                                                      {"SLURM_ARRAY_TASK_MIN", "1"},
                                                      {"SLURM_ARRAY_TASK_MAX", "4"}}));
   cr_assert(!shifted.ok());
-  cr_expect(has(shifted.error().message(), "not 0-3"), "%s", shifted.error().message().c_str());
+  cr_expect(contains(shifted.error().message(), "not 0-3"), "%s", shifted.error().message().c_str());
   // A rerun of task 2 alone (--array=2): COUNT=1, so the count is given.
   auto rerun = env_of({{"SLURM_ARRAY_TASK_ID", "2"},
                        {"SLURM_ARRAY_TASK_COUNT", "1"},
@@ -101,7 +100,7 @@ Test(shard_spec, auto_reads_a_kubernetes_completion_index_and_needs_the_count) {
   auto pod = env_of({{"JOB_COMPLETION_INDEX", "1"}});
   auto bare = corral::parse_shard("auto", pod);
   cr_assert(!bare.ok());
-  cr_expect(has(bare.error().message(), "auto/N"), "%s", bare.error().message().c_str());
+  cr_expect(contains(bare.error().message(), "auto/N"), "%s", bare.error().message().c_str());
   auto s = corral::parse_shard("auto/3", pod);
   cr_assert(s.ok());
   cr_expect_eq(s->name(), "1/3");
@@ -111,15 +110,15 @@ Test(shard_spec, auto_reads_a_kubernetes_completion_index_and_needs_the_count) {
 Test(shard_spec, auto_with_neither_engine_or_both_is_refused_by_the_cli) {
   auto neither = run_cli({"batch", "--shard", "auto", "/dev/null"});
   cr_expect_eq(neither.code, 2);
-  cr_expect(has(neither.err, "neither SLURM_ARRAY_TASK_ID") && has(neither.err, "JOB_COMPLETION_INDEX"), "%s",
+  cr_expect(contains(neither.err, "neither SLURM_ARRAY_TASK_ID") && contains(neither.err, "JOB_COMPLETION_INDEX"), "%s",
             neither.err.c_str());
   auto both = run_cli({"batch", "--shard", "auto/2", "/dev/null"},
                       {"SLURM_ARRAY_TASK_ID=0", "SLURM_ARRAY_TASK_COUNT=2", "JOB_COMPLETION_INDEX=0"});
   cr_expect_eq(both.code, 2);
-  cr_expect(has(both.err, "both"), "%s", both.err.c_str());
+  cr_expect(contains(both.err, "both"), "%s", both.err.c_str());
   auto from_stdin = run_cli({"batch", "--shard", "0/2"});
   cr_expect_eq(from_stdin.code, 2);
-  cr_expect(has(from_stdin.err, "needs the job FILE"), "%s", from_stdin.err.c_str());
+  cr_expect(contains(from_stdin.err, "needs the job FILE"), "%s", from_stdin.err.c_str());
 }
 
 // ---- split and merge ----------------------------------------------------------
@@ -174,8 +173,8 @@ Test(shard, every_job_is_in_exactly_one_shard_and_the_merge_equals_one_batch) {
       cr_expect(all.emplace(line, v).second, "line %ld has results in two shards", line);
     }
     cr_expect_eq(dups, 0);
-    too_long_reports += has(text_f, "longer than the --max-line-bytes cap");
-    malformed_reports += has(text_f, "not valid JSON");
+    too_long_reports += contains(text_f, "longer than the --max-line-bytes cap");
+    malformed_reports += contains(text_f, "not valid JSON");
     // Every result line names its shard and the job file's fingerprint.
     std::istringstream in(text_f);
     for (std::string line; std::getline(in, line);) {
@@ -184,7 +183,7 @@ Test(shard, every_job_is_in_exactly_one_shard_and_the_merge_equals_one_batch) {
       shard_names.insert(j["shard"].get<std::string>());
       cr_expect_eq(j["jobs_sha256"].get<std::string>().size(), 64u);
     }
-    cr_expect(has(text_f, "\"shard_end\""), "%s has no end record", f.c_str());
+    cr_expect(contains(text_f, "\"shard_end\""), "%s has no end record", f.c_str());
   }
   cr_expect_eq(shard_names.size(), 3u);
   cr_expect_eq(malformed_reports, 1, "the malformed line is reported by exactly one shard");
@@ -196,7 +195,7 @@ Test(shard, every_job_is_in_exactly_one_shard_and_the_merge_equals_one_batch) {
   cr_assert_eq(m.code, 0, "%s", m.err.c_str());
   std::string out = corral_test::read_file(merged);
   expect_empty(corral_test::view_difference(want, corral_test::job_views(out)), "the merge differs from one batch");
-  cr_expect(!has(out, "\"shard\"") && !has(out, "jobs_sha256") && !has(out, "shard_end"));
+  cr_expect(!contains(out, "\"shard\"") && !contains(out, "jobs_sha256") && !contains(out, "shard_end"));
   // In job-file order, one line per job.
   long last = 0;
   std::istringstream in(out);
@@ -211,7 +210,7 @@ Test(shard, every_job_is_in_exactly_one_shard_and_the_merge_equals_one_batch) {
   cr_expect_eq(sum["jobs"].get<std::size_t>(), want.size());
   for (const auto& [outcome, n] : counts) cr_expect_eq(sum["outcomes"].value(outcome, 0ul), n, "%s", outcome.c_str());
   cr_expect_gt(counts["killed_timeout"], 0u);
-  cr_expect(has(m.err, "jobs from 3 shards"), "%s", m.err.c_str());
+  cr_expect(contains(m.err, "jobs from 3 shards"), "%s", m.err.c_str());
 }
 
 Test(shard, merge_refuses_a_missing_shard_by_name_and_writes_nothing) {
@@ -219,7 +218,7 @@ Test(shard, merge_refuses_a_missing_shard_by_name_and_writes_nothing) {
   std::string merged = s.dir / "merged.jsonl";
   auto m = s.merge({s.shard_files[0], s.shard_files[2]}, {"-o", merged});
   cr_expect_eq(m.code, 1);
-  cr_expect(has(m.err, "shard 1/3 is missing"), "%s", m.err.c_str());
+  cr_expect(contains(m.err, "shard 1/3 is missing"), "%s", m.err.c_str());
   cr_expect(access(merged.c_str(), F_OK) != 0 && access((merged + ".tmp").c_str(), F_OK) != 0);
 }
 
@@ -230,7 +229,7 @@ Test(shard, merge_refuses_shards_of_another_job_file_and_results_that_do_not_add
   corral_test::write_file(edited, corral_test::read_file(s.jobs) + R"({"id":"late","argv":["true"]})" "\n");
   auto other = run_cli({"merge", "--jobs", edited, s.shard_files[0], s.shard_files[1]});
   cr_expect_eq(other.code, 1);
-  cr_expect(has(other.err, "ran on another job file"), "%s", other.err.c_str());
+  cr_expect(contains(other.err, "ran on another job file"), "%s", other.err.c_str());
   // A result taken out of a finished shard: the job is named.
   std::string text = corral_test::read_file(s.shard_files[1]);
   std::size_t first_nl = text.find('\n');
@@ -238,18 +237,18 @@ Test(shard, merge_refuses_shards_of_another_job_file_and_results_that_do_not_add
   corral_test::write_file(s.dir / "cut.jsonl", text.substr(first_nl + 1));
   auto cut = s.merge({s.shard_files[0], s.dir / "cut.jsonl"});
   cr_expect_eq(cut.code, 1);
-  cr_expect(has(cut.err, "(id '" + gone_id + "') has no result in shard 1/2"), "%s", cut.err.c_str());
+  cr_expect(contains(cut.err, "(id '" + gone_id + "') has no result in shard 1/2"), "%s", cut.err.c_str());
   // A shard given twice in one file is a duplicate, not a rerun.
   corral_test::write_file(s.dir / "twice.jsonl", text.substr(0, first_nl + 1) + text);
   auto twice = s.merge({s.shard_files[0], s.dir / "twice.jsonl"});
   cr_expect_eq(twice.code, 1);
-  cr_expect(has(twice.err, "a second result for job line"), "%s", twice.err.c_str());
+  cr_expect(contains(twice.err, "a second result for job line"), "%s", twice.err.c_str());
   // Shards of different counts.
   auto r = run_cli({"batch", "--shard", "0/3", s.jobs});
   corral_test::write_file(s.dir / "of3.jsonl", r.out);
   auto mixed = s.merge({s.dir / "of3.jsonl", s.shard_files[1]});
   cr_expect_eq(mixed.code, 1);
-  cr_expect(has(mixed.err, "one of 2 shards") || has(mixed.err, "one of 3 shards"), "%s", mixed.err.c_str());
+  cr_expect(contains(mixed.err, "one of 2 shards") || contains(mixed.err, "one of 3 shards"), "%s", mixed.err.c_str());
 }
 
 Test(shard, a_rerun_shard_replaces_the_old_one) {
@@ -262,7 +261,7 @@ Test(shard, a_rerun_shard_replaces_the_old_one) {
   // Given before the old file, the rerun still wins: it finished later.
   auto m = s.merge({rerun, s.shard_files[0], s.shard_files[1]});
   cr_assert_eq(m.code, 0, "%s", m.err.c_str());
-  cr_expect(has(m.err, "shard 1/2: " + rerun + " replaces " + s.shard_files[1]), "%s", m.err.c_str());
+  cr_expect(contains(m.err, "shard 1/2: " + rerun + " replaces " + s.shard_files[1]), "%s", m.err.c_str());
   std::set<std::string> run_ids;
   std::istringstream in(m.out);
   for (std::string line; std::getline(in, line);) run_ids.insert(json::parse(line).value("run_id", ""));
@@ -299,18 +298,18 @@ Test(shard, a_killed_shard_rerun_alone_completes_the_merge) {
   std::string partial = corral_test::read_file(killed);
   auto seen = corral_test::job_views(partial);
   cr_assert(seen.size() >= 3 && seen.size() < 12, "killed after %zu of 12 results", seen.size());
-  cr_expect(!has(partial, "shard_end"));
+  cr_expect(!contains(partial, "shard_end"));
 
   auto refused = s.merge({s.shard_files[0], killed});
   cr_expect_eq(refused.code, 1);
-  cr_expect(has(refused.err, "shard 1/2 did not finish"), "%s", refused.err.c_str());
+  cr_expect(contains(refused.err, "shard 1/2 did not finish"), "%s", refused.err.c_str());
   // The rerun of shard 1 alone, next to the killed run's file.
   auto rerun = run_cli({"batch", "-p", "2", "--shard", "1/2", s.jobs});
   cr_assert_eq(rerun.code, 0);
   corral_test::write_file(s.dir / "shard-1.rerun.jsonl", rerun.out);
   auto m = s.merge({s.shard_files[0], killed, s.dir / "shard-1.rerun.jsonl"});
   cr_assert_eq(m.code, 0, "%s", m.err.c_str());
-  cr_expect(has(m.err, "which did not finish"), "%s", m.err.c_str());
+  cr_expect(contains(m.err, "which did not finish"), "%s", m.err.c_str());
   expect_empty(corral_test::view_difference(corral_test::job_views(s.single), corral_test::job_views(m.out)),
                "the rerun's merge differs from one batch");
 }
@@ -354,7 +353,7 @@ print("ok", len(jobs), "jobs")
   while (std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
   int rc = pclose(p);
   cr_expect_eq(rc, 0, "%s", out.c_str());
-  cr_expect(has(out, "ok 2 jobs"), "%s", out.c_str());
+  cr_expect(contains(out, "ok 2 jobs"), "%s", out.c_str());
 }
 
 Test(shard_examples, slurm_scripts_are_valid_bash) {

@@ -15,6 +15,7 @@
 #include "support.hpp"
 
 using corral_test::SlurmCluster;
+using corral_test::contains;
 using nlohmann::json;
 
 namespace {
@@ -30,8 +31,6 @@ SlurmCluster* g_cluster = nullptr;
 void stop_cluster() {
   if (g_cluster) g_cluster->stop();
 }
-
-bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
 // Slurm and munge installed, root (SlurmUser=root): else the reason.
 std::string unmet() {
@@ -164,7 +163,7 @@ Test(slurm, a_task_killed_midway_is_rerun_alone_and_the_merge_completes, .fini =
   cr_expect_neq(cluster.wait_done(array + "_1", 30), "COMPLETED");
   for (int i : {0, 2, 3}) cr_expect_eq(cluster.wait_done(array + "_" + std::to_string(i), 60), "COMPLETED");
   shard1 = cluster.command("cat " + results + "/shard-1.*.jsonl");
-  cr_assert(!has(shard1, "shard_end"), "task 1 finished before it was killed");
+  cr_assert(!contains(shard1, "shard_end"), "task 1 finished before it was killed");
   // afterok can no longer be met: the merge job never runs.
   cr_expect(!SlurmCluster::wait_for([&] { return access((results + "/merged.jsonl").c_str(), F_OK) == 0; }, 2));
   cluster.command("scancel " + merge);
@@ -177,7 +176,7 @@ Test(slurm, a_task_killed_midway_is_rerun_alone_and_the_merge_completes, .fini =
     if (n.rfind("shard-", 0) == 0) args.push_back(results + "/" + n);
   auto refused = corral_test::run_cli(args);
   cr_expect_eq(refused.code, 1);
-  cr_expect(has(refused.err, "shard 1/4 did not finish"), "%s", refused.err.c_str());
+  cr_expect(contains(refused.err, "shard 1/4 did not finish"), "%s", refused.err.c_str());
 
   // Rerun task 1 alone, then the merge job after it.
   std::string env = "JOBS=" + jobs + " RESULTS=" + results + " SHARDS=4 CORRAL=" + corral_test::build_dir() +
@@ -191,7 +190,7 @@ Test(slurm, a_task_killed_midway_is_rerun_alone_and_the_merge_completes, .fini =
   remerge = remerge.substr(0, remerge.find_first_of(";\n"));
   std::string state = cluster.wait_done(remerge, 60);
   cr_assert_eq(state, "COMPLETED", "%s\n%s", state.c_str(), cluster.command("cat " + work + "/*.log").c_str());
-  cr_expect(has(cluster.command("cat " + work + "/corral-merge-" + remerge + ".log"), "which did not finish"));
+  cr_expect(contains(cluster.command("cat " + work + "/corral-merge-" + remerge + ".log"), "which did not finish"));
   expect_empty(corral_test::view_difference(corral_test::job_views(single.out),
                                             corral_test::job_views(results_of(results))),
                "the rerun's merge differs from one batch");

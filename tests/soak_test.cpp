@@ -16,6 +16,7 @@
 #include "supervisor_harness.hpp"
 
 using namespace corral;
+using corral_test::prefer_tmpfs;
 using corral_test::Harness;
 using corral_test::helper;
 using corral_test::TempDir;
@@ -24,14 +25,6 @@ using corral_test::children_of_self;
 using corral_test::open_fd_count;
 
 namespace {
-
-// Workspaces on tmpfs when there is one: this host's ext4 takes about a
-// millisecond per mkdir, which would make the soak a disk benchmark.
-void prefer_tmpfs() {
-  struct stat st {};
-  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0)
-    setenv("TMPDIR", "/dev/shm", 1);
-}
 
 Request req(std::vector<std::string> argv, Tier tier = Tier::none) {
   Request r;

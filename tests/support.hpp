@@ -16,7 +16,12 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <initializer_list>
 #include <string>
+#include <string_view>
+
+#include "corral/isolation.hpp"
+#include "corral/route.hpp"
 
 namespace corral_test {
 
@@ -161,5 +166,36 @@ inline std::string build_dir() {
 
 // Path of a helper program from tests/helpers/.
 inline std::string helper(const std::string& name) { return build_dir() + "/helpers/" + name; }
+
+// ---- text checks shared by every test file ----------------------------------
+
+inline bool contains(const std::string& text, std::string_view word) { return text.find(word) != std::string::npos; }
+
+// Every word is in text; the failure names the missing word and the text.
+inline void assert_mentions(const std::string& text, std::initializer_list<std::string_view> words) {
+  for (auto word : words)
+    cr_assert(contains(text, word), "'%.*s' not in: %s", (int)word.size(), word.data(), text.c_str());
+}
+
+// Compares through a named copy: no pointer into a temporary reaches the
+// assertion macro (sanitizer builds catch that).
+inline void expect_text(const std::string& got, const std::string& want) { cr_assert_str_eq(got.c_str(), want.c_str()); }
+
+// Workspaces on tmpfs when there is one: this host's ext4 takes about a
+// millisecond per mkdir, which would make a soak a disk benchmark. False
+// when there is no writable /dev/shm.
+inline bool prefer_tmpfs() {
+  struct stat st {};
+  if (stat("/dev/shm", &st) != 0 || !S_ISDIR(st.st_mode) || access("/dev/shm", W_OK) != 0) return false;
+  return setenv("TMPDIR", "/dev/shm", 1) == 0;
+}
+
+// An enforcement view that calls every limit "hard" on every corral tier:
+// route tests that are about routing, not about what this host enforces.
+inline corral::MapEnforcementView all_hard_view() {
+  corral::MapEnforcementView view;
+  for (const auto& t : corral::corral_tiers()) view.set_all(std::string(t.name), "hard");
+  return view;
+}
 
 }  // namespace corral_test

@@ -26,14 +26,10 @@
 #include "supervisor_harness.hpp"
 
 using namespace corral;
+using corral_test::contains;
+using corral_test::expect_text;
 
 namespace {
-
-bool contains(const std::string& text, std::string_view word) { return text.find(word) != std::string::npos; }
-
-// Compares through a named copy: no pointer into a temporary reaches the
-// assertion macro (sanitizer builds catch that).
-void expect_text(const std::string& got, const char* want) { cr_assert_str_eq(got.c_str(), want); }
 
 // One tier under test: its declaration, a supervisor, and staged helpers.
 struct Subject {
