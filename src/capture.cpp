@@ -4,8 +4,15 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <limits>
+
+#include "corral/fd.hpp"
 
 namespace corral {
 
@@ -336,6 +343,29 @@ std::string to_utf8_lossy(std::string_view s) {
     i += k;
   }
   return out;
+}
+
+Expected<std::string> read_secret_file(const std::string& path) {
+  constexpr std::size_t kMax = 64 << 10;
+  const std::string what = "secret file '" + path + "'";
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  if (!fd) return Error::from_errno(errno, "open " + what);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return Error::from_errno(errno, "stat " + what);
+  if (!S_ISREG(st.st_mode)) return Error::invalid(what + " is not a regular file");
+  std::string value;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Error::from_errno(errno, "read " + what);
+    if (n == 0) break;
+    value.append(buf, static_cast<std::size_t>(n));
+    if (value.size() > kMax) return Error::invalid(what + " is over 64 KiB");
+  }
+  if (!value.empty() && value.back() == '\n') value.pop_back();
+  if (value.empty()) return Error::invalid(what + " is empty; an empty value cannot be masked");
+  return value;
 }
 
 }  // namespace corral

@@ -122,7 +122,7 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   add("stderr_bytes", "supervisor", "kept up to the cap; the rest counted and hashed");
   add("artifact_bytes", "supervisor", "per collected file");
   add("artifact_total_bytes", "supervisor", "all collected files");
-  add("artifact_count", "supervisor", "a glob over the count collects nothing");
+  add("artifact_count", "supervisor", "more files refuse the collection");
   if (mechanism(Limit::workspace_bytes) == LimitMechanism::tmpfs && container_workspace_on_tmpfs(h))
     add("workspace_bytes", "hard",
         "the workspace is a tmpfs of this size (default " + std::to_string(kContainerWorkspaceBytes >> 20) +

@@ -115,7 +115,10 @@ class Transfer {
   Transfer(const std::vector<DeclaredOutput>& outputs, const TransferLimits& limits, OutputSource& source)
       : limits_(limits), source_(source) {
     for (const auto& output : outputs)
-      if (!output.is_glob()) (void)taken_.claim(output.landing_name());
+      if (!output.is_glob()) {
+        (void)taken_.claim(output.landing_name());
+        source_of_.emplace(output.landing_name(), output.path);
+      }
   }
 
   // Phase 2 for one output: find its files, stat and cap them.
@@ -136,10 +139,14 @@ class Transfer {
           continue;
         }
         std::string landing = output.name.empty() ? match : output.name + "/" + std::string(basename_of(match));
+        // The very file under the very name, asked for twice (`a.txt` and
+        // `*.txt`): delivered once, no note.
+        if (auto same = source_of_.find(landing); same != source_of_.end() && same->second == match) continue;
         if (Status s = taken_.claim(landing); !s) {
           skip(match, label + ": match " + quote_input(match) + ": " + s.error().message());
           continue;
         }
+        source_of_.emplace(landing, match);
         files.emplace_back(std::move(match), std::move(landing));
       }
       if (files.empty()) {
@@ -322,6 +329,7 @@ class Transfer {
   std::vector<Planned> planned_;
   std::uint64_t total_ = 0;
   LandingNames taken_;
+  std::map<std::string, std::string> source_of_;  // landing name -> source path, as planned
   std::vector<SkippedOutput> skipped_;
 };
 

@@ -99,8 +99,9 @@ Status validate_request(const Request& r) {
   for (const auto& p : r.pass_env) variable("pass_env", p);
   for (const auto& s : r.secrets) {
     variable("secret_env", s.name);
-    // from_env empty means "the same name"; with resolve it is not read.
-    if (!s.from_env.empty() && !s.resolve) variable("secret_env", s.from_env);
+    // from_env empty means "the same name"; with from_file it is not read.
+    if (!s.from_env.empty() && s.from_file.empty()) variable("secret_env", s.from_env);
+    if (has_nul(s.from_file)) check(Error::invalid("secret " + q(s.name) + ": from_file contains a NUL byte"));
   }
   for (const auto& in : r.inputs) {
     check(path("inputs", in.name));

@@ -12,6 +12,7 @@
 
 #include "corral/container.hpp"
 #include "corral/names.hpp"
+#include "corral/output_collect.hpp"
 
 namespace corral {
 namespace {
@@ -127,45 +128,6 @@ std::string describe_end(const Result& r, const std::string& program) {
   return "";
 }
 
-// The request's output globs: collected, then delivered file by file.
-// r.artifacts lists exactly what was delivered (copied under the artifact
-// root when there is one); every other file gets a note saying why not.
-void collect_outputs(PreparedRun& run, Result& r) {
-  auto collected = run.workspace->collect(run.request.outputs, CollectLimits::from(run.limits));
-  if (!collected) {
-    r.artifact_notes.push_back(collected.error().message());
-    return;
-  }
-  std::vector<Skipped> skipped = std::move(collected->skipped);
-  // A name holding a secret's value is not copied: it would put the secret
-  // on the host's disk in clear; under a masked name it could collide with
-  // another file and would not be the name the program wrote. (Without an
-  // artifact root nothing touches the disk: it is listed, masked.)
-  const std::vector<std::string> none;
-  const auto& secrets = run.secrets && run.request.artifact_root ? run.secrets->values() : none;
-  std::erase_if(collected->artifacts, [&](const CollectedFile& a) {
-    for (const auto& secret : secrets)
-      if (a.name.find(secret) != std::string::npos) {
-        skipped.push_back({a.name, "its name contains a secret's value; not delivered"});
-        return true;
-      }
-    return false;
-  });
-  if (!run.request.artifact_root) {
-    for (const auto& a : collected->artifacts) r.artifacts.push_back({a.name, a.bytes, a.sha256, ""});
-  } else if (auto copied = Workspace::copy_to(*collected, *run.request.artifact_root, run.run_id); !copied) {
-    r.artifact_notes.push_back(copied.error().message() + "; none of the " +
-                               std::to_string(collected->artifacts.size()) + " collected files was delivered");
-  } else {
-    for (std::size_t i = 0; i < collected->artifacts.size(); ++i) {
-      const auto& a = collected->artifacts[i];
-      if (!copied->paths[i].empty()) r.artifacts.push_back({a.name, a.bytes, a.sha256, copied->paths[i]});
-    }
-    for (auto& s : copied->skipped) skipped.push_back(std::move(s));
-  }
-  for (const auto& s : skipped) r.artifact_notes.push_back(printable_name(s.name) + ": " + s.reason);
-}
-
 // Secrets are masked in whatever the Result says about files, since a
 // program can put a secret's value into a file's name: artifact names and
 // paths, notes and detail (captured output is masked as it streams).
@@ -241,11 +203,8 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
     detail += "; " + std::to_string(count) + " " + name + "() call" + (count == 1 ? "" : "s") +
               " refused by corral (network " + r.enforcement["network"] + ")";
   if (!end.refusal_failure.empty()) detail += "; " + end.refusal_failure;
-  if (run.workspace && !run.request.outputs.empty()) collect_outputs(run, r);
-  if (run.workspace && run.request.on_workspace) {
-    const SecretSet no_secrets(std::vector<std::string>{});
-    run.request.on_workspace(*run.workspace, r, run.secrets ? *run.secrets : no_secrets);
-  }
+  // --output globs and a route's declared outputs: one collector.
+  if (run.workspace) collect_run_outputs(run.request, run.limits, *run.workspace, r, run.secrets.get());
   if (run.workspace) {
     if (auto st = run.workspace->remove(); !st) detail += "; workspace not fully removed: " + st.error().message();
     run.workspace.reset();

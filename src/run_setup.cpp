@@ -387,8 +387,10 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   std::vector<std::pair<std::string, std::string>> secret_env;
   for (const auto& ref : req.secrets) {
     std::string value;
-    if (ref.resolve) {
-      value = ref.resolve();
+    if (!ref.from_file.empty()) {
+      auto read = read_secret_file(ref.from_file);
+      if (!read) return who(read.error().context("secret " + ref.name));
+      value = std::move(*read);
     } else {
       const std::string& var = ref.from_env.empty() ? ref.name : ref.from_env;
       const char* v = find_env(var.c_str());

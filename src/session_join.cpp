@@ -144,7 +144,7 @@ int session_exec_child(void* p) noexcept {
 
 Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const SessionTarget& target) {
   const Request& req = run.request;
-  if (!req.inputs.empty() || !req.outputs.empty() || req.payload)
+  if (!req.inputs.empty() || !req.outputs.empty() || !req.declared_outputs.empty() || req.payload)
     return Error::invalid("session " + req.session +
                           ": inputs, outputs and a payload are not for an exec; put and get files instead");
   if (req.rootfs || !req.binds.empty() || req.loopback)

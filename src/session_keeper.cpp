@@ -98,7 +98,7 @@ void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::strin
   req.secrets.clear();
   req.env.clear();
   req.artifact_root.reset();
-  req.on_workspace = nullptr;
+  req.declared_outputs.clear();
   // A network namespace of the session's own (lo up): execs of different
   // sessions never share one, and the template (shared by runs) is not
   // entered, so pid 1 holds every namespace an exec joins.

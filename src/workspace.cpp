@@ -4,8 +4,8 @@
 // passed to a child.
 //
 // This file: the fd helpers, life cycle and staging.
-// workspace_remove.cpp: the removal walk. workspace_collect.cpp: globs,
-// collection and copy_to.
+// workspace_remove.cpp: the removal walk. Outputs are read out by
+// output_collect.cpp (the one collector) through the workspace fd.
 #include "corral/workspace.hpp"
 
 #include "corral/names.hpp"

@@ -1,4 +1,4 @@
-// Internal to the workspace sources (workspace.cpp, workspace_collect.cpp):
+// Internal to the workspace sources (workspace*.cpp, output_collect.cpp):
 // fd-relative file helpers. Parent-side only; not installed.
 #pragma once
 

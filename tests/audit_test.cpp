@@ -233,7 +233,7 @@ Test(audit, a_run_line_names_its_run_argv_exit_code_and_the_results_timings) {
   Request r;
   r.tier = Tier::os_process;
   r.argv = {"sh", "-c", "echo \"$1\"; exit 3", "sh", "token=" + value};
-  r.secrets.push_back(SecretRef{"TOKEN", "CORRAL_AUDIT_TEST_TOKEN", nullptr});
+  r.secrets.push_back(SecretRef{"TOKEN", "CORRAL_AUDIT_TEST_TOKEN"});
   Result res = h.run(r);
   cr_assert_eq(res.exit_code, 3, "%s", res.detail.c_str());
   cr_assert_str_eq(res.stdout_capture.text.c_str(), "token=***\n");

@@ -225,7 +225,7 @@ Test(enforcement, run_enforcement_narrows_the_host_map_to_the_request) {
 
   r.write_paths = {"/tmp"};
   r.net = NetworkAccess::none;
-  r.secrets.push_back(SecretRef{"TOKEN", "", nullptr});
+  r.secrets.push_back(SecretRef{"TOKEN", ""});
   auto asked = run_enforcement(host, r, in_force);
   cr_assert_str_eq(asked["write_confinement"].c_str(), "hard_content");
   cr_assert_str_eq(asked["network_none"].c_str(), "hard");

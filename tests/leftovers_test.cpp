@@ -13,6 +13,7 @@
 #include <string>
 
 #include "corral/leftovers.hpp"
+#include "corral/output_collect.hpp"
 #include "corral/privilege.hpp"
 #include "corral/supervisor.hpp"
 #include "corral/workspace.hpp"
@@ -158,10 +159,16 @@ Test(leftovers, artifacts_never_go_into_a_directory_the_run_did_not_make) {
   auto ws = Workspace::create(o);
   cr_assert(ws.ok());
   cr_assert(ws->stage_bytes("out.txt", "mine\n").ok());
-  auto collected = ws->collect({"out.txt"}, CollectLimits{});
-  cr_assert(collected.ok());
-  cr_assert(Workspace::copy_to(*collected, root.path(), "r-0123456789ab-1").ok());
-  auto again = Workspace::copy_to(*collected, root.path(), "r-0123456789ab-1");
-  cr_assert(!again.ok(), "copied into an existing run directory");
-  cr_assert_eq(again.error().code(), EEXIST);
+  Request r;
+  r.argv = {"true"};
+  r.outputs = {"out.txt"};
+  r.artifact_root = root.path();
+  Result first, again;
+  first.run_id = again.run_id = "r-0123456789ab-1";
+  collect_run_outputs(r, default_limits(), *ws, first, nullptr);
+  cr_assert_eq(first.artifacts.size(), 1u);
+  collect_run_outputs(r, default_limits(), *ws, again, nullptr);
+  cr_assert(again.artifacts.empty(), "copied into an existing run directory");
+  cr_assert_eq(again.artifact_notes.size(), 1u);
+  cr_assert(again.artifact_notes[0].find("File exists") != std::string::npos, "%s", again.artifact_notes[0].c_str());
 }

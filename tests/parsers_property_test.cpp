@@ -14,6 +14,7 @@
 #include "corral/door.hpp"
 #include "corral/json.hpp"
 #include "corral/limits.hpp"
+#include "corral/output_collect.hpp"
 #include "corral/outputs.hpp"
 #include "corral/routes_file.hpp"
 #include "corral/workspace.hpp"
@@ -343,10 +344,12 @@ Test(parsers_property, paths_and_globs) {
         assert_clean_error("validate_declaration", text, st.error());
     });
     if (i % 4 == 0)
-      no_throw("Workspace::collect", text, [&] {
-        auto c = ws->collect({text}, CollectLimits{});
-        if (!c) return assert_clean_error("Workspace::collect", text, c.error());
-        for (const auto& a : c->artifacts)
+      no_throw("collect_run_outputs", text, [&] {
+        Request r;
+        r.outputs = {text};
+        Result res;
+        collect_run_outputs(r, default_limits(), *ws, res, nullptr);
+        for (const auto& a : res.artifacts)
           cr_assert(relative_name_problem(a.name).empty(), "collected '%s' for glob '%s'", shown(a.name).c_str(),
                     shown(text).c_str());
       });

@@ -116,7 +116,7 @@ Test(route_run, the_request_is_the_routes) {
   cr_assert(r.tcp_connect_ports.empty());
   cr_assert_str_eq(r.route.c_str(), "grader");
   cr_assert_str_eq(r.provenance.c_str(), "trusted");
-  cr_assert(!r.on_workspace, "no outputs declared, no hook");
+  cr_assert(r.declared_outputs.empty() && !r.output_caps, "no outputs declared");
 }
 
 Test(route_run, limits_may_be_tightened_never_loosened) {
@@ -183,8 +183,11 @@ Test(route_run, landing_outputs_need_an_artifact_root) {
   Request b = base();
   b.artifact_root = "/tmp";
   Request r = routed(route, std::move(b));
-  cr_assert(r.on_workspace);
-  cr_assert(r.outputs.empty(), "route outputs are not the workspace's glob collection");
+  // Plain data: the declaration and the caps, nothing to call.
+  cr_assert_eq(r.declared_outputs.size(), 2u);
+  cr_assert_str_eq(r.declared_outputs[0].landing_name().c_str(), "grades/report.json");
+  cr_assert(r.output_caps.has_value());
+  cr_assert(r.outputs.empty(), "route outputs are declared outputs, not --output globs");
 }
 
 Test(route_run, the_network_follows_the_tiers_egress) {
@@ -241,16 +244,25 @@ Test(route_run, workspace_source_lists_stats_and_reads_only_regular_files) {
   WorkspaceOutputSource source(*ws);
   auto txt = source.list("*.txt");
   cr_assert(txt.ok(), "%s", txt.error().message().c_str());
-  cr_assert(*txt == std::vector<std::string>({".hidden.txt", "a.txt"}), "symlink, fifo, directory are never listed");
+  // Listed so that the transfer can say why each is not delivered; a
+  // directory is not a file and is never listed.
+  cr_assert(*txt == std::vector<std::string>({".hidden.txt", "a.txt", "passwd.txt", "pipe.txt"}),
+            "got %zu names", txt->size());
   auto nested = source.list("*/*");
   cr_assert(nested.ok());
   cr_assert(*nested == std::vector<std::string>({"d/b.txt", "d/c.log"}), "symlinked dirs are not walked");
 
   cr_assert_eq(**source.stat("d/b.txt"), 6u);
-  for (const char* unknown : {"passwd.txt", "pipe.txt", "dir.txt", "loop"}) {
+  for (const char* unknown : {"pipe.txt", "dir.txt"}) {
     auto size = source.stat(unknown);
     cr_assert(size.ok(), "%s: %s", unknown, size.error().message().c_str());
     cr_assert(!size->has_value(), "%s has a size", unknown);
+  }
+  for (const char* link : {"passwd.txt", "loop"}) {
+    auto size = source.stat(link);
+    cr_assert(!size.ok(), "%s: a symlink has a size", link);
+    cr_assert_eq(size.error().code(), EPERM);
+    assert_mentions(size.error().message(), {"is a symlink; outputs follow none"});
   }
   auto missing = source.stat("nope");
   cr_assert(!missing.ok());
@@ -272,9 +284,10 @@ Test(route_run, workspace_source_lists_stats_and_reads_only_regular_files) {
   assert_mentions(fifo_read.error().message(), {"no longer a regular file"});
 }
 
-// One glob dialect: a route's output "logs/**" lists what --output
-// 'logs/**' (Workspace::collect) collects, the deep files too. (Routes
-// had fnmatch per segment, where "**" was "*": logs/top.txt only.)
+// One collector: a route's declared glob "logs/**" and `--output 'logs/**'`
+// (Request::outputs) go through the same transfer and collect the same
+// files, the deep ones too. (Routes had fnmatch per segment, where "**"
+// was "*": logs/top.txt only; then --output had a walker of its own.)
 Test(route_run, a_route_glob_and_output_glob_collect_the_same_files) {
   TempDir base_dir;
   WorkspaceOptions o;
@@ -284,21 +297,26 @@ Test(route_run, a_route_glob_and_output_glob_collect_the_same_files) {
   cr_assert(ws->stage_bytes("logs/top.txt", "t").ok());
   cr_assert(ws->stage_bytes("logs/a/b/deep.txt", "d").ok());
   cr_assert(ws->stage_bytes("other/x.txt", "x").ok());
+  auto names = [](const Result& r) {
+    std::vector<std::string> out;
+    for (const auto& a : r.artifacts) out.push_back(a.name);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
   const std::vector<std::string> want = {"logs/a/b/deep.txt", "logs/top.txt"};
   for (const char* glob : {"logs/**", "**/*.txt", "logs/**/deep.txt", "*/top.txt"}) {
-    WorkspaceOutputSource source(*ws);
-    auto listed = source.list(glob);
-    cr_assert(listed.ok(), "%s: %s", glob, listed.error().message().c_str());
-    std::vector<std::string> routed_names = *listed;
-    std::sort(routed_names.begin(), routed_names.end());
-    auto collected = ws->collect({glob}, {});
-    cr_assert(collected.ok(), "%s: %s", glob, collected.error().message().c_str());
-    std::vector<std::string> output_names;
-    for (const auto& a : collected->artifacts) output_names.push_back(a.name);
-    std::sort(output_names.begin(), output_names.end());
-    cr_assert(routed_names == output_names, "%s: the route lists %zu file(s), --output collects %zu", glob,
-              routed_names.size(), output_names.size());
-    if (std::string(glob) == "logs/**") cr_assert(routed_names == want, "logs/** lists %zu", routed_names.size());
+    Request by_output = base();
+    by_output.outputs = {glob};
+    Request by_route = base();
+    by_route.declared_outputs = {output(glob, Disposition::consume)};
+    by_route.output_caps = TransferLimits{};
+    Result a, b;
+    collect_run_outputs(by_output, default_limits(), *ws, a, nullptr);
+    collect_run_outputs(by_route, default_limits(), *ws, b, nullptr);
+    cr_assert(a.artifact_notes.empty() && b.artifact_notes.empty(), "%s: notes", glob);
+    cr_assert(names(a) == names(b), "%s: --output collects %zu file(s), the route %zu", glob, names(a).size(),
+              names(b).size());
+    if (std::string(glob) == "logs/**") cr_assert(names(a) == want, "logs/** collects %zu", names(a).size());
   }
 }
 
@@ -476,6 +494,35 @@ Test(route_run, the_audit_line_of_a_real_run_never_holds_the_secret) {
   std::string second = lines.substr(first.size() + 1);
   assert_mentions(second, {"\"route\":\"\"", "\"provenance\":null"});
   cr_assert_eq(std::count(lines.begin(), lines.end(), '\n'), 2, "one line per run");
+}
+
+// A route secret whose value is in a file (SecretRef::from_file, plain
+// data in the Request where a callback used to ride): read at spawn, seen
+// by the program, masked in its output. A fifo or an empty file is refused
+// naming the path, never blocking.
+Test(route_run, a_route_secret_read_from_a_file_is_masked, .timeout = 20) {
+  TempDir dir;
+  corral_test::write_file(dir / "token", "file-secret-0815\n");
+  Harness h;
+  RouteSpec s = spec("grader", "os_process");
+  s.secrets = {"FILE_TOKEN"};
+  Route route = built(std::move(s));
+  Request b = base({"sh", "-c", "echo \"[$FILE_TOKEN]\"; printf %s \"$FILE_TOKEN\" | wc -c"});
+  b.secrets.push_back(SecretRef{"FILE_TOKEN", "", dir / "token"});
+  Request r = routed(route, std::move(b));
+  cr_assert_eq(r.secrets.size(), 1u, "the caller's SecretRef stands for the route's secret");
+  Result res = h.run(std::move(r));
+  expect_text(res.stdout_capture.text, "[***]\n16\n");
+
+  cr_assert_eq(mkfifo((dir / "fifo").c_str(), 0600), 0);
+  corral_test::write_file(dir / "empty", "\n");
+  for (const char* bad : {"fifo", "empty", "absent"}) {
+    Request again = base({"true"});
+    again.secrets.push_back(SecretRef{"FILE_TOKEN", "", dir / bad});
+    auto refused = h.sup->run(routed(route, std::move(again)));
+    cr_assert(!refused.ok(), "%s: the run was not refused", bad);
+    assert_mentions(refused.error().message(), {"secret FILE_TOKEN", ("secret file '" + (dir / bad) + "'").c_str()});
+  }
 }
 
 // ---- the CLI

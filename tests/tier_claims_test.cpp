@@ -178,9 +178,8 @@ void check_files_out_and_list(std::string_view tier) {
   Request r = s.request({"sh", "-c", "echo a > one.txt; echo b > two.txt"});
   std::vector<DeclaredOutput> outputs{literal};
   if (s.declared.files_list) outputs.push_back(glob);
-  r.on_workspace = [outputs](const Workspace& ws, Result& res, const SecretSet&) {
-    collect_route_outputs(outputs, TransferLimits{}, std::nullopt, ws, res);
-  };
+  r.declared_outputs = outputs;
+  r.output_caps = TransferLimits{};
   Result res = s.run(std::move(r));
   std::string names;
   for (const auto& a : res.artifacts) names += a.name + " ";

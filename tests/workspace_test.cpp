@@ -56,36 +56,6 @@ void expect_error(const T& result, std::initializer_list<const char*> fragments)
   for (const char* f : fragments) cr_assert(msg.find(f) != std::string::npos, "'%s' not in: %s", f, msg.c_str());
 }
 
-Collection collect_ok(const Workspace& ws, const std::vector<std::string>& globs, const CollectLimits& caps = {}) {
-  auto c = ws.collect(globs, caps);
-  cr_assert(c.ok(), "%s", c.error().message().c_str());
-  return std::move(c).value();
-}
-
-std::string artifact_names(const Collection& c) {
-  std::string out;
-  for (const auto& a : c.artifacts) out += (out.empty() ? "" : " ") + a.name;
-  return out;
-}
-
-void expect_names(const Collection& c, const std::string& want) {
-  std::string got = artifact_names(c);
-  cr_assert(got == want, "collected '%s', want '%s'", got.c_str(), want.c_str());
-}
-
-// The reason recorded for `name`, or "" when it was not skipped.
-std::string skip_reason(const Collection& c, const std::string& name) {
-  for (const auto& s : c.skipped)
-    if (s.name == name) return s.reason;
-  return "";
-}
-
-void expect_skipped(const Collection& c, const std::string& name, const char* reason_fragment) {
-  std::string reason = skip_reason(c, name);
-  cr_assert(reason.find(reason_fragment) != std::string::npos, "skip of '%s': '%s', want '%s'", name.c_str(),
-            reason.c_str(), reason_fragment);
-}
-
 // Runs fn in a forked child as an unprivileged uid (when we are root) so
 // the non-root code paths run on this root-only machine too.
 corral_test::ChildEnd as_unprivileged(const std::function<int()>& fn) {
@@ -210,182 +180,7 @@ Test(workspace, staging_does_not_follow_a_planted_symlink) {
   cr_assert(fs::is_empty(outside.path()), "something was written outside");
 }
 
-// ---- collection -----------------------------------------------------------
-
-Test(workspace, symlink_to_etc_passwd_is_skipped_and_never_read) {
-  corral_test::TempDir base;
-  Workspace ws = make_ws(base);
-  put(ws.path(), "out/ok.txt", "fine");
-  cr_assert_eq(symlink("/etc/passwd", (ws.path() + "/out/leak.txt").c_str()), 0);
-  cr_assert_eq(symlink("/etc", (ws.path() + "/out/etc").c_str()), 0);
-  Collection c = collect_ok(ws, {"out/*", "out/**"});
-  expect_names(c, "out/ok.txt");
-  expect_skipped(c, "out/leak.txt", "symlink");
-  expect_skipped(c, "out/etc", "symlink");
-  std::string passwd = corral_test::read_file("/etc/passwd");
-  for (const auto& a : c.artifacts) cr_assert(a.content.find("root:") == std::string::npos);
-  cr_assert(!passwd.empty());
-}
-
-Test(workspace, hard_link_to_a_host_file_is_skipped) {
-  corral_test::TempDir base;
-  Workspace ws = make_ws(base);
-  std::string host = base / "host-secret";
-  corral_test::write_file(host, "host secret");
-  fs::create_directories(ws.path() + "/out");
-  if (link(host.c_str(), (ws.path() + "/out/hl").c_str()) != 0) cr_skip_test("link(2) failed: %s", strerror(errno));
-  Collection c = collect_ok(ws, {"out/*"});
-  cr_assert(c.artifacts.empty(), "collected %s", artifact_names(c).c_str());
-  expect_skipped(c, "out/hl", "hard link (st_nlink=2)");
-}
-
-Test(workspace, fifo_is_skipped_and_collect_does_not_block, .timeout = 10) {
-  corral_test::TempDir base;
-  Workspace ws = make_ws(base);
-  put(ws.path(), "out/a.txt", "a");
-  cr_assert_eq(mkfifo((ws.path() + "/out/pipe").c_str(), 0666), 0);
-  Collection c = collect_ok(ws, {"out/*"});
-  expect_names(c, "out/a.txt");
-  expect_skipped(c, "out/pipe", "not a regular file (fifo)");
-}
-
-Test(workspace, caps_per_file_total_and_count) {
-  corral_test::TempDir base;
-  Workspace ws = make_ws(base);
-  put(ws.path(), "big.bin", std::string(2000, 'b'));
-  put(ws.path(), "t/1", std::string(600, '1'));
-  put(ws.path(), "t/2", std::string(600, '2'));
-  put(ws.path(), "t/3", std::string(300, '3'));
-  for (int i = 0; i < 4; ++i) put(ws.path(), "logs/" + std::to_string(i) + ".log");
-  put(ws.path(), "keep.txt", "kept");
-
-  CollectLimits caps;
-  caps.per_file_bytes = 1000;
-  caps.total_bytes = 1000;
-  caps.max_count = 3;
-  Collection c = collect_ok(ws, {"big.bin", "logs/*.log", "t/*"}, caps);
-  expect_skipped(c, "big.bin", "over artifact_bytes (2000 > 1000)");
-  expect_skipped(c, "logs/*.log", "glob 'logs/*.log' matched 4 files, over artifact_count 3");
-  for (int i = 0; i < 4; ++i) cr_assert(skip_reason(c, "logs/" + std::to_string(i) + ".log").empty());
-  // t/1 fits; t/2 would pass the total; t/3 fits the total after that.
-  expect_names(c, "t/1 t/3");
-  expect_skipped(c, "t/2", "over artifact_total_bytes (1200 > 1000)");
-  cr_assert_eq(c.total_bytes(), 900u);
-
-  caps.total_bytes.reset();
-  caps.max_count = 3;
-  Collection d = collect_ok(ws, {"t/*", "keep.txt"}, caps);
-  expect_names(d, "t/1 t/2 t/3");
-  expect_skipped(d, "keep.txt", "over artifact_count");
-}
-
-Test(workspace, cap_limits_come_from_the_limit_vocabulary) {
-  Limits l;
-  l.set(Limit::artifact_bytes, 10).set(Limit::artifact_count, 3);
-  CollectLimits c = CollectLimits::from(l);
-  cr_assert_eq(*c.per_file_bytes, 10u);
-  cr_assert_eq(*c.max_count, 3u);
-  cr_assert(!c.total_bytes);
-}
-
-Test(workspace, glob_matching_rules) {
-  corral_test::TempDir base;
-  Workspace ws = make_ws(base);
-  for (const char* f : {"a.txt", "b.log", ".hidden.txt", "sub/c.txt", "sub/deep/d.txt", "home/h.txt", "tmp/t.txt"})
-    put(ws.path(), f, f);
-  expect_names(collect_ok(ws, {"*.txt"}), ".hidden.txt a.txt");  // '*' does not cross '/'
-  expect_names(collect_ok(ws, {"**/*.txt"}), ".hidden.txt a.txt sub/c.txt sub/deep/d.txt");
-  expect_names(collect_ok(ws, {"sub/**"}), "sub/c.txt sub/deep/d.txt");
-  expect_names(collect_ok(ws, {"s?b/[cd].txt"}), "sub/c.txt");
-  expect_names(collect_ok(ws, {"sub/**/d.txt"}), "sub/deep/d.txt");
-  expect_names(collect_ok(ws, {"home/*.txt", "tmp/**"}), "home/h.txt tmp/t.txt");
-  expect_names(collect_ok(ws, {"*.txt", "a.*"}), ".hidden.txt a.txt");  // each path once
-  expect_names(collect_ok(ws, {"nothing/*"}), "");
-
-  Collection c = collect_ok(ws, {"a.txt"});
-  cr_assert_eq(c.artifacts[0].bytes, 5u);
-  cr_assert_eq(c.artifacts[0].content, "a.txt");
-  cr_assert_eq(c.artifacts[0].sha256, Sha256::hex_of("a.txt"));
-
-  expect_error(ws.collect({""}, {}), {"empty glob"});
-  expect_error(ws.collect({"/etc/*"}, {}), {"'/etc/*'", "relative"});
-  expect_error(ws.collect({"out/../../etc/passwd"}, {}), {"'out/../../etc/passwd'", "'..'"});
-}
-
-Test(workspace, walk_stops_at_the_entry_budget) {
-  corral_test::TempDir base;
-  Workspace ws = make_ws(base);
-  for (int i = 0; i < 20; ++i) put(ws.path(), "f" + std::to_string(i));
-  CollectLimits caps;
-  caps.max_walk_entries = 5;
-  Collection c = collect_ok(ws, {"*"}, caps);
-  cr_assert_leq(c.artifacts.size(), 5u);
-  bool reported = false;
-  for (const auto& s : c.skipped) reported = reported || s.reason.find("walk stopped after 5") != std::string::npos;
-  cr_assert(reported, "budget exhaustion not reported");
-}
-
-// ---- copy_to --------------------------------------------------------------
-
-// The skip reason copy_to gave for `name`, or "" when it was written.
-std::string copy_skip(const Copied& c, const std::string& name) {
-  for (const auto& s : c.skipped)
-    if (s.name == name) return s.reason;
-  return "";
-}
-
-Copied copy_ok(const Collection& c, const std::string& root, std::string_view run_id) {
-  auto copied = Workspace::copy_to(c, root, run_id);
-  cr_assert(copied.ok(), "%s", copied.error().message().c_str());
-  cr_assert_eq(copied->paths.size(), c.artifacts.size());
-  return std::move(copied).value();
-}
-
-Test(workspace, copy_to_writes_artifacts_and_refuses_planted_symlinks) {
-  corral_test::TempDir base, root, elsewhere;
-  Workspace ws = make_ws(base);
-  put(ws.path(), "out/r.txt", "result");
-  put(ws.path(), "out/deep/s.txt", "second");
-  Collection c = collect_ok(ws, {"out/**"});
-  Copied one = copy_ok(c, root.path(), "run-1");
-  cr_assert(one.skipped.empty(), "%s", one.skipped.empty() ? "" : one.skipped[0].reason.c_str());
-  cr_assert_eq(corral_test::read_file(root / "run-1/out/r.txt"), "result");
-  cr_assert_eq(corral_test::read_file(root / "run-1/out/deep/s.txt"), "second");
-  cr_assert_eq(one.paths[0], root / ("run-1/" + c.artifacts[0].name));
-
-  // <run_id> is made fresh: nothing planted in one can be written through.
-  cr_assert_eq(symlink(elsewhere.path().c_str(), (root / "run-2").c_str()), 0);
-  expect_error(Workspace::copy_to(c, root.path(), "run-2"), {"'run-2'", "already exists"});
-  fs::create_directories(root / "run-3");
-  cr_assert_eq(symlink(elsewhere.path().c_str(), (root / "run-3/out").c_str()), 0);
-  expect_error(Workspace::copy_to(c, root.path(), "run-3"), {"'run-3'", "already exists"});
-  cr_assert(fs::is_empty(elsewhere.path()), "something was written through a symlink");
-
-  expect_error(Workspace::copy_to(c, root.path(), "../x"), {"'../x'"});
-  expect_error(Workspace::copy_to(c, root.path(), ".."), {"'..'"});
-}
-
-// One bad name does not cancel the rest: each file stands alone, at
-// collection (a name the host cannot take as it is) and at the copy.
-Test(workspace, names_that_fail_the_rules_are_skipped_one_by_one) {
-  corral_test::TempDir base, root;
-  Workspace ws = make_ws(base);
-  const std::string backslash = "a\\b.txt", latin1 = "bad\xff.txt", control = "ctl\x01.txt";
-  for (const auto& name : {std::string("zz.txt"), backslash, latin1, control}) put(ws.path(), name, name);
-  Collection c = collect_ok(ws, {"*"});
-  expect_names(c, "zz.txt");
-  expect_skipped(c, backslash, "backslash");
-  expect_skipped(c, latin1, "UTF-8");
-  expect_skipped(c, control, "control character");
-  // copy_to checks again on its own, per file.
-  CollectedFile smuggled{backslash, 1, "", "x"};
-  c.artifacts.insert(c.artifacts.begin(), smuggled);
-  Copied copied = copy_ok(c, root.path(), "run-1");
-  cr_assert(copied.paths[0].empty() && copy_skip(copied, backslash).find("backslash") != std::string::npos);
-  cr_assert_eq(copied.paths[1], root / "run-1/zz.txt");
-  cr_assert_eq(corral_test::read_file(root / "run-1/zz.txt"), "zz.txt");
-  cr_assert(!exists_nofollow(root / ("run-1/" + backslash)));
-}
+// Collection and the artifact root: tests/output_collect_test.cpp.
 
 // ---- removal --------------------------------------------------------------
 
@@ -640,9 +435,9 @@ Test(workspace, a_released_workspace_holds_no_fd_and_is_found_again) {
   cr_assert(ws.released() && !ws.removed());
   cr_assert_eq(ws.dirfd(), -1);
   cr_assert(fcntl(fd, F_GETFD) < 0 && errno == EBADF, "the root fd is still open");
-  expect_error(ws.collect({"out/*"}, {}), {"reacquire"});
   cr_assert(ws.reacquire().ok());
-  cr_assert_eq(artifact_names(collect_ok(ws, {"out/*"})), "out/a.txt");
+  cr_assert_eq(corral_test::read_file(ws.path() + "/out/a.txt"), "hello");
+  cr_assert(ws.dirfd() >= 0);
   // Released again, remove() finds it by itself.
   cr_assert(ws.release_fd().ok());
   std::string p = ws.path();
@@ -748,10 +543,7 @@ Test(workspace, a_tmpfs_workspace_has_no_path_its_owner_and_a_size_limit) {
   cr_assert_eq(full.error().code(), ENOSPC, "%s", full.error().message().c_str());
   expect_error(full, {"big.bin", "workspace_bytes=1048576"});
 
-  auto c = ws.collect({"in/*"}, {});
-  cr_assert(c.ok(), "%s", c.error().message().c_str());
-  cr_assert_eq(c->artifacts.size(), 1u);
-  cr_assert_eq(c->artifacts[0].content, "hello");
+  cr_assert_eq(stat_at(ws.dirfd(), "in/data.txt").st_size, 5);
 
   // No name to be found by: release_fd keeps the fd.
   cr_assert(ws.release_fd().ok());

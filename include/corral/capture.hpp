@@ -26,8 +26,16 @@
 #include <vector>
 
 #include "corral/sha256.hpp"
+#include "corral/status.hpp"
 
 namespace corral {
+
+// A secret's value kept in a file (SecretRef::from_file): a regular file
+// (a symlink is followed: the operator named it; a fifo or device is
+// refused without blocking) of at most 64 KiB, one trailing newline
+// dropped; empty is an error, as an empty value cannot be masked. The
+// error names the path, never the content.
+Expected<std::string> read_secret_file(const std::string& path);
 
 // The immutable part of masking: the secret values, longest first.
 // Shared (read-only) between the maskers of one run's streams.

@@ -5,7 +5,6 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -14,13 +13,10 @@
 #include <vector>
 
 #include "corral/limits.hpp"
+#include "corral/outputs.hpp"
 #include "corral/status.hpp"
 
 namespace corral {
-
-class Workspace;
-struct Result;
-class SecretSet;
 
 // corral's tiers. The CLI says `process` for os_process.
 enum class Tier { none, os_process, container };
@@ -64,11 +60,15 @@ struct Input {
 
 // A secret by reference: the child sees `name` in its environment with the
 // resolved value; every byte of captured and streamed output has the value
-// replaced by ***. Resolved at spawn, never stored in a Result.
+// replaced by ***. Resolved at spawn, never stored in a Request or a
+// Result. Plain data: where the value is, not code that fetches it.
 struct SecretRef {
-  std::string name;                           // variable name in the child
-  std::string from_env;                       // corral's own variable (default: name)
-  std::function<std::string()> resolve;       // used instead of from_env when set
+  std::string name;       // variable name in the child
+  std::string from_env;   // corral's own variable (default: name)
+  // Or a file holding the value (a mounted secret, e.g. /run/secrets/x),
+  // read at spawn: a regular file of at most 64 KiB, its bytes as they are
+  // (one trailing newline dropped). Used instead of from_env when set.
+  std::string from_file{};
 };
 
 // Source text run by an interpreter: written into the workspace as
@@ -110,7 +110,18 @@ struct Request {
   std::vector<std::string> pass_env{"PATH"};
   std::vector<SecretRef> secrets;
   std::vector<Input> inputs;
-  std::vector<std::string> outputs;        // globs relative to the workspace
+  // Globs relative to the workspace (--output, a job's "outputs"): each an
+  // optional glob output of declared_outputs' kind, landing under its own
+  // path in <artifact_root>/<run_id>/ (listed only, without an artifact
+  // root). Collected with the route's outputs by one collector
+  // (output_collect.hpp): the same caps, skips and notes.
+  std::vector<std::string> outputs;
+  // Declared outputs (outputs.hpp): a route's, set by request_for_route.
+  std::vector<DeclaredOutput> declared_outputs;
+  // Caps on every collected output beyond the limits' artifact_bytes,
+  // artifact_total_bytes and artifact_count (a route's transfer caps); the
+  // stricter of the two wins. Unset: the limits alone.
+  std::optional<TransferLimits> output_caps;
   std::optional<ProgramPayload> payload;
   // The program's stdin, any bytes (a memfd: the program may seek it). When
   // neither this nor stdin_fd is given, stdin is /dev/null.
@@ -157,13 +168,6 @@ struct Request {
   // through and its provenance ("trusted"/"untrusted"), for the audit line.
   std::string route;
   std::string provenance;
-  // Called by finish_run in the parent after the program ended (exited,
-  // killed or cancelled) and before the workspace is removed: it may read
-  // the workspace (hostile by then; see WorkspaceOutputSource) and add to
-  // the Result. Route outputs are collected this way. It gets the run's
-  // resolved secrets so that it can keep a file whose name holds one off
-  // the host's disk; finish_run masks them in the Result afterwards.
-  std::function<void(const Workspace&, Result&, const SecretSet&)> on_workspace;
   // Run inside this live session (session.hpp) instead of a sandbox of its
   // own; tier container. Set by session_exec_request.
   std::string session{};

@@ -1,7 +1,7 @@
 // The run's private directory: created fresh (0700) with home/ and tmp/
-// for HOME and TMPDIR, inputs staged in before the child starts, declared
-// outputs collected after it ended (or was killed), then removed on every
-// path, whatever the child left behind.
+// for HOME and TMPDIR, inputs staged in before the child starts, outputs
+// collected after it ended or was killed (output_collect.hpp, through this
+// workspace's fd), then removed on every path, whatever the child left behind.
 //
 // Parent-side only; blocking file I/O (the supervisor runs it before spawn
 // and after the child is reaped, not from the io_uring loop's hot path).
@@ -108,47 +108,6 @@ struct WorkspaceOptions {
   std::string name_tag = {};
 };
 
-// Caps for collect(); unset means unbounded. Names in messages are the
-// limit names of limits.hpp.
-struct CollectLimits {
-  std::optional<std::uint64_t> per_file_bytes;  // artifact_bytes
-  std::optional<std::uint64_t> total_bytes;     // artifact_total_bytes
-  std::optional<std::uint64_t> max_count;       // artifact_count
-  // Directory entries the walk looks at before giving up (a child can
-  // create millions of files to stall collection). The rest is reported.
-  std::uint64_t max_walk_entries = 100000;
-
-  static CollectLimits from(const Limits& limits);
-};
-
-// One collected output file. (Not `Artifact`: sink.hpp's corral::Artifact is
-// a different type, and two definitions of one name break the ODR.)
-struct CollectedFile {
-  std::string name;    // path relative to the workspace root
-  std::uint64_t bytes;
-  std::string sha256;  // lowercase hex
-  std::string content; // the bytes, read through the fd collect() opened
-};
-
-struct Skipped {
-  std::string name;    // relative path, or the glob for a glob-level refusal
-  std::string reason;  // "symlink", "hard link (st_nlink=2)", "over artifact_bytes (…)", …
-};
-
-struct Collection {
-  std::vector<CollectedFile> artifacts;  // in glob order, then path order; each path once
-  std::vector<Skipped> skipped;
-  std::uint64_t total_bytes() const;
-};
-
-// What copy_to wrote.
-struct Copied {
-  // One per artifact of the collection, in its order: the path written, or
-  // "" when that artifact was skipped.
-  std::vector<std::string> paths;
-  std::vector<Skipped> skipped;  // the artifacts not written, and why
-};
-
 class Workspace {
  public:
   // A fresh corral-<16 hex> directory (mode 0700) with home/ and tmp/
@@ -182,7 +141,7 @@ class Workspace {
   // Reopen the root by name below the base (O_NOFOLLOW) and check it is the
   // very inode create() made; a moved or replaced workspace is an Error and
   // stays untouched. No-op unless released. remove() calls it itself;
-  // collect() needs it called first.
+  // output collection needs it called first.
   Status reacquire();
   bool released() const noexcept { return released_; }
 
@@ -206,36 +165,8 @@ class Workspace {
   Status stage_path(const std::string& host_path, std::string_view name, bool no_symlinks, const TreeCaps& caps,
                     std::vector<std::string>& skipped);
 
-  // Outputs, after the child ended. Globs are matched against relative
-  // paths of non-directory entries, segment by segment:
-  //   `*`, `?`, `[...]` are fnmatch(3) within one segment (never cross '/'),
-  //   and also match a leading '.' (dotfiles are outputs too);
-  //   a segment that is exactly `**` matches zero or more directories;
-  //   a trailing `**` matches everything below (at least one segment).
-  // home/ and tmp/ are skipped unless a glob's first segment is literally
-  // `home` or `tmp`. A glob that matches more than max_count files
-  // collects nothing and is reported. Each match is opened with openat2
-  // (O_NOFOLLOW|O_NONBLOCK, beneath, no symlinks, no magic links, no mount
-  // crossing), checked with fstat on that fd and read through it. Skipped:
-  // symlinks, non-regular files (never opened when the walk already saw
-  // the type), st_nlink > 1 (even the child's own hard links), files over
-  // a cap, names that fail names.hpp's rules (a backslash, a control byte,
-  // ill-formed UTF-8: they could not be written on the host as they are,
-  // nor shown as they are). Contents are held in memory: set the caps. Bad
-  // globs (empty, leading '/', "." or "..") are an Error naming the glob;
-  // everything about one file is a Skipped.
-  Expected<Collection> collect(const std::vector<std::string>& globs, const CollectLimits& caps) const;
-
-  // Writes the collected artifacts to <artifact_root>/<run_id>/<name>
-  // (artifact_root is trusted and may be a symlink; below it nothing is
-  // followed: one at a parent or at a file name, an existing file (never
-  // overwritten), a name that fails names.hpp's rules or a failed write
-  // skips that artifact alone, named in Copied::skipped, and the others are
-  // still written). <run_id> is made here: one that already exists (a
-  // symlink too) is refused (EEXIST), never merged into. An Error (the root
-  // or <run_id> unusable) means nothing was written.
-  static Expected<Copied> copy_to(const Collection& collection, const std::string& artifact_root,
-                                  std::string_view run_id);
+  // Outputs, after the child ended, are read out through dirfd() by the
+  // one output collector (output_collect.hpp), never by path.
 
   // A dead supervisor's workspaces: every corral-<tag>-* directory directly
   // below base_dir (a base of ours: owned by our euid, writable by nobody
