@@ -262,23 +262,28 @@ Status grace(Job& j, const FieldValue& v, std::string_view) {
   return {};
 }
 
+constexpr const char* kOneStdin = "give one of 'stdin_text' (text; also 'stdin') and 'stdin_b64' (bytes, base64), not both";
+
 // --stdin-text given twice: the last one counts, as for every one-value flag.
 Status stdin_text(Job& j, const FieldValue& v, std::string_view) {
   auto text = bytes_of(v);
   if (!text) return std::move(text).error();
+  if (j.stdin_from == "stdin_b64") return Error::invalid(kOneStdin);
   j.request.stdin_text = std::move(*text);
+  j.stdin_from = "stdin_text";
   return {};
 }
 
-// A job's keys come in sorted order (nlohmann's object), "stdin" before
-// "stdin_b64": the second of the two finds the first's text.
+// A job's keys come in sorted order (nlohmann's object): "stdin" before
+// "stdin_b64" before "stdin_text"; the later of two finds the first's mark.
 Status stdin_b64(Job& j, const FieldValue& v, std::string_view) {
   auto text = bytes_of(v);
   if (!text) return std::move(text).error();
-  if (j.request.stdin_text) return Error::invalid("give one of 'stdin' (text) and 'stdin_b64' (bytes, base64), not both");
+  if (!j.stdin_from.empty()) return Error::invalid(kOneStdin);
   auto bytes = base64_decode(*text);
   if (!bytes) return std::move(bytes).error();
   j.request.stdin_text = std::move(*bytes);
+  j.stdin_from = "stdin_b64";
   return {};
 }
 

@@ -47,8 +47,8 @@ constexpr unsigned kCliJob = kFlag | kJobField;
 // THE table. Every row: the job field (`name`), corral run's flag, the
 // routes file's key, where it is accepted, how its values come, --help.
 // tests/contracts/test_docs_agree.py reads the rows (`.name = "..."`,
-// `.flag = "..."`, `.route_key = "..."`, `.entry_points = ...`): keep one
-// field per row, written this way.
+// `.flag = "..."`, `.route_key = "..."`, `.entry_points = ...`, `.alias =
+// "..."`, `.alias_at = ...`): keep one field per row, written this way.
 constexpr RequestField kFields[] = {
     {.name = "tier", .flag = "tier", .short_flag = 't', .route_key = "tier", .entry_points = kAll,
      .value_name = "none|process|container",
@@ -87,12 +87,14 @@ constexpr RequestField kFields[] = {
      .apply = p::loopback},
     {.name = "env", .flag = "env", .short_flag = 'e', .entry_points = kCliJob, .shape = FieldShape::table,
      .value_name = "K=V", .help = "set a variable (repeatable; default: none)", .apply = p::env},
-    {.name = "pass_env", .flag = "pass-env", .route_key = "env_passthrough", .entry_points = kAll,
+    {.name = "pass_env", .flag = "pass-env", .route_key = "pass_env", .entry_points = kAll,
+     .alias = "env_passthrough", .alias_at = kRouteKey,
      .shape = FieldShape::list, .value_name = "K",
      .help = "pass corral's K through (repeatable;\nPATH is always passed but in tier container,\n"
              "whose PATH is /usr/local/bin:/usr/bin:/bin\nunless --env PATH=... sets it)",
      .apply = p::pass_env, .clear = p::clear_pass_env},
-    {.name = "secret_env", .flag = "secret-env", .route_key = "secrets", .entry_points = kAll,
+    {.name = "secret_env", .flag = "secret-env", .route_key = "secret_env", .entry_points = kAll,
+     .alias = "secrets", .alias_at = kRouteKey,
      .shape = FieldShape::list, .value_name = "K",
      .help = "pass corral's K and mask its value as ***\nin output (repeatable)", .apply = p::secret_env},
     {.name = "inputs", .flag = "input", .entry_points = kCliJob, .shape = FieldShape::list,
@@ -135,9 +137,11 @@ constexpr RequestField kFields[] = {
      .help = "tier container: the host character device PATH\nat PATH; the device cgroup allows only these\n"
              "and /dev/{null,zero,full,random,urandom}\n(repeatable)",
      .apply = p::dev_bind},
-    {.name = "grace_seconds", .flag = "grace", .entry_points = kCliJob, .value_name = "SECONDS",
-     .help = "SIGTERM to SIGKILL after the deadline, 0-3600,\nfractions allowed (default: 2)", .apply = p::grace},
-    {.name = "stdin", .flag = "stdin-text", .entry_points = kCliJob, .value_name = "TEXT",
+    {.name = "grace_seconds", .flag = "grace-seconds", .entry_points = kCliJob, .alias = "grace", .alias_at = kFlag,
+     .value_name = "SECONDS",
+     .help = "SIGTERM to SIGKILL after the deadline, 0-3600,\nfractions allowed (default: 2; also --grace)", .apply = p::grace},
+    {.name = "stdin_text", .flag = "stdin-text", .entry_points = kCliJob, .alias = "stdin", .alias_at = kJobField,
+     .value_name = "TEXT",
      .help = "the program's stdin (default: /dev/null)", .apply = p::stdin_text},
     {.name = "binary_output", .flag = "binary-output", .entry_points = kCliJob, .shape = FieldShape::toggle,
      .help = "with --json: stdout_b64 and stderr_b64 too, the\nkept bytes exactly (secrets masked as ***)",
@@ -167,21 +171,27 @@ constexpr RequestField kFields[] = {
 
 std::span<const RequestField> request_fields() { return kFields; }
 
+namespace {
+bool alias_is(const RequestField& f, EntryPoint at, std::string_view text) {
+  return (f.alias_at & at) && !f.alias.empty() && f.alias == text;
+}
+}  // namespace
+
 const RequestField* field_named(std::string_view name) {
   for (const auto& f : kFields)
-    if (f.name == name) return &f;
+    if (f.name == name || alias_is(f, kJobField, name)) return &f;
   return nullptr;
 }
 
 const RequestField* field_by_flag(std::string_view flag) {
   for (const auto& f : kFields)
-    if (f.accepts(kFlag) && !f.flag.empty() && f.flag == flag) return &f;
+    if (f.accepts(kFlag) && !f.flag.empty() && (f.flag == flag || alias_is(f, kFlag, flag))) return &f;
   return nullptr;
 }
 
 const RequestField* field_by_route_key(std::string_view key) {
   for (const auto& f : kFields)
-    if (f.accepts(kRouteKey) && f.route_key == key) return &f;
+    if (f.accepts(kRouteKey) && (f.route_key == key || alias_is(f, kRouteKey, key))) return &f;
   return nullptr;
 }
 

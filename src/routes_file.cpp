@@ -238,7 +238,7 @@ Expected<DeclaredOutput> read_output(const Reader& r, const toml::node& node, co
 }
 
 // The keys of a route that are not request fields; the request fields a
-// route takes (tier, provenance, limits, env_passthrough, secrets,
+// route takes (tier, provenance, limits, pass_env, secret_env,
 // on_output_limit) come from the field table (request_fields.hpp).
 constexpr std::array<std::string_view, 9> kRouteOnlyKeys{
     "name", "min_isolation", "requires", "egress_allow", "outputs", "transfer", "acknowledge_network_egress",

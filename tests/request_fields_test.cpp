@@ -72,6 +72,8 @@ Test(request_fields, the_same_invalid_value_gives_the_same_reason_from_a_flag_a_
   cr_assert(!name.empty());
   assert_has(flag_error({"--secret-env", "A=B"}), "corral: --secret-env: " + name, "flag");
   assert_has(job_error(R"({"argv":["true"],"secret_env":["A=B"]})"), "field 'secret_env[1]': " + name, "job");
+  assert_has(route_error("secret_env", "secret_env = [\"A=B\"]"), "route 'x': key 'secret_env[1]': " + name, "route");
+  // The old routes key, an alias: the same reason, the key as written.
   assert_has(route_error("secrets", "secrets = [\"A=B\"]"), "route 'x': key 'secrets[1]': " + name, "route");
   // And a NUL in one, from the two entry points that can carry it.
   assert_has(job_error(R"({"argv":["true"],"secret_env":["A\u0000B"]})"), "field 'secret_env[1]': contains a NUL byte", "job");
@@ -152,7 +154,7 @@ const std::map<std::string, Sample>& samples() {
       {"tmpfs", {"/scratch:1M", "[\"/scratch:1M\"]", "[\"/scratch:1M\"]"}},
       {"dev_binds", {"/dev/null", "[\"/dev/null\"]", "[\"/dev/null\"]"}},
       {"grace_seconds", {"0.5", "0.5", "0.5"}},
-      {"stdin", {"hello", "\"hello\"", "\"hello\""}},
+      {"stdin_text", {"hello", "\"hello\"", "\"hello\""}},
       {"binary_output", {nullptr, "true", "true"}},
       {"on_output_limit", {"kill", "\"kill\"", "\"kill\""}},
       {"merge_output", {nullptr, "true", "true"}},
@@ -224,7 +226,7 @@ Test(request_fields, a_list_replaces_the_default_and_flags_add_to_it) {
   cr_assert(apply_flag(*field_by_flag("pass-env"), flags, "HOME").ok());
   cr_assert(flags.request.pass_env == (std::vector<std::string>{"PATH", "HOME"}));
   cr_assert(flags.ask.given.pass_env == std::vector<std::string>{"HOME"});
-  auto file = parse_routes(route_text("env_passthrough", "env_passthrough = [\"HOME\"]"), "t.toml");
+  auto file = parse_routes(route_text("pass_env", "pass_env = [\"HOME\"]"), "t.toml");
   cr_assert(file.ok());
   cr_assert(file->routes[0].env_passthrough == std::vector<std::string>{"HOME"});
   auto plain = parse_routes(route_text("", ""), "t.toml");
@@ -249,5 +251,58 @@ Test(request_fields, the_table_is_well_formed) {
     cr_assert_eq(f.accepts(kRouteKey), !f.route_key.empty(), "%.*s: route key and entry points disagree",
                  (int)f.name.size(), f.name.data());
     if (f.accepts(kRouteKey)) cr_assert_eq(++keys[std::string(f.route_key)], 1);
+  }
+}
+
+// One name per field: the job field and the routes key are the field's
+// name, the flag is that name with '-' (its singular for a repeatable flag
+// of a list or table; a toggle that sets a value may read as it likes).
+// Before, --grace was grace_seconds, --stdin-text was stdin, secrets was
+// secret_env and env_passthrough was pass_env.
+Test(request_fields, a_field_has_one_name_at_every_entry_point) {
+  for (const RequestField& f : request_fields()) {
+    std::string name(f.name);
+    if (f.accepts(kRouteKey))
+      cr_assert(f.route_key == f.name, "field %s: routes key %.*s", name.c_str(), (int)f.route_key.size(),
+                f.route_key.data());
+    if (!f.accepts(kFlag) || f.flag.empty() || !f.flag_sets.empty()) continue;
+    std::string flag(f.flag);
+    for (char& c : flag) c = c == '-' ? '_' : c;
+    bool singular = (f.shape == FieldShape::list || f.shape == FieldShape::table) && flag + "s" == name;
+    cr_assert(flag == name || singular, "field %s: flag --%.*s", name.c_str(), (int)f.flag.size(), f.flag.data());
+  }
+}
+
+// Each old spelling stays accepted where it was, with the same effect.
+Test(request_fields, the_old_spellings_are_aliases_with_the_same_effect) {
+  cr_assert_eq(field_by_flag("grace"), field_named("grace_seconds"));
+  cr_assert_eq(field_by_flag("grace-seconds"), field_named("grace_seconds"));
+  cr_assert_eq(field_named("stdin"), field_named("stdin_text"));
+  cr_assert_eq(field_by_route_key("secrets"), field_named("secret_env"));
+  cr_assert_eq(field_by_route_key("env_passthrough"), field_named("pass_env"));
+  cr_assert_null(field_by_flag("stdin"), "--stdin is corral run's own (a file), not the text field");
+  cr_assert_null(field_by_route_key("grace_seconds"), "an alias is accepted only where its field is");
+
+  auto old_job = job_from_json(R"({"argv":["cat"],"stdin":"hi"})");
+  auto new_job = job_from_json(R"({"argv":["cat"],"stdin_text":"hi"})");
+  cr_assert(old_job.ok() && new_job.ok());
+  cr_assert(old_job->request.stdin_text == new_job->request.stdin_text);
+  for (const char* both : {R"({"argv":["cat"],"stdin_text":"hi","stdin_b64":"aGk="})",
+                           R"({"argv":["cat"],"stdin":"hi","stdin_b64":"aGk="})"})
+    assert_has(job_error(both), "give one of 'stdin_text'", "job");
+
+  for (const char* key : {"secrets", "secret_env"}) {
+    auto file = parse_routes(route_text(key, std::string(key) + " = [\"TOKEN\"]"), "t.toml");
+    cr_assert(file.ok(), "%s: %s", key, file.ok() ? "" : file.error().message().c_str());
+    cr_assert(file->routes[0].secrets == std::vector<std::string>{"TOKEN"});
+  }
+  for (const char* key : {"env_passthrough", "pass_env"}) {
+    auto file = parse_routes(route_text(key, std::string(key) + " = [\"HOME\"]"), "t.toml");
+    cr_assert(file.ok(), "%s", key);
+    cr_assert(file->routes[0].env_passthrough == std::vector<std::string>{"HOME"});
+  }
+  for (const char* flag : {"--grace=0.25", "--grace-seconds=0.25"}) {
+    auto ran = run_cli({"run", "--tier", "none", flag, "--json", "--", "true"});
+    cr_assert_eq(ran.code, 0, "%s: %s", flag, ran.err.c_str());
   }
 }

@@ -59,6 +59,9 @@ struct Ask {
 struct Job {
   Request request;
   Ask ask;
+  // Which field gave the stdin ("stdin_text" or "stdin_b64"): a job gives
+  // one of the two, whichever order its keys come in.
+  std::string_view stdin_from{};
 };
 
 // Applies `ask.route` (request_for_route), then refuses, in this order:

@@ -58,12 +58,20 @@ enum class FieldShape {
   table,   // a repeatable NAME=VALUE flag; an object (JSON) or table (TOML)
 };
 
+// One name per field: the job field and the routes key are `name`, and
+// the flag is `name` with '-' for '_' (or its singular, for a repeatable
+// flag of a list or table field, as --limit for limits; or a toggle that
+// sets a value, as --untrusted). tests/request_fields_test.cpp checks it.
+// A field renamed to get there keeps its old spelling as `alias`, accepted
+// where it was accepted before (`alias_at`) and documented as an alias.
 struct RequestField {
   std::string_view name{};       // the job field; names the field in every message
   std::string_view flag{};       // corral run's long option without "--"; "" : none
   char short_flag = 0;         // its short form; 0 : none
   std::string_view route_key{};  // the routes file key; "" : none
   unsigned entry_points = 0;   // EntryPoint bits
+  std::string_view alias{};      // the old spelling (a flag without "--"); "" : none
+  unsigned alias_at = 0;         // the EntryPoint bits where `alias` is accepted
   FieldShape shape = FieldShape::one;
   std::string_view value_name{};  // the flag's value in --help ("K=V", "UID")
   // A flag that takes no value and means this text (--untrusted:
@@ -84,7 +92,7 @@ struct RequestField {
 // Every field, in corral run --help's order.
 std::span<const RequestField> request_fields();
 // The field named `name` (a job's key) / with long flag `flag` / routes
-// key `key` and accepted there; nullptr when none.
+// key `key` and accepted there, by its name or its alias; nullptr when none.
 const RequestField* field_named(std::string_view name);
 const RequestField* field_by_flag(std::string_view flag);
 const RequestField* field_by_route_key(std::string_view key);

@@ -35,7 +35,7 @@ _FLAGS = {
     "write_paths": ("--write-path", "list"),
     "net": ("--net", "str"),
     "acknowledge": ("--acknowledge", "list"),
-    "grace_seconds": ("--grace", "str"),
+    "grace_seconds": ("--grace-seconds", "str"),
     "on_output_limit": ("--on-output-limit", "str"),
     "artifact_root": ("--artifact-root", "str"),
     "rootfs": ("--rootfs", "str"),
@@ -51,9 +51,10 @@ _FLAGS = {
     "dev_binds": ("--dev-bind", "list"),
     "binary_output": ("--binary-output", "bool"),
 }
-# Fields of a job that run() handles itself (inputs, stdin) or that only a
-# batch line has.
-JOB_FIELDS = sorted(set(_FLAGS) | {"argv", "inputs", "stdin", "stdin_b64", "source", "interpreter", "provenance", "id", "session"})
+# Fields of a job that run() handles itself (inputs, stdin_text) or that
+# only a batch line has. "stdin" is stdin_text's old name, still accepted.
+JOB_FIELDS = sorted(set(_FLAGS) | {"argv", "inputs", "stdin_text", "stdin", "stdin_b64", "source", "interpreter",
+                                   "provenance", "id", "session"})
 
 
 def job(argv: Sequence[str], **fields: Any) -> Dict[str, Any]:
@@ -64,8 +65,9 @@ def job(argv: Sequence[str], **fields: Any) -> Dict[str, Any]:
     if unknown:
         raise TypeError(f"unknown job field(s) {', '.join(unknown)} (fields: {', '.join(JOB_FIELDS)})")
     line = {"argv": list(argv), **{k: v for k, v in fields.items() if v is not None}}
-    if isinstance(line.get("stdin"), (bytes, bytearray)):  # bytes travel as base64
-        line["stdin_b64"] = base64.b64encode(line.pop("stdin")).decode()
+    for key in ("stdin_text", "stdin"):
+        if isinstance(line.get(key), (bytes, bytearray)):  # bytes travel as base64
+            line["stdin_b64"] = base64.b64encode(line.pop(key)).decode()
     return line
 
 

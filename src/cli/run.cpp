@@ -163,6 +163,9 @@ const std::vector<option>& run_options(std::string& shortopts) {
       int has_arg = f.flag_takes_value() ? required_argument : no_argument;
       // The table's flags are string literals: NUL-terminated.
       table.push_back({f.flag.data(), has_arg, nullptr, f.short_flag ? f.short_flag : kFieldBase + static_cast<int>(i)});
+      // The old spelling (request_fields.hpp: alias), the same option.
+      if (f.alias_at & kFlag)
+        table.push_back({f.alias.data(), has_arg, nullptr, f.short_flag ? f.short_flag : kFieldBase + static_cast<int>(i)});
       if (f.short_flag) shorts += std::string(1, f.short_flag) + (has_arg == required_argument ? ":" : "");
     }
     table.push_back({nullptr, 0, nullptr, 0});

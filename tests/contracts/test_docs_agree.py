@@ -55,7 +55,7 @@ ENTRY_POINTS = {"kAll": {"flag", "job", "route"}, "kCliJob": {"flag", "job"}, "k
 
 def field_rows():
     """The rows of the request field table (src/request_fields.cpp), each
-    {"name", "flag", "route_key", "entries"}: the one description of a
+    {"name", "flag", "route_key", "entries", "alias", "alias_at"}: the one description of a
     request's fields that corral run's flags, the job parser and the routes
     file reader are read off."""
     text = read(FIELDS_SOURCE)
@@ -66,7 +66,13 @@ def field_rows():
         entries = set()
         for word in re.search(r"\.entry_points = ([\w |]+)", row).group(1).split("|"):
             entries |= ENTRY_POINTS[word.strip()]
-        rows.append({"name": get("name"), "flag": get("flag"), "route_key": get("route_key"), "entries": entries})
+        alias_at = set()
+        at = re.search(r"\.alias_at = ([\w |]+)", row)
+        for word in (at.group(1).split("|") if at else []):
+            alias_at |= ENTRY_POINTS[word.strip()]
+        rows.append({"name": get("name"), "flag": get("flag"), "route_key": get("route_key"), "entries": entries,
+                     "alias": get("alias"), "alias_at": alias_at, "flag_sets": get("flag_sets"),
+                     "list": bool(re.search(r"\.shape = FieldShape::(list|table)", row))})
     assert {"argv", "binds", "limits"} <= {r["name"] for r in rows}, f"the field table was not found in {FIELDS_SOURCE}"
     return rows
 
@@ -81,6 +87,7 @@ def option_tables():
             tables[os.path.relpath(path, ROOT)] = sorted(set(names) - {"help"})
     assert tables, "no getopt_long tables found in src/cli"
     flags = {r["flag"] for r in field_rows() if "flag" in r["entries"] and r["flag"]}
+    flags |= {r["alias"] for r in field_rows() if "flag" in r["alias_at"]}
     tables["src/cli/run.cpp"] = sorted(set(tables.get("src/cli/run.cpp", [])) | flags)
     return tables
 
@@ -203,6 +210,18 @@ def field_doc_problems(rows):
             mapped = _cli._FLAGS.get(r["name"])
             if mapped and mapped[0] != opt and "job" in r["entries"]:
                 problems.append(f"the Python package maps job field {r['name']} to {mapped[0]}; {where} says {opt}")
+        if r.get("alias"):
+            # The old spelling stays accepted and documented as an alias.
+            old = "--" + r["alias"] if "flag" in r["alias_at"] else r["alias"]
+            docs = []
+            if "flag" in r["alias_at"]:
+                docs += [("README.md", readme), ("corral(1)", man), ("`corral run --help`", run_help)]
+            if "job" in r["alias_at"]:
+                docs += [("README.md's ### corral batch", readme_batch), ("corral(1)'s corral batch section", man_batch)]
+            if "route" in r["alias_at"]:
+                docs += [("README.md's ### routes_file", readme_routes)]
+            problems += [f"alias {old} of {r['name']} {where} is not in {doc}" for doc, text in docs
+                         if missing([old], text)]
         if "route" in r["entries"]:
             key = r["route_key"]
             problems += [f"routes key {key} {where} is not in {doc}" for doc, text in
@@ -224,6 +243,29 @@ def test_a_field_added_to_the_table_but_not_documented_fails(cli):
     for want in ("job field zz_new_field", "--zz-new-flag", "routes key zz_new_key"):
         assert any(want in p for p in problems), f"{want} undocumented, not reported: {problems}"
     assert not field_doc_problems(field_rows())
+
+
+def one_name_problems(rows):
+    """Fields whose name differs between entry points: the routes key must
+    be the job field's name, and the flag the name with '-' for '_' (its
+    singular for a repeatable flag of a list or table field; any word for
+    a toggle that sets a value, as --untrusted)."""
+    problems = []
+    for r in rows:
+        name = r["name"]
+        if "route" in r["entries"] and r["route_key"] != name:
+            problems.append(f"field {name}: routes key {r['route_key']}")
+        if "flag" in r["entries"] and r["flag"] and not r["flag_sets"]:
+            flag = r["flag"].replace("-", "_")
+            if flag != name and not (r["list"] and flag + "s" == name):
+                problems.append(f"field {name}: flag --{r['flag']}")
+    return problems
+
+
+def test_a_field_has_one_name_at_every_entry_point():
+    assert not one_name_problems(field_rows())
+    renamed = [dict(r, route_key="env_passthrough") if r["name"] == "pass_env" else r for r in field_rows()]
+    assert one_name_problems(renamed) == ["field pass_env: routes key env_passthrough"]
 
 
 def test_every_limit_is_in_the_man_page_readme_and_job_schema(cli):
