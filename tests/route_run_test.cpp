@@ -414,7 +414,7 @@ Test(route_run, a_hard_link_or_a_symlink_among_the_outputs_skips_only_that_file)
   cr_assert_str_eq(names.c_str(), "texts/good.txt ", "notes: %s", notes(res).c_str());
   assert_mentions(notes(res), {"outputs: output '*.txt': 'link.txt' is a hard link (st_nlink=2)",
                                "outputs: output '*.txt': 'other.txt' is a hard link (st_nlink=2)",
-                               "outputs: output 'passwd': the size of 'passwd' cannot be known", "not delivered"});
+                               "outputs: output 'passwd': 'passwd' is a symlink; outputs follow none", "not delivered"});
   cr_assert(!contains(notes(res), "outputs refused"), "%s", notes(res).c_str());
   const std::string dir = artifacts / res.run_id;
   expect_text(corral_test::read_file(dir + "/texts/good.txt"), "good\n");
@@ -456,7 +456,8 @@ Test(route_run, outputs_are_collected_after_a_kill_and_symlinks_are_not_followed
   s.limits.clear(Limit::wall_seconds);
   Result res = h.run(routed(built(s), std::move(planted)));
   cr_assert(res.artifacts.empty());
-  assert_mentions(notes(res), {"outputs refused (size_unknown)", "'partial.txt'"});
+  // A required output planted as a symlink refuses the transfer, naming it.
+  assert_mentions(notes(res), {"outputs refused (required_missing)", "'partial.txt' is a symlink; outputs follow none"});
 }
 
 // ---- audit
