@@ -363,7 +363,7 @@ Test(outputs, globs_expand_land_under_a_directory_and_are_checked) {
   auto twice = transfer({out("notes.txt"), out("*.txt")}, TransferLimits{}, src, &sink3);
   cr_assert(twice.ok(), "%s", twice.error().message().c_str());
   cr_assert(sink3.got.size() == 1 && sink3.got[0].name == "notes.txt");
-  cr_assert(twice.skipped().size() == 1 && twice.skipped()[0].source_path == "notes.txt");
+  cr_assert(twice.skipped().empty(), "the very file under the very name is no collision to note");
   // The source's matches are validated too: never stat'd, read or delivered.
   FakeSource hostile;
   hostile.files = {{"ok.txt", {"ok"}}};
