@@ -668,9 +668,9 @@ Test(run, one_bad_name_skips_that_file_and_the_others_are_copied) {
   const std::string copied_text = corral_test::read_file(res.artifacts[0].path);
   cr_assert_str_eq(copied_text.c_str(), "good\n");
   // Each bad one has a note naming it (shown escaped) and why.
-  cr_assert(contains(notes, "a\\b.txt: name contains a backslash"), "%s", notes.c_str());
-  cr_assert(contains(notes, "bad\\xff.txt: name is not valid UTF-8"), "%s", notes.c_str());
-  cr_assert(contains(notes, "ctl\\x01.txt: name contains a control character"), "%s", notes.c_str());
+  cr_assert(contains(notes, "match 'a\\b.txt' contains a backslash; not delivered"), "%s", notes.c_str());
+  cr_assert(contains(notes, "match 'bad\\xff.txt' is not valid UTF-8; not delivered"), "%s", notes.c_str());
+  cr_assert(contains(notes, "match 'ctl\\x01.txt' contains a control character; not delivered"), "%s", notes.c_str());
   auto copied = tree_of(root / res.run_id);
   cr_assert(copied.size() == 1 && copied[0] == "zz.txt", "on disk: %zu entries", copied.size());
   cr_assert_eq(h.leftovers(), 0u);
