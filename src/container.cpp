@@ -1,6 +1,7 @@
 // The container tier's parent side around the spawn (container.hpp):
 // preparing a run's namespaces, mount tree and cgroup from its Request, and
-// turning how pid 1 ended plus the cgroup's counters into the Result.
+// turning how pid 1 ended plus the cgroup's counters into the tier's facts
+// (tier_runner.hpp), which the run layer classifies.
 #include "corral/container.hpp"
 
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 #include "corral/run_setup.hpp"
 #include "corral/seccomp.hpp"
 #include "corral/tier_limits.hpp"
+#include "corral/tier_runner.hpp"
 
 namespace corral {
 
@@ -177,17 +179,15 @@ bool oom_event_fired(ContainerRun& c) {
 
 }  // namespace
 
-std::vector<std::string> finish_container(PreparedRun& run, const RunEnd& end, Result& r) {
-  ContainerRun& c = *run.container;
-  std::vector<std::string> notes = c.notes;
+TierFacts finish_container(ContainerRun& c, const RunEnd& end) {
+  TierFacts facts;
+  std::vector<std::string>& notes = facts.notes;
+  notes = c.notes;
   if (!c.failure.empty()) notes.push_back(c.failure);
   c.bind_mounts.clear();  // attached by now, or never to be
 
-  RunEnd mapped = end;
-  if (end.status && end.report.stage == SpawnStage::none)
-    if (auto program = program_status(c, *end.status)) mapped.status = *program;
+  if (end.status && end.report.stage == SpawnStage::none) facts.program_status = program_status(c, *end.status);
 
-  std::uint64_t ooms = 0;
   if (c.cgroup) {
     const bool notified = end.oom_notified || oom_event_fired(c);
     auto stats = c.cgroup->stats();
@@ -195,13 +195,15 @@ std::vector<std::string> finish_container(PreparedRun& run, const RunEnd& end, R
       notes.push_back("cgroup stats: " + stats.error().message());
     } else {
       // The whole tree, pid 1 and escapees included, as the cgroup counted it.
-      if (stats->cpu_usage_ns) r.cpu_seconds = static_cast<double>(*stats->cpu_usage_ns) / 1e9;
-      if (stats->memory_peak_bytes) r.max_rss_bytes = *stats->memory_peak_bytes;
-      // classify_outcome makes it killed_oom only for a SIGKILL death that
-      // no deadline or cancel came before.
-      mapped.oom_killed = stats->ceiling_oom(notified);
-      ooms = stats->oom_kills.value_or(0);
-      if (!mapped.oom_killed && (ooms > 0 || notified))
+      if (stats->cpu_usage_ns) facts.cpu_seconds = static_cast<double>(*stats->cpu_usage_ns) / 1e9;
+      if (stats->memory_peak_bytes) facts.max_rss_bytes = *stats->memory_peak_bytes;
+      // The run layer makes it killed_oom only for a SIGKILL death that no
+      // deadline or cancel came before (classify_outcome).
+      const bool ceiling = stats->ceiling_oom(notified);
+      facts.oom_killed = ceiling;
+      const std::uint64_t ooms = stats->oom_kills.value_or(0);
+      facts.oom_kills = ooms;
+      if (!ceiling && (ooms > 0 || notified))
         notes.push_back(std::string(ooms > 0 ? "the kernel OOM-killed " + std::to_string(ooms) + " process(es) of the run"
                                              : "the memory controller signalled an OOM to the run's cgroup") +
                         ", but not at its memory_bytes ceiling (the host or an ancestor cgroup ran out)");
@@ -215,13 +217,9 @@ std::vector<std::string> finish_container(PreparedRun& run, const RunEnd& end, R
     if (!removed) notes.push_back("cgroup not fully removed: " + removed.error().message());
     const bool killed = end.timed_out || end.cancelled || !end.output_limit.empty() || end.cpu_limit_hit ||
                         end.oom_notified;
-    if (killed) r.kill_confirmed = static_cast<bool>(removed);
+    if (killed) facts.kill_confirmed = static_cast<bool>(removed);
   }
-  classify_outcome(mapped, run.limits, r);
-  if (mapped.oom_killed && r.outcome != Outcome::killed_oom)
-    notes.push_back("the run reached its memory_bytes ceiling and the kernel's OOM path ran (" + std::to_string(ooms) +
-                    " process(es) OOM-killed), but the run ended otherwise");
-  return notes;
+  return facts;
 }
 
 }  // namespace corral

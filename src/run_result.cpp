@@ -10,30 +10,13 @@
 #include <cstdio>
 #include <cstring>
 
-#include "corral/container.hpp"
 #include "corral/names.hpp"
 #include "corral/output_collect.hpp"
+#include "corral/tier_runner.hpp"
 
 namespace corral {
-namespace {
-
-// The Result's enforcement["network"]: which network the run had. `host`
-// (the host's), `none` (tier process --net none: sockets but AF_UNIX
-// refused), `tcp_allowlist` (--net none with TCP ports allowed),
-// `empty_namespace` (a container in the template's shared namespace: no
-// interface up, socket() works, connect ENETUNREACH), `loopback` (a
-// container's namespace of its own, lo up).
-std::string run_network(const PreparedRun& run) {
-  const Request& req = run.request;
-  if (req.tier == Tier::container) return run.container && run.container->ns.in_template() ? "empty_namespace" : "loopback";
-  if (req.tier == Tier::none || req.net == NetworkAccess::host) return "host";
-  return req.tcp_connect_ports.empty() ? "none" : "tcp_allowlist";
-}
-
-}  // namespace
-
 void classify_outcome(const RunEnd& end, const Limits& limits, Result& r) {
-  r.resource.clear();  // a second classification (the container's) starts afresh
+  r.resource.clear();
   if (end.report.stage != SpawnStage::none) {
     r.outcome = Outcome::spawn_failed;
     r.spawn_stage = std::string(to_string(end.report.stage));
@@ -146,10 +129,11 @@ void mask_names(const SecretSet& secrets, Result& r) {
 
 Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, StreamCapture* err) {
   const auto collect_started = std::chrono::steady_clock::now();
-  // A container's spawn did not wait for the exec: whether the set-up
-  // failed, and how long it took, is known only now.
+  // What the tier's spawn left to be read once the run is over (a
+  // container's: whether its set-up failed, and how long it took).
   RunEnd end = ended;
-  if (run.container) read_container_exec_report(*run.container, end);
+  const TierRunner& runner = *run.runner;
+  runner.ended(run, end);
   Result r;
   r.id = run.request.id;
   r.run_id = run.run_id;
@@ -160,12 +144,10 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   const RunPolicy& policy = run.policy ? *run.policy : default_run_policy();
   static const std::map<std::string, std::string> kNoEnforcement;
   r.enforcement = policy.run_enforcement(run.enforcement ? *run.enforcement : kNoEnforcement, run.request, run.limits);
-  r.enforcement["network"] = run_network(run);
+  r.enforcement["network"] = runner.network(run);
   if (!run.cpu_enforcer.empty()) r.enforcement["cpu_seconds"] = run.cpu_enforcer;
   else if (run.limits.fractional(Limit::cpu_seconds) && r.enforcement.count("cpu_seconds"))
     r.enforcement["cpu_seconds"] += "_rounded_up";  // RLIMIT_CPU alone: whole seconds
-  classify_outcome(end, run.limits, r);
-  if (r.outcome == Outcome::spawn_failed && end.report.stage == SpawnStage::execve) explain_exec_failure(run, r.spawn_errno);
   auto fill = [](CapturedStream& c, StreamCapture& cap) {
     c.text = cap.take_kept();
     c.bytes = cap.total_bytes();
@@ -193,11 +175,21 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   if (run.uid_lease && run.uid_lease->host_wide() && !run.uid_lease->reaped())
     if (auto st = run.uid_lease->signal_processes(SIGKILL); !st) r.warnings.push_back(st.error().message());
 
-  std::vector<std::string> container_notes;
-  if (run.container) container_notes = finish_container(run, end, r);
+  // The tier's facts, then the outcome, classified once from them.
+  TierFacts facts = runner.finish(run, end);
+  if (facts.program_status) end.status = *facts.program_status;
+  if (facts.oom_killed) end.oom_killed = *facts.oom_killed;
+  if (facts.cpu_seconds) r.cpu_seconds = *facts.cpu_seconds;
+  if (facts.max_rss_bytes) r.max_rss_bytes = *facts.max_rss_bytes;
+  if (facts.kill_confirmed) r.kill_confirmed = facts.kill_confirmed;
+  classify_outcome(end, run.limits, r);
+  if (r.outcome == Outcome::spawn_failed && end.report.stage == SpawnStage::execve) explain_exec_failure(run, r.spawn_errno);
+  if (facts.oom_killed.value_or(false) && r.outcome != Outcome::killed_oom)
+    facts.notes.push_back("the run reached its memory_bytes ceiling and the kernel's OOM path ran (" +
+                          std::to_string(facts.oom_kills) + " process(es) OOM-killed), but the run ended otherwise");
 
   std::string detail = describe_end(r, run.program);
-  for (const auto& note : container_notes) detail += "; " + note;
+  for (const auto& note : facts.notes) detail += "; " + note;
   r.refused_syscalls = end.refused_syscalls;
   for (const auto& [name, count] : r.refused_syscalls)
     detail += "; " + std::to_string(count) + " " + name + "() call" + (count == 1 ? "" : "s") +

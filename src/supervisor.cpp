@@ -166,12 +166,10 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   std::string run_id = next_run_id();
   auto prepared = prepare_run(std::move(request), ctx, run_id);
   if (!prepared) return std::move(prepared).error();
-  // A container's pid 1 dies with us and takes its pid namespace along
-  // (guardian.hpp). A session exec needs none either: the exec's own
-  // cgroup, below its session's, holds everything it starts, its leader
-  // dies with us (PDEATHSIG), and the session's keeper kills what an exec
-  // whose owner is gone left.
-  const bool guarded = !prepared->container;
+  // Whether we must kill the run if we die (guardian.hpp): the runner's to
+  // say (a container's pid 1 dies with us and takes its namespace along).
+  const TierRunner& runner = *prepared->runner;
+  const bool guarded = runner.needs_guardian(*prepared);
   if (guarded) {
     // Before the run starts: from its first instant it is covered
     // (guardian.hpp). The guardian shares the uid lock file, once a lease
@@ -212,8 +210,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
                                                       SecretMasker(run.prep.secrets));
   ++s.in_flight;
 
-  auto child = run.prep.container ? spawn_container(*run.prep.plan, *run.prep.container, s.spawner->ignored_signals())
-                                  : s.spawner->spawn(*run.prep.plan);
+  auto child = runner.spawn(run.prep, *s.spawner);
   if (!child) {
     // corral's own failure (pipe, clone3): nothing runs; undo.
     --s.in_flight;
@@ -250,9 +247,9 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   s.arm_poll(slot, run, run.out, kOpOut);
   if (run.err_capture) s.arm_poll(slot, run, run.err, kOpErr);
   if (run.listener) s.arm_notice(slot, run);
-  if (run.prep.container && run.prep.container->oom_event) {
+  if (const int oom_fd = runner.oom_event_fd(run.prep); oom_fd >= 0) {
     io_uring_sqe* e = s.sqe();
-    io_uring_prep_poll_add(e, run.prep.container->oom_event.get(), POLLIN);
+    io_uring_prep_poll_add(e, oom_fd, POLLIN);
     io_uring_sqe_set_data64(e, Impl::user_data(slot, run.gen, kOpOom));
     run.oom_armed = true;
   }

@@ -6,9 +6,10 @@
 // run's own and kills the run (SIGKILL to the group, as the output-limit
 // kill does) once it reaches the limit.
 //
-// What is read: in the process tiers the program's process CPU clock (the
-// leader's threads, as RLIMIT_CPU counts them; clock_getcpuclockid); in
-// tier container the run's cgroup CPU usage (v1 cpuacct.usage, v2 cpu.stat:
+// What is read is the run's runner's (TierRunner::cpu_seconds): in the
+// process tiers the program's process CPU clock (the leader's threads, as
+// RLIMIT_CPU counts them; clock_getcpuclockid); in tier container the
+// run's cgroup CPU usage (v1 cpuacct.usage, v2 cpu.stat:
 // the whole tree, as the Result's cpu_seconds counts it there). A container
 // without a cgroup has no watch: RLIMIT_CPU rounded up is what holds, and
 // the Result's enforcement map says so.
@@ -39,8 +40,9 @@ double online_cpus() {
 void Supervisor::Impl::start_cpu_watch(std::uint32_t slot, Run& run) {
   const Limits& limits = run.prep.limits;
   if (!limits.fractional(Limit::cpu_seconds)) return;  // whole seconds: RLIMIT_CPU holds it exactly
-  if (run.prep.container && !run.prep.container->cgroup) return;  // nothing to read: RLIMIT_CPU rounded up
-  run.prep.cpu_enforcer = run.prep.container ? "supervisor_cgroup_cpu" : "supervisor_cpu_clock";
+  std::string enforcer = run.prep.runner->cpu_enforcer(run.prep);
+  if (enforcer.empty()) return;  // nothing to read: RLIMIT_CPU rounded up
+  run.prep.cpu_enforcer = std::move(enforcer);
   run.cpu_limit = *limits.seconds(Limit::cpu_seconds);
   arm_cpu_check(slot, run, run.cpu_limit / online_cpus());
 }
@@ -55,13 +57,7 @@ void Supervisor::Impl::arm_cpu_check(std::uint32_t slot, Run& run, double second
 }
 
 Expected<double> Supervisor::Impl::run_cpu_seconds(Run& run) {
-  if (run.prep.container) {
-    auto stats = run.prep.container->cgroup->stats();
-    if (!stats) return std::move(stats).error();
-    if (!stats->cpu_usage_ns) return Error(ENOTSUP, "the run's cgroup has no CPU accounting");
-    return static_cast<double>(*stats->cpu_usage_ns) / 1e9;
-  }
-  return process_cpu_seconds(run.pidfd.pid());
+  return run.prep.runner->cpu_seconds(run.prep, run.pidfd);
 }
 
 void Supervisor::Impl::on_cpu_check(std::uint32_t slot, Run& run, int res) {
@@ -89,7 +85,7 @@ void Supervisor::Impl::on_cpu_check(std::uint32_t slot, Run& run, int res) {
 }
 
 void Supervisor::Impl::note_runqueue_wait(Run& run) {
-  if (run.prep.container || !run.pidfd.valid()) return;  // pid 1 of a container is not the program
+  if (!run.prep.runner->leader_is_program() || !run.pidfd.valid()) return;  // a container's pid 1 is not the program
   if (auto wait = runqueue_wait_seconds(run.pidfd.pid())) run.end.runqueue_seconds = *wait;
 }
 

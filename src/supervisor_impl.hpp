@@ -26,11 +26,11 @@
 #include <map>
 #include <unordered_map>
 
-#include "corral/container.hpp"
 #include "corral/guardian.hpp"
 #include "corral/leftovers.hpp"
 #include "corral/reaper.hpp"
 #include "corral/run_setup.hpp"
+#include "corral/tier_runner.hpp"
 #include "ring_submit.hpp"
 
 namespace corral {
@@ -48,23 +48,11 @@ enum Op : std::uint8_t {
   kOpCpu = 8,  // the CPU watch's next look (supervisor_cpu.cpp)
   kOpNotice = 9,  // the run's seccomp listener: a refused call waits for its answer
 };
-// What a run holds while its child runs: the pidfd and the stdout/stderr
-// read ends. The workspace holds none (its root fd is released after the
-// spawn and reopened for collection; the base fd is shared), the plan's
-// fds (stdin memfd, Landlock ruleset) are closed once the child has them.
+// What a run holds while its child runs is its runner's to say
+// (TierRunner::fds_while_running); the capacity counts runs of the
+// process tiers' three (the pidfd, the stdout and stderr read ends).
 constexpr std::size_t kFdsPerRun = 3;
-// A container run holds more while it runs: pid 1's report pipe, the exec
-// report pipe (read when the run ends), /dev/null,
-// the cgroup's directory and procs fds (up to four hierarchies on v1), the
-// OOM eventfd, the tmpfs workspace (kept: it has no name to reopen it by).
-// Counted generously so the budget stays honest.
-constexpr std::size_t kFdsPerContainerRun = 14;
-inline std::size_t fds_per_run(Tier tier) { return tier == Tier::container ? kFdsPerContainerRun : kFdsPerRun; }
-// Tier process with --net none holds one more: its seccomp filter's
-// listener (run_setup.cpp: seccomp_for).
-inline std::size_t fds_per_run(const Request& req) {
-  return fds_per_run(req.tier) + (req.tier == Tier::os_process && req.net == NetworkAccess::none ? 1 : 0);
-}
+inline std::size_t fds_per_run(const Request& req) { return tier_runner(req.tier).fds_while_running(req); }
 // Notifications answered per wakeup before the others get their turn (a
 // program with many threads can have as many waiting at once).
 constexpr std::size_t kNoticeBudget = 64;
@@ -128,7 +116,7 @@ struct Run {
   Pipe out, err;
   std::unique_ptr<StreamCapture> out_capture, err_capture;
   bool pid_armed = false;
-  bool oom_armed = false;  // container on cgroup v1: the OOM eventfd
+  bool oom_armed = false;  // the runner's OOM eventfd (a container on cgroup v1)
   bool exited = false;
   bool timer_armed = false;
   TimerPhase phase = TimerPhase::none;

@@ -1,6 +1,6 @@
 // Out-of-line members of Supervisor::Impl (supervisor_impl.hpp): a run's
 // seccomp listener. Tier process with --net none installs a filter whose
-// socket refusals notify (run_setup.cpp: seccomp_for); the refused call
+// socket refusals notify (process_runner.cpp; tier_seccomp in tier_runner.cpp); the refused call
 // waits in the kernel until we answer it, here, with the EACCES the plain
 // filter would have returned, and the count goes into the Result, so a
 // program's "Permission denied" can be told to be corral's refusal.

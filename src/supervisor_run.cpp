@@ -225,12 +225,7 @@ void Supervisor::Impl::reap_orphans_now() {
 void Supervisor::Impl::request_kill(std::uint32_t slot, Run& run, int sig) {
   (void)slot;
   if (run.exited || !run.pidfd.valid()) return;
-  if (run.prep.container) {
-    kill_container(*run.prep.container, run.pidfd, sig);  // pid 1 + cgroup
-  } else {
-    kill_group(run.pidfd, sig);
-    kill_uid_of(run, sig);  // the deadline's SIGTERM too: the escapees get the same grace
-  }
+  run.prep.runner->kill(run.prep, run.pidfd, sig);  // the group (a container's: pid 1 + cgroup), the run's uid
 }
 
 void Supervisor::Impl::on_timer(std::uint32_t slot, Run& run, int res) {

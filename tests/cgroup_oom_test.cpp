@@ -1,8 +1,9 @@
 // How a run's OOM is told from the cgroup (issue 14): CgroupStats::ceiling_oom
 // on fake v1 and v2 run directories, read by read_stats and classified by
-// classify_outcome — the code finish_container runs, on v2 files this host
-// cannot produce — and, on the real kernel (v1), the race it exists for: a
-// kill on the OOM eventfd beats the kernel's OOM killer to its victim.
+// classify_outcome — what finish_run does with the container runner's
+// facts, on v2 files this host cannot produce — and, on the real kernel
+// (v1), the race it exists for: a kill on the OOM eventfd beats the
+// kernel's OOM killer to its victim.
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -63,7 +64,7 @@ ExitStatus exited_with(int code) {
 }
 
 // How a run that ended with `status` is classified with `st` as its cgroup's
-// evidence, as finish_container does it.
+// evidence, as finish_run does it with finish_container's facts.
 Result classify_with(const CgroupStats& st, bool notified, ExitStatus status, bool timed_out = false) {
   RunEnd end;
   end.status = status;

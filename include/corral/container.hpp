@@ -22,9 +22,11 @@
 //   program (pid 2)        stdio, rlimits, capabilities, seccomp, execve.
 //   supervisor             kill_container for the deadline, grace and cancel.
 //   finish_run (parent)    finish_container: the program's real status from
-//                          pid 1's report, killed_oom from the cgroup's OOM
-//                          evidence, CPU and peak memory of the whole tree,
-//                          then the cgroup is removed.
+//                          pid 1's report, the cgroup's OOM evidence, CPU
+//                          and peak memory of the whole tree, then the
+//                          cgroup is removed; the run layer classifies.
+// The run layer and the supervisor reach all of these through the container
+// runner (tier_runner.hpp, container_runner.cpp), never directly.
 #pragma once
 
 #include <sys/types.h>
@@ -42,6 +44,7 @@
 #include "corral/request.hpp"
 #include "corral/spawn.hpp"
 #include "corral/status.hpp"
+#include "corral/tier_limits.hpp"
 #include "corral/workspace.hpp"
 
 namespace corral {
@@ -50,6 +53,7 @@ struct HostFacts;
 struct PreparedRun;
 struct Result;
 struct RunEnd;
+struct TierFacts;
 
 // Where the workspace is inside, and the program's cwd.
 inline constexpr std::string_view kContainerWorkspace = "/workspace";
@@ -69,9 +73,8 @@ bool container_workspace_on_tmpfs(const HostFacts& host);
 // with getuid() will think it owns them.
 inline constexpr uid_t kContainerDefaultUid = 65534;
 
-// /dev/shm's size unless shm_bytes says (the limit's default; 256 MiB: at
-// 16 MiB a 64 MiB shared-memory segment died of SIGBUS, see README).
-inline constexpr std::uint64_t kContainerShmBytes = 256ull << 20;
+// /dev/shm's size unless shm_bytes says (tier_limits.hpp).
+inline constexpr std::uint64_t kContainerShmBytes = kDefaultShmBytes;
 // /tmp's size (and a --tmpfs's without a size) unless tmp_bytes says: 1 GiB
 // (at 64 MiB CPython's test_venv hit ENOSPC), at most memory_bytes when that
 // is set. A tmpfs takes
@@ -165,13 +168,14 @@ void read_container_exec_report(ContainerRun& c, RunEnd& end);
 // and every other process of the exec's cgroup.
 void kill_container(ContainerRun& c, const Pidfd& pid1, int sig);
 
-// Parent, from finish_run after classify_outcome: map pid 1's exit to the
-// program's (Pid1Report), classify again with RunEnd::oom_killed from the
-// cgroup's evidence (CgroupStats::ceiling_oom: the ceiling was hit, and the
-// OOM eventfd fired — end.oom_notified or its count read here — or the
-// kernel counted an OOM kill), so a SIGKILL death no deadline or cancel came
-// before is killed_oom; whole-tree CPU time and peak memory from the cgroup;
-// then remove the cgroup. Returns notes for the result's detail.
-std::vector<std::string> finish_container(PreparedRun& run, const RunEnd& end, Result& result);
+// Parent, from finish_run (the container runner's finish), once the run's
+// uid was cleared: the program's real status from pid 1's report
+// (Pid1Report), RunEnd::oom_killed from the cgroup's evidence
+// (CgroupStats::ceiling_oom: the ceiling was hit, and the OOM eventfd fired
+// — end.oom_notified or its count read here — or the kernel counted an OOM
+// kill), whole-tree CPU time and peak memory from the cgroup, notes for the
+// result's detail; then the cgroup is removed. The run layer applies the
+// facts and classifies the outcome (classify_outcome) once.
+TierFacts finish_container(ContainerRun& c, const RunEnd& end);
 
 }  // namespace corral

@@ -38,6 +38,7 @@ struct MechanismCache {
 };
 
 struct ContainerRun;  // container.hpp
+class TierRunner;    // tier_runner.hpp
 struct SessionTarget;  // session_join.hpp
 
 struct RunContext {
@@ -76,7 +77,10 @@ struct PreparedRun {
   std::shared_ptr<const SecretSet> secrets;    // values masked in every output byte
   std::optional<Workspace> workspace;
   std::optional<UidPool::Lease> uid_lease;
-  std::shared_ptr<ContainerRun> container;     // tier container only (container.hpp)
+  // What differs between the tiers (tier_runner.hpp): set by prepare_run,
+  // asked by the supervisor and finish_run. Never null once prepared.
+  const TierRunner* runner = nullptr;
+  std::shared_ptr<ContainerRun> container;     // tier container only: the container runner's (container.hpp)
   // The tier's host enforcement (RunPolicy::host_enforcement), shared with
   // every other run of the tier through the cache, never copied per run
   // (about 30 string pairs); never null once prepared.
@@ -114,8 +118,9 @@ struct RunEnd {
   // by the supervisor before it kills the run for it. A deadline or a
   // cancel that comes after it does not set timed_out or cancelled.
   bool oom_notified = false;
-  // The memory ceiling's OOM path ended the run: set by the tier from its
-  // evidence (finish_container: CgroupStats::ceiling_oom). classify_outcome
+  // The memory ceiling's OOM path ended the run: set by finish_run from the
+  // tier's evidence (TierFacts::oom_killed; the container's:
+  // CgroupStats::ceiling_oom). classify_outcome
   // makes a SIGKILL death killed_oom only with it.
   bool oom_killed = false;
   // The supervisor's CPU watch found the run at its cpu_seconds and killed

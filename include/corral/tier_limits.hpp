@@ -16,6 +16,11 @@
 
 namespace corral {
 
+// /dev/shm's size unless shm_bytes says, in every tier that gives a run one
+// of its own (a container's, tier process's private /dev/shm): 256 MiB (at
+// 16 MiB a 64 MiB shared-memory segment died of SIGBUS, see README).
+inline constexpr std::uint64_t kDefaultShmBytes = 256ull << 20;
+
 enum class LimitMechanism : std::uint8_t {
   rlimit,      // set in the child: LimitInfo::rlimit_resource (rlimits.hpp)
   cgroup,      // the run's cgroup: the memory controller's ceiling, pids.max (cgroup.hpp)

@@ -13,7 +13,7 @@
 
 namespace {
 
-// The tiers' filters (run_setup.cpp: seccomp_for) and the single profiles
+// The tiers' filters (process_runner.cpp; tier_seccomp in tier_runner.cpp) and the single profiles
 // the C ABI's corral_seccomp_prepare names.
 const std::vector<std::vector<std::string>> kCombinations = {
     {"default"},
@@ -62,7 +62,7 @@ int main() {
     if (!prog) {
       // A libseccomp or kernel without user notification (API level < 6)
       // builds no notifying filter; prepare() then compiles, and the tiers
-      // fall back to the plain one (run_setup.cpp: seccomp_for).
+      // fall back to the plain one (process_runner.cpp; tier_seccomp in tier_runner.cpp).
       if (builds[i].notify) continue;
       std::fprintf(stderr, "seccomp_gen: %s: %s\n", joined(builds[i].profiles).c_str(),
                    prog.error().message().c_str());
