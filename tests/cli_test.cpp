@@ -33,7 +33,7 @@ Ran shell(const std::string& line) {
 }
 
 // Runs `corral ARGS` through sh with the given environment prefix.
-Ran corral(const std::string& args, const std::string& env = "") {
+Ran run_corral(const std::string& args, const std::string& env = "") {
   return shell(env + " " + build_dir() + "/bin/corral " + args);
 }
 
@@ -46,10 +46,10 @@ void every_stderr_line_is_ours(const std::string& err) {
 }  // namespace
 
 Test(cli, version_and_help) {
-  Ran v = corral("--version");
+  Ran v = run_corral("--version");
   cr_assert_eq(v.code, 0);
   cr_assert(contains(v.out, "corral 0."), "%s", v.out.c_str());
-  Ran h = corral("run --help");
+  Ran h = run_corral("run --help");
   cr_assert_eq(h.code, 0);
   for (const char* opt : {"--tier", "--untrusted", "--limit", "--confine-writes", "--write-path", "--net", "--env",
                           "--pass-env", "--secret-env", "--input", "--output", "--artifact-root", "--merge-output",
@@ -58,38 +58,38 @@ Test(cli, version_and_help) {
 }
 
 Test(cli, exit_codes_follow_the_contract) {
-  cr_assert_eq(corral("run -- sh -c 'exit 7'").code, 7);
-  cr_assert_eq(corral("run --tier none -- sh -c 'kill -SEGV $$'").code, 128 + 11);
-  cr_assert_eq(corral("run --limit wall_seconds=1 --grace 0.1 -- sleep 30").code, 124);
-  cr_assert_eq(corral("run --limit cpu_seconds=1 -- " + build_dir() + "/helpers/hostile spin").code, 152);
-  Ran missing = corral("run -- corral-no-such-program");
+  cr_assert_eq(run_corral("run -- sh -c 'exit 7'").code, 7);
+  cr_assert_eq(run_corral("run --tier none -- sh -c 'kill -SEGV $$'").code, 128 + 11);
+  cr_assert_eq(run_corral("run --limit wall_seconds=1 --grace 0.1 -- sleep 30").code, 124);
+  cr_assert_eq(run_corral("run --limit cpu_seconds=1 -- " + build_dir() + "/helpers/hostile spin").code, 152);
+  Ran missing = run_corral("run -- corral-no-such-program");
   cr_assert_eq(missing.code, 125);
   cr_assert(contains(missing.err, "execve 'corral-no-such-program': ENOENT"), "%s", missing.err.c_str());
-  Ran absolute = corral("run -- /nonexistent/corral-prog");
+  Ran absolute = run_corral("run -- /nonexistent/corral-prog");
   cr_assert(contains(absolute.err, "execve '/nonexistent/corral-prog': ENOENT"), "%s", absolute.err.c_str());
   every_stderr_line_is_ours(missing.err);
-  cr_assert_eq(corral("run -- " + build_dir() + "/helpers/hostile exit 127").code, 127);
+  cr_assert_eq(run_corral("run -- " + build_dir() + "/helpers/hostile exit 127").code, 127);
 }
 
 Test(cli, usage_errors_and_refusals_exit_2_naming_the_problem) {
-  Ran neg = corral("run --limit open_files=-5 -- true");
+  Ran neg = run_corral("run --limit open_files=-5 -- true");
   cr_assert_eq(neg.code, 2);
   cr_assert(contains(neg.err, "open_files") && contains(neg.err, "negative"), "%s", neg.err.c_str());
   every_stderr_line_is_ours(neg.err);
-  Ran unknown = corral("run --limit bogus=1 -- true");
+  Ran unknown = run_corral("run --limit bogus=1 -- true");
   cr_assert_eq(unknown.code, 2);
   cr_assert(contains(unknown.err, "bogus"));
-  Ran env = corral("run -- true", "CORRAL_LIMITS=cpu_seconds=x");
+  Ran env = run_corral("run -- true", "CORRAL_LIMITS=cpu_seconds=x");
   cr_assert_eq(env.code, 2);
   cr_assert(contains(env.err, "CORRAL_LIMITS") && contains(env.err, "cpu_seconds"), "%s", env.err.c_str());
-  Ran untrusted = corral("run --untrusted -- true");
+  Ran untrusted = run_corral("run --untrusted -- true");
   cr_assert_eq(untrusted.code, 2);
   cr_assert(contains(untrusted.err, "container"), "%s", untrusted.err.c_str());
-  Ran confine = corral("run --tier none --confine-writes -- true");
+  Ran confine = run_corral("run --tier none --confine-writes -- true");
   cr_assert_eq(confine.code, 2);
   cr_assert(contains(confine.err, "write_confinement"), "%s", confine.err.c_str());
-  cr_assert_eq(corral("run").code, 2);
-  cr_assert_eq(corral("frobnicate").code, 2);
+  cr_assert_eq(run_corral("run").code, 2);
+  cr_assert_eq(run_corral("frobnicate").code, 2);
 }
 
 // A run is never root: --user 0 (and forms that are not a plain uid) is a
@@ -99,16 +99,16 @@ Test(cli, user_0_and_non_uid_forms_are_refused_with_exit_2) {
                            "run --tier container --user 0 -- true", "run --user 0:0 -- true",
                            "run --user root -- true", "run --user -1 -- true", "run --user 4294967295 -- true",
                            "run --user 00 -- true"}) {
-    Ran r = corral(args);
+    Ran r = run_corral(args);
     cr_expect_eq(r.code, 2, "%s: exit %d, stdout '%s'", args, r.code, r.out.c_str());
     cr_expect(contains(r.err, "--user"), "%s: stderr '%s'", args, r.err.c_str());
     cr_expect_eq(r.out, "", "%s ran: %s", args, r.out.c_str());
   }
-  cr_expect(contains(corral("run --user 0 -- true").err, "root"));
+  cr_expect(contains(run_corral("run --user 0 -- true").err, "root"));
 }
 
 Test(cli, json_result_has_the_contract_fields) {
-  Ran r = corral("run --json --limit stdout_bytes=4 -- sh -c 'echo hello; echo oops >&2; exit 3'");
+  Ran r = run_corral("run --json --limit stdout_bytes=4 -- sh -c 'echo hello; echo oops >&2; exit 3'");
   cr_assert_eq(r.code, 3, "json mode keeps the program's exit code");
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   cr_assert(!j.is_discarded(), "not JSON: %s", r.out.c_str());
@@ -125,7 +125,7 @@ Test(cli, json_result_has_the_contract_fields) {
 }
 
 Test(cli, corral_limits_are_defaults_that_flags_override) {
-  Ran r = corral("run --json --limit open_files=32 -- true", "CORRAL_LIMITS=open_files=64,cpu_seconds=9");
+  Ran r = run_corral("run --json --limit open_files=32 -- true", "CORRAL_LIMITS=open_files=64,cpu_seconds=9");
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   cr_assert(!j.is_discarded(), "%s %s", r.out.c_str(), r.err.c_str());
   cr_assert_eq(j["limits"]["open_files"], 32);
@@ -135,17 +135,17 @@ Test(cli, corral_limits_are_defaults_that_flags_override) {
 Test(cli, secrets_are_masked_in_plain_and_json_output) {
   std::string env = "CLI_SECRET=sup3r-s3cret-value";
   std::string prog = build_dir() + "/helpers/hostile secret-halves CLI_SECRET";
-  Ran plain = corral("run --secret-env CLI_SECRET -- " + prog, env);
+  Ran plain = run_corral("run --secret-env CLI_SECRET -- " + prog, env);
   cr_assert_eq(plain.code, 0, "%s", plain.err.c_str());
   cr_assert(!contains(plain.out + plain.err, "sup3r-s3cret-value"), "secret leaked: %s %s", plain.out.c_str(), plain.err.c_str());
   cr_assert(contains(plain.out, "before:***:after"), "%s", plain.out.c_str());
-  Ran json = corral("run --json --secret-env CLI_SECRET -- " + prog, env);
+  Ran json = run_corral("run --json --secret-env CLI_SECRET -- " + prog, env);
   cr_assert(!contains(json.out + json.err, "sup3r"), "secret leaked in JSON: %s", json.out.c_str());
   cr_assert(contains(json.out, "before:***:after"), "%s", json.out.c_str());
 }
 
 Test(cli, enforcement_lists_limits_and_kernel_facts) {
-  Ran r = corral("enforcement --tier process");
+  Ran r = run_corral("enforcement --tier process");
   cr_assert_eq(r.code, 0);
   for (const char* name : {"cpu_seconds", "memory_bytes", "process_count", "file_bytes", "open_files", "wall_seconds",
                            "write_confinement", "landlock_abi", "io_uring", "user_namespaces", "cgroups", "seccomp",
@@ -154,7 +154,7 @@ Test(cli, enforcement_lists_limits_and_kernel_facts) {
   // One line says whether SysV IPC and POSIX queues are the run's own.
   std::string ipc = "  ipc" + std::string(20, ' ') + (geteuid() == 0 ? "hard_per_run" : "shared");
   cr_assert(contains(r.out, ipc), "no '%s' line:\n%s", ipc.c_str(), r.out.c_str());
-  Ran j = corral("enforcement --json --tier none");
+  Ran j = run_corral("enforcement --json --tier none");
   cr_assert(!nlohmann::json::parse(j.out, nullptr, false).is_discarded());
 }
 
@@ -188,51 +188,51 @@ Test(cli, the_binary_is_a_static_pie) {
 // optional, an unknown option before PROGRAM a usage error (it used to be
 // run as the program: `corral run -t container -- true` exec'd "-t").
 Test(cli, options_follow_getopt_long_conventions) {
-  Ran eq = corral("run --json --tier=none --limit=wall_seconds=7 -- true");
+  Ran eq = run_corral("run --json --tier=none --limit=wall_seconds=7 -- true");
   cr_assert_eq(eq.code, 0, "%s", eq.err.c_str());
   auto j = nlohmann::json::parse(eq.out, nullptr, false);
   cr_assert(!j.is_discarded(), "%s", eq.out.c_str());
   cr_assert_eq(j["tier"], "none");
   cr_assert_eq(j["limits"]["wall_seconds"], 7);
-  Ran shorts = corral("run -j -t none -l wall_seconds=8 -e GREETING=hi sh -c 'echo $GREETING'");
+  Ran shorts = run_corral("run -j -t none -l wall_seconds=8 -e GREETING=hi sh -c 'echo $GREETING'");
   cr_assert_eq(shorts.code, 0, "%s", shorts.err.c_str());
   auto s = nlohmann::json::parse(shorts.out, nullptr, false);
   cr_assert(!s.is_discarded(), "%s", shorts.out.c_str());
   cr_assert_eq(s["stdout"], "hi\n");
   cr_assert_eq(s["limits"]["wall_seconds"], 8);
-  Ran bogus = corral("run --bogus -- true");
+  Ran bogus = run_corral("run --bogus -- true");
   cr_assert_eq(bogus.code, 2);
   cr_assert(contains(bogus.err, "unknown option --bogus"), "%s", bogus.err.c_str());
   every_stderr_line_is_ours(bogus.err);
-  Ran short_bogus = corral("run -Z -- true");
+  Ran short_bogus = run_corral("run -Z -- true");
   cr_assert_eq(short_bogus.code, 2);
   cr_assert(contains(short_bogus.err, "unknown option -Z"), "%s", short_bogus.err.c_str());
-  Ran missing = corral("run --tier");
+  Ran missing = run_corral("run --tier");
   cr_assert_eq(missing.code, 2);
   cr_assert(contains(missing.err, "--tier needs a value"), "%s", missing.err.c_str());
   // The program's own options stay its own.
-  Ran own = corral("run -t none sh -c 'echo $1' sh --json");
+  Ran own = run_corral("run -t none sh -c 'echo $1' sh --json");
   cr_assert_eq(own.code, 0, "%s", own.err.c_str());
   cr_assert_str_eq(own.out.c_str(), "--json\n");
-  cr_assert_eq(corral("enforcement -t none -j").code, 0);
-  cr_assert_eq(corral("enforcement --bogus").code, 2);
-  cr_assert_eq(corral("check --routes=examples/routes.toml").code, 0);
-  cr_assert_eq(corral("templates --bogus").code, 2);
+  cr_assert_eq(run_corral("enforcement -t none -j").code, 0);
+  cr_assert_eq(run_corral("enforcement --bogus").code, 2);
+  cr_assert_eq(run_corral("check --routes=examples/routes.toml").code, 0);
+  cr_assert_eq(run_corral("templates --bogus").code, 2);
 }
 
 // Issue 14: values beyond a limit's mechanism, empty paths.
 Test(cli, bad_input_is_refused_by_name) {
-  Ran wrapped = corral("run --tier none --limit wall_seconds=9223372036854775807 -- sleep 1");
+  Ran wrapped = run_corral("run --tier none --limit wall_seconds=9223372036854775807 -- sleep 1");
   cr_assert_eq(wrapped.code, 2, "exit %d (it used to end killed_timeout at once): %s", wrapped.code,
                wrapped.err.c_str());
   cr_assert(contains(wrapped.err, "wall_seconds") && contains(wrapped.err, "maximum"), "%s", wrapped.err.c_str());
-  Ran env_wrapped = corral("run --tier none -- true", "CORRAL_LIMITS=cpu_seconds=9223372036854775807");
+  Ran env_wrapped = run_corral("run --tier none -- true", "CORRAL_LIMITS=cpu_seconds=9223372036854775807");
   cr_assert_eq(env_wrapped.code, 2);
-  Ran cwd = corral("run --tier none --cwd '' -- pwd");
+  Ran cwd = run_corral("run --tier none --cwd '' -- pwd");
   cr_assert_eq(cwd.code, 2, "exit %d: %s %s", cwd.code, cwd.out.c_str(), cwd.err.c_str());
   cr_assert(contains(cwd.err, "--cwd: empty path"), "%s", cwd.err.c_str());
   for (const char* flag : {"--write-path ''", "--artifact-root ''", "--input ''"}) {
-    Ran empty = corral(std::string("run --tier none ") + flag + " -- true");
+    Ran empty = run_corral(std::string("run --tier none ") + flag + " -- true");
     cr_assert_eq(empty.code, 2, "%s: exit %d: %s", flag, empty.code, empty.err.c_str());
     cr_assert(contains(empty.err, "empty path"), "%s: %s", flag, empty.err.c_str());
   }
@@ -259,7 +259,7 @@ Test(cli, one_bad_name_does_not_cancel_the_copy) {
   write_file(scripts / "mk.sh",
              "echo good > zz.txt; echo b > 'a\\b.txt'; echo l > \"$(printf 'bad\\377.txt')\"; "
              "echo c > \"$(printf 'ctl\\001.txt')\"\n");
-  Ran r = corral("run --json --tier none --output '*' --artifact-root " + root.path() + " -- sh " + (scripts / "mk.sh"));
+  Ran r = run_corral("run --json --tier none --output '*' --artifact-root " + root.path() + " -- sh " + (scripts / "mk.sh"));
   cr_assert_eq(r.code, 0, "%s", r.err.c_str());
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   cr_assert(!j.is_discarded(), "not JSON: %s", r.out.c_str());
@@ -279,11 +279,11 @@ Test(cli, a_secret_in_a_file_name_reaches_neither_stdout_nor_the_disk) {
   write_file(scripts / "mk.sh", "echo s > \"$CLI_NAME_SECRET.txt\"; echo p > plain.txt\n");
   std::string args = "--tier none --secret-env CLI_NAME_SECRET --output '*' --artifact-root " + root.path() +
                      " -- sh " + (scripts / "mk.sh");
-  Ran json = corral("run --json " + args, "CLI_NAME_SECRET=TopSecret123");
+  Ran json = run_corral("run --json " + args, "CLI_NAME_SECRET=TopSecret123");
   cr_assert_eq(json.code, 0, "%s", json.err.c_str());
   cr_assert(!contains(json.out + json.err, "TopSecret123"), "the secret leaked: %s %s", json.out.c_str(), json.err.c_str());
   cr_assert(contains(json.out, "***.txt"), "%s", json.out.c_str());
-  Ran plain = corral("run " + args, "CLI_NAME_SECRET=TopSecret123");
+  Ran plain = run_corral("run " + args, "CLI_NAME_SECRET=TopSecret123");
   cr_assert_eq(plain.code, 0, "%s", plain.err.c_str());
   cr_assert(!contains(plain.out + plain.err, "TopSecret123"), "the secret leaked: %s", plain.err.c_str());
   cr_assert(contains(plain.err, "corral: output ***.txt"), "%s", plain.err.c_str());
@@ -298,7 +298,7 @@ Test(cli, a_bad_artifact_root_exits_2_before_the_program_runs) {
   const std::string marker = scratch / "ran";
   auto refused = [&](const std::string& root, const std::string& why, const std::string& prefix = "") {
     Ran r = prefix.empty()
-                ? corral("run --tier none --output \"*\" --artifact-root " + root + " -- touch " + marker)
+                ? run_corral("run --tier none --output \"*\" --artifact-root " + root + " -- touch " + marker)
                 : shell(prefix + " " + build_dir() + "/bin/corral run --tier none --output \"*\" --artifact-root " +
                         root + " -- touch " + marker + "'");
     if (r.code == 99) cr_skip_test("cannot make a read-only bind mount here: %s", r.err.c_str());
@@ -324,16 +324,16 @@ Test(cli, a_bad_artifact_root_exits_2_before_the_program_runs) {
 // --json's refused_syscalls; a run that makes no socket call gets no line.
 Test(cli, refused_socket_calls_get_a_corral_note) {
   const std::string prog = build_dir() + "/helpers/compat";
-  Ran plain = corral("run --net none -- " + prog + " sockets 3");
+  Ran plain = run_corral("run --net none -- " + prog + " sockets 3");
   cr_assert_eq(plain.code, 0, "%s", plain.err.c_str());
   cr_expect(contains(plain.out, "socket_eacces=3"), "%s", plain.out.c_str());
   cr_expect(contains(plain.err, "corral: 3 socket() calls refused (--net none"), "%s", plain.err.c_str());
   every_stderr_line_is_ours(plain.err);
-  Ran json = corral("run --json --net none -- " + prog + " sockets 2");
+  Ran json = run_corral("run --json --net none -- " + prog + " sockets 2");
   auto j = nlohmann::json::parse(json.out, nullptr, false);
   cr_assert(!j.is_discarded(), "%s %s", json.out.c_str(), json.err.c_str());
   cr_expect_eq(j["refused_syscalls"]["socket"], 2);
   cr_expect(!contains(json.err, "refused"), "--json carries the count, not a line: %s", json.err.c_str());
-  Ran quiet = corral("run --net none -- " + prog + " whoami");
+  Ran quiet = run_corral("run --net none -- " + prog + " whoami");
   cr_expect(!contains(quiet.err, "refused"), "%s", quiet.err.c_str());
 }

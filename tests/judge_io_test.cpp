@@ -38,7 +38,7 @@ Ran shell(const std::string& line) {
   return r;
 }
 
-std::string corral() { return build_dir() + "/bin/corral"; }
+std::string corral_bin() { return build_dir() + "/bin/corral"; }
 
 std::vector<json> lines_of(const std::string& out) {
   std::vector<json> v;
@@ -56,7 +56,7 @@ std::vector<json> lines_of(const std::string& out) {
 // it at 0.25 s of CPU, measured by the kernel's rusage, and says so.
 Test(judge_io, a_fractional_cpu_limit_ends_the_run_within_50_ms_of_it) {
   for (const char* tier : {"none", "process"}) {
-    Ran r = shell(corral() + " run --json --tier " + tier + " --limit cpu_seconds=0.25 --limit wall_seconds=60 -- " +
+    Ran r = shell(corral_bin() + " run --json --tier " + tier + " --limit cpu_seconds=0.25 --limit wall_seconds=60 -- " +
                   helper("hostile") + " spin");
     cr_assert_eq(r.code, 137, "%s: exit %d: %s", tier, r.code, r.err.c_str());
     json j = json::parse(r.out);
@@ -71,7 +71,7 @@ Test(judge_io, a_fractional_cpu_limit_ends_the_run_within_50_ms_of_it) {
 }
 
 Test(judge_io, a_whole_cpu_limit_stays_with_rlimit_cpu) {
-  Ran r = shell(corral() + " run --json --limit cpu_seconds=1 --limit wall_seconds=60 -- true");
+  Ran r = shell(corral_bin() + " run --json --limit cpu_seconds=1 --limit wall_seconds=60 -- true");
   cr_assert_eq(r.code, 0, "%s", r.err.c_str());
   json j = json::parse(r.out);
   cr_assert_eq(j["enforcement"]["cpu_seconds"], "hard");
@@ -87,13 +87,13 @@ Test(judge_io, units_and_fractions_parse_the_same_in_run_batch_and_routes) {
     for (const char* k : {"cpu_seconds", "file_bytes", "memory_bytes", "wall_seconds"}) out[k] = limits[k];
     return out.dump();
   };
-  Ran run = shell(corral() + " run --json -l wall_seconds=1.5 -l cpu_seconds=250ms -l memory_bytes=512MiB " +
+  Ran run = shell(corral_bin() + " run --json -l wall_seconds=1.5 -l cpu_seconds=250ms -l memory_bytes=512MiB " +
                   "-l file_bytes=1G -- true");
   cr_assert_eq(run.code, 0, "%s", run.err.c_str());
   std::string got = pick(json::parse(run.out)["limits"]);
   cr_assert_str_eq(got.c_str(), want);
 
-  Ran env = shell("CORRAL_LIMITS=wall_seconds=1.5,cpu_seconds=0.25,memory_bytes=512Mi,file_bytes=1GB " + corral() +
+  Ran env = shell("CORRAL_LIMITS=wall_seconds=1.5,cpu_seconds=0.25,memory_bytes=512Mi,file_bytes=1GB " + corral_bin() +
                   " run --json -- true");
   cr_assert_eq(env.code, 0, "%s", env.err.c_str());
   got = pick(json::parse(env.out)["limits"]);
@@ -105,7 +105,7 @@ Test(judge_io, units_and_fractions_parse_the_same_in_run_batch_and_routes) {
              "\n"
              R"({"id":"numbers","argv":["true"],"limits":{"wall_seconds":1.5,"cpu_seconds":0.25,"memory_bytes":536870912,"file_bytes":1e9}})"
              "\n");
-  Ran batch = shell(corral() + " batch " + (dir / "jobs"));
+  Ran batch = shell(corral_bin() + " batch " + (dir / "jobs"));
   cr_assert_eq(batch.code, 0, "%s", batch.err.c_str());
   auto results = lines_of(batch.out);
   cr_assert_eq(results.size(), 2u, "%s", batch.out.c_str());
@@ -117,7 +117,7 @@ Test(judge_io, units_and_fractions_parse_the_same_in_run_batch_and_routes) {
   write_file(dir / "routes.toml",
              "[host]\ntrusted_floor = \"none\"\n[[route]]\nname = \"judge\"\nprovenance = \"trusted\"\ntier = \"none\"\nacknowledge_network_egress = true\n"
              "limits = { wall_seconds = 1.5, cpu_seconds = \"250ms\", memory_bytes = \"512MiB\", file_bytes = \"1G\" }\n");
-  Ran routed = shell(corral() + " run --json --routes " + (dir / "routes.toml") + " --route judge -- true");
+  Ran routed = shell(corral_bin() + " run --json --routes " + (dir / "routes.toml") + " --route judge -- true");
   cr_assert_eq(routed.code, 0, "%s", routed.err.c_str());
   got = pick(json::parse(routed.out)["limits"]);
   cr_assert_str_eq(got.c_str(), want);
@@ -134,13 +134,13 @@ Test(judge_io, a_bad_unit_is_refused_naming_the_limit_and_the_text) {
       {"-l cpu_seconds=0ms", "limit cpu_seconds: must be at least 0.001"},
   };
   for (const auto& c : cases) {
-    Ran r = shell(corral() + " run " + c.args + " -- true");
+    Ran r = shell(corral_bin() + " run " + c.args + " -- true");
     cr_assert_eq(r.code, 2, "%s: exit %d", c.args.c_str(), r.code);
     cr_assert(contains(r.err, c.expect), "%s: %s", c.args.c_str(), r.err.c_str());
   }
   TempDir dir;
   write_file(dir / "jobs", R"({"id":"bad","argv":["true"],"limits":{"memory_bytes":"1 GiB"}})" "\n");
-  Ran batch = shell(corral() + " batch " + (dir / "jobs"));
+  Ran batch = shell(corral_bin() + " batch " + (dir / "jobs"));
   auto results = lines_of(batch.out);
   cr_assert_eq(results.size(), 1u);
   cr_assert(contains(results[0]["error"].get<std::string>(), "limit memory_bytes: '1 GiB'"), "%s", batch.out.c_str());
@@ -153,22 +153,22 @@ Test(judge_io, stdin_streams_10_mb_of_binary_data_intact) {
   Ran made = shell("head -c 10000000 /dev/urandom > " + (dir / "in") + " && sha256sum < " + (dir / "in"));
   cr_assert_eq(made.code, 0);
   std::string digest = made.out.substr(0, 64);
-  Ran file = shell(corral() + " run --stdin " + (dir / "in") + " -- sha256sum");
+  Ran file = shell(corral_bin() + " run --stdin " + (dir / "in") + " -- sha256sum");
   cr_assert_eq(file.code, 0, "%s", file.err.c_str());
   std::string got = file.out.substr(0, 64);
   cr_assert_str_eq(got.c_str(), digest.c_str());
-  Ran piped = shell("cat " + (dir / "in") + " | " + corral() + " run --stdin - -- sha256sum");
+  Ran piped = shell("cat " + (dir / "in") + " | " + corral_bin() + " run --stdin - -- sha256sum");
   cr_assert_eq(piped.code, 0, "%s", piped.err.c_str());
   got = piped.out.substr(0, 64);
   cr_assert_str_eq(got.c_str(), digest.c_str());
-  Ran json_run = shell(corral() + " run --json --stdin - -- wc -c < " + (dir / "in"));
+  Ran json_run = shell(corral_bin() + " run --json --stdin - -- wc -c < " + (dir / "in"));
   cr_assert_eq(json_run.code, 0, "%s", json_run.err.c_str());
   got = json::parse(json_run.out)["stdout"].get<std::string>();
   cr_assert_str_eq(got.c_str(), "10000000\n");
 }
 
 Test(judge_io, stdin_is_capped_and_said_so) {
-  Ran r = shell("head -c 100000 /dev/zero | " + corral() + " run --stdin - --stdin-max-bytes 1KiB -- wc -c");
+  Ran r = shell("head -c 100000 /dev/zero | " + corral_bin() + " run --stdin - --stdin-max-bytes 1KiB -- wc -c");
   cr_assert_eq(r.code, 0, "%s", r.err.c_str());
   cr_assert_str_eq(r.out.c_str(), "1024\n");
   cr_assert(contains(r.err, "corral: stdin cut at 1024 bytes (--stdin-max-bytes)"), "%s", r.err.c_str());
@@ -177,14 +177,14 @@ Test(judge_io, stdin_is_capped_and_said_so) {
 // Without --stdin the program's stdin is /dev/null, as before; what changed
 // is that corral says so instead of printing 0 with no word why.
 Test(judge_io, piped_stdin_without_the_flag_is_not_passed_and_corral_says_so) {
-  Ran r = shell("printf 'a\\nb\\n' | " + corral() + " run -- wc -l");
+  Ran r = shell("printf 'a\\nb\\n' | " + corral_bin() + " run -- wc -l");
   cr_assert_eq(r.code, 0, "%s", r.err.c_str());
   cr_assert_str_eq(r.out.c_str(), "0\n");
   cr_assert(contains(r.err, "corral: note: corral's stdin is not passed to the program"), "%s", r.err.c_str());
-  Ran passed = shell("printf 'a\\nb\\n' | " + corral() + " run --stdin - -- wc -l");
+  Ran passed = shell("printf 'a\\nb\\n' | " + corral_bin() + " run --stdin - -- wc -l");
   cr_assert_str_eq(passed.out.c_str(), "2\n", "%s", passed.err.c_str());
   cr_assert_str_eq(passed.err.c_str(), "");
-  Ran missing = shell(corral() + " run --stdin /nonexistent/input -- true");
+  Ran missing = shell(corral_bin() + " run --stdin /nonexistent/input -- true");
   cr_assert_eq(missing.code, 2);
   cr_assert(contains(missing.err, "--stdin: open /nonexistent/input"), "%s", missing.err.c_str());
 }
@@ -192,26 +192,26 @@ Test(judge_io, piped_stdin_without_the_flag_is_not_passed_and_corral_says_so) {
 // Bytes that are not UTF-8 came back as U+FFFD only; with binary_output the
 // Result also has them exactly, and a secret is still ***.
 Test(judge_io, binary_output_gives_the_bytes_exactly_with_secrets_masked) {
-  Ran r = shell("TOKEN=hunter2 " + corral() +
+  Ran r = shell("TOKEN=hunter2 " + corral_bin() +
                 " run --json --binary-output --secret-env TOKEN -- sh -c 'printf \"\\377\\000x$TOKEN\"; printf \"\\376\" >&2'");
   cr_assert_eq(r.code, 0, "%s", r.err.c_str());
   json j = json::parse(r.out);
   std::string out_b64 = j["stdout_b64"].get<std::string>(), err_b64 = j["stderr_b64"].get<std::string>();
   cr_assert_str_eq(out_b64.c_str(), "/wB4Kioq");  // ff 00 'x' '*' '*' '*'
   cr_assert_str_eq(err_b64.c_str(), "/g==");
-  Ran plain = shell(corral() + " run --json -- printf x");
+  Ran plain = shell(corral_bin() + " run --json -- printf x");
   cr_assert(!json::parse(plain.out).contains("stdout_b64"));
 
   TempDir dir;
   // "AAEC/w==" is 00 01 02 ff: the job's stdin as bytes, echoed back by cat.
   write_file(dir / "jobs", R"({"id":"b","argv":["cat"],"stdin_b64":"AAEC/w==","binary_output":true})" "\n");
-  Ran batch = shell(corral() + " batch " + (dir / "jobs"));
+  Ran batch = shell(corral_bin() + " batch " + (dir / "jobs"));
   auto results = lines_of(batch.out);
   cr_assert_eq(results.size(), 1u, "%s %s", batch.out.c_str(), batch.err.c_str());
   std::string echoed = results[0]["stdout_b64"].get<std::string>();
   cr_assert_str_eq(echoed.c_str(), "AAEC/w==", "%s", batch.out.c_str());
   write_file(dir / "bad", R"({"id":"b","argv":["cat"],"stdin_b64":"AA*C"})" "\n");
-  auto bad = lines_of(shell(corral() + " batch " + (dir / "bad")).out);
+  auto bad = lines_of(shell(corral_bin() + " batch " + (dir / "bad")).out);
   cr_assert(contains(bad.at(0)["error"].get<std::string>(), "field 'stdin_b64'"), "%s", bad.at(0).dump().c_str());
 }
 
@@ -220,7 +220,7 @@ Test(judge_io, batch_on_a_pipe_ends_with_one_summary_line) {
   write_file(dir / "jobs", R"({"id":"ok","argv":["true"]})" "\n" R"({"id":"no","argv":["false"]})" "\n"
                            R"({"id":"slow","argv":["sleep","5"],"limits":{"wall_seconds":0.2}})" "\n"
                            "not json\n");
-  Ran r = shell(corral() + " batch " + (dir / "jobs") + " | cat");
+  Ran r = shell(corral_bin() + " batch " + (dir / "jobs") + " | cat");
   cr_assert_eq(r.code, 0, "%s", r.err.c_str());
   cr_assert_eq(lines_of(r.out).size(), 4u);
   std::string expected_tail = ": exited 2, killed_timeout 1, error 1\n";
@@ -254,7 +254,7 @@ Test(judge_io, cpu_limited_jobs_run_at_most_one_per_cpu_by_default) {
   auto most_at_once = [&](const std::string& args, bool cpu_limit) {
     shell("mkdir -p " + (dir / "on"));
     write_file(dir / "jobs", jobs(cpu_limit));
-    Ran r = shell(corral() + " batch " + args + " " + (dir / "jobs"));
+    Ran r = shell(corral_bin() + " batch " + args + " " + (dir / "jobs"));
     cr_assert_eq(r.code, 0, "%s", r.err.c_str());
     long most = 0;
     for (const json& j : lines_of(r.out)) most = std::max(most, std::stol(j["stdout"].get<std::string>()));
@@ -280,7 +280,7 @@ Test(judge_io, a_wall_kill_of_a_cpu_starved_run_says_so) {
             R"(","spin"],"limits":{"wall_seconds":1}})" + "\n";
   text += R"({"id":"sleep","tier":"none","argv":["sleep","5"],"limits":{"wall_seconds":1}})" "\n";
   write_file(dir / "jobs", text);
-  Ran r = shell("taskset -c 0 " + corral() + " batch --parallel 7 " + (dir / "jobs"));
+  Ran r = shell("taskset -c 0 " + corral_bin() + " batch --parallel 7 " + (dir / "jobs"));
   cr_assert_eq(r.code, 0, "%s", r.err.c_str());
   auto results = lines_of(r.out);
   cr_assert_eq(results.size(), 7u, "%s", r.out.c_str());
