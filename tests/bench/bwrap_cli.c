@@ -13,13 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-extern char **environ;
+#include "per_run.h"
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+extern char **environ;
 
 /* Mean ms per run of argv, n times; negative when a run fails. */
 static double per_run_ms(char *const argv[], int n) {
@@ -35,11 +31,6 @@ static double per_run_ms(char *const argv[], int n) {
   }
   posix_spawn_file_actions_destroy(&fa);
   return (now() - t0) * 1000.0 / n;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv) {
@@ -69,9 +60,7 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  qsort(c, (size_t)rounds, sizeof c[0], cmp);
-  qsort(b, (size_t)rounds, sizeof b[0], cmp);
-  double cm = c[rounds / 2], bm = b[rounds / 2];
+  double cm = median(c, rounds), bm = median(b, rounds);
   printf("bench bwrap corral=%.2f baseline=%.2f ratio=%.2f unit=ms_per_run\n", cm, bm, cm / bm);
   return 0;
 }

@@ -16,11 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "per_run.h"
 
 /* Mean ms per run of argv, n times; negative when a run fails. */
 static double per_run_ms(char *const argv[], int n) {
@@ -42,11 +38,6 @@ static double per_run_ms(char *const argv[], int n) {
     if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
   }
   return (now() - t0) * 1000.0 / n;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv) {
@@ -77,10 +68,7 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  qsort(b, (size_t)rounds, sizeof b[0], cmp);
-  qsort(n, (size_t)rounds, sizeof n[0], cmp);
-  qsort(p, (size_t)rounds, sizeof p[0], cmp);
-  double bm = b[rounds / 2], nm = n[rounds / 2], pm = p[rounds / 2];
+  double bm = median(b, rounds), nm = median(n, rounds), pm = median(p, rounds);
   printf("bench oneshot_none corral=%.2f baseline=%.2f ratio=%.2f unit=ms_per_run\n", nm, bm, nm / bm);
   printf("bench oneshot_process corral=%.2f baseline=%.2f ratio=%.2f unit=ms_per_run\n", pm, bm, pm / bm);
   return 0;
