@@ -28,9 +28,10 @@ enum class Limit : std::uint8_t {
   wall_seconds,          // supervisor deadline: SIGTERM, grace, SIGKILL
   stdout_bytes,          // capture cap per stream; the rest is counted, not kept
   stderr_bytes,
-  artifact_bytes,        // per collected output file
+  artifact_bytes,        // per collected output file; every artifact cap refuses the
+                         // whole collection when a run goes over it (one note)
   artifact_total_bytes,  // all collected outputs together
-  artifact_count,        // number of collected outputs; a glob over it collects nothing
+  artifact_count,        // number of collected outputs
   workspace_bytes,       // `container` as root: the size of the run's tmpfs workspace
   tmp_bytes,             // `container`: the size of its /tmp tmpfs (and of a --tmpfs without a size)
   shm_bytes,             // `container`: the size of its /dev/shm tmpfs
