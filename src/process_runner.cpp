@@ -4,10 +4,13 @@
 // network's profile, Landlock confining its writes and TCP, SysV IPC and
 // /dev/shm of its own). The program is the Spawner's vfork child, leader of
 // its own process group.
+#include <fcntl.h>
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
+
+#include <charconv>
 
 #include "corral/capabilities.hpp"
 #include "corral/landlock.hpp"
@@ -26,6 +29,47 @@ namespace {
 // listener (the socket refusals the supervisor answers).
 constexpr std::size_t kFdsPerProcessRun = 3;
 
+// uid's name in /etc/passwd, read directly (the first line with that uid,
+// as NSS's files source answers): a static glibc's getpwuid_r parses
+// nsswitch.conf and tries nscd's socket twice before it reads the file, ~17
+// system calls and the page faults of that code, ~0.2 ms of a one-run CLI.
+// Empty when the file has no such line (LDAP, sssd, userdb users, NIS '+'
+// lines): NSS is asked then.
+std::string passwd_file_name(uid_t uid) {
+  UniqueFd fd(::open("/etc/passwd", O_RDONLY | O_CLOEXEC));
+  if (!fd) return {};
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; text.size() < (1u << 22) && (n = ::read(fd.get(), buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return {};
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    std::string_view line = rest.substr(0, rest.find('\n'));
+    rest.remove_prefix(std::min(rest.size(), line.size() + 1));
+    // name:password:uid:...
+    auto c1 = line.find(':');
+    auto c2 = c1 == std::string_view::npos ? c1 : line.find(':', c1 + 1);
+    auto c3 = c2 == std::string_view::npos ? c2 : line.find(':', c2 + 1);
+    if (c3 == std::string_view::npos || c1 == 0 || line[0] == '+' || line[0] == '-') continue;
+    std::uint64_t id = 0;
+    auto [end, ec] = std::from_chars(line.data() + c2 + 1, line.data() + c3, id);
+    if (ec == std::errc() && end == line.data() + c3 && id == uid) return std::string(line.substr(0, c1));
+  }
+  return {};
+}
+
+// uid's passwd name (the file, else NSS), else the number.
+std::string passwd_name(uid_t uid) {
+  if (std::string name = passwd_file_name(uid); !name.empty()) return name;
+  struct passwd pw, *found = nullptr;
+  char buf[4096];
+  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found) return found->pw_name;
+  return std::to_string(uid);
+}
+
 // USER and LOGNAME for the clean environment (getpass.getuser(), many
 // shells and tools read them before any passwd lookup). A run on a uid of
 // its own (tier process as root) has no passwd entry on the host, so the
@@ -35,17 +79,9 @@ std::string run_user_name(const std::optional<WorkspaceOwner>& owner, bool own_u
   if (owner && own_uid) return "corral-" + std::to_string(owner->uid);
   static const std::string ours = [] {
     if (const char* v = find_env("USER"); v && *v) return std::string(v);
-    struct passwd pw, *found = nullptr;
-    char buf[4096];
-    if (::getpwuid_r(::geteuid(), &pw, buf, sizeof buf, &found) == 0 && found) return std::string(found->pw_name);
-    return std::to_string(::geteuid());
+    return passwd_name(::geteuid());
   }();
-  if (owner) {
-    struct passwd pw, *found = nullptr;
-    char buf[4096];
-    if (::getpwuid_r(owner->uid, &pw, buf, sizeof buf, &found) == 0 && found) return found->pw_name;
-    return std::to_string(owner->uid);
-  }
+  if (owner) return passwd_name(owner->uid);
   return ours;
 }
 

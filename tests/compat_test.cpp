@@ -82,6 +82,22 @@ Test(compat, the_clean_environment_names_the_user) {
                      {{"USER", "sandbox"}, {"LOGNAME", "sandbox"}, {"pw_name", "sandbox"}, {"HOME", "/workspace/home"}}));
 }
 
+// Without USER in corral's environment a run as us (tier none) is named by
+// our passwd entry, the one the program's own getpwuid finds (corral reads
+// /etc/passwd itself, NSS only when the file has no line for the uid).
+Test(compat, without_USER_a_run_as_us_is_named_by_our_passwd_entry) {
+  unsetenv("USER");
+  Harness h;
+  Request r = in_process({"whoami"});
+  r.tier = Tier::none;
+  Result c = h.run(r);
+  auto seen = kv(c.stdout_capture.text);
+  cr_assert(!seen["pw_name"].empty() && seen["pw_name"] != "ENOENT", "no passwd entry for our uid: %s",
+            c.stdout_capture.text.c_str());
+  cr_expect_eq(seen["USER"], seen["pw_name"], "%s", c.stdout_capture.text.c_str());
+  cr_expect_eq(seen["LOGNAME"], seen["pw_name"], "%s", c.stdout_capture.text.c_str());
+}
+
 // Without --loopback a container's socket(AF_INET) is made and fails where
 // a network with no interface up fails (it was EACCES at socket()); with
 // it, a program binds and connects to itself on 127.0.0.1. The Result says
