@@ -160,18 +160,60 @@ void SecretMasker::feed_into(std::string_view chunk, std::string& out) {
   process(scratch_, false, out);
 }
 
-bool SecretMasker::needs_no_change(std::string_view data) const {
-  if (hold_start(data) != data.size()) return false;
+// Whether any occurrence starts before `safe` (what process() would mask).
+bool SecretMasker::any_before(std::string_view data, std::size_t safe) const {
   for (std::size_t i = 0; i < secrets_->values().size(); ++i)
-    if (secrets_->find(i, data, 0, data.size()) != kNone) return false;
-  return true;
+    if (find_start(*secrets_, i, data, 0, safe) != kNone) return true;
+  return false;
+}
+
+MaskedPieces SecretMasker::feed_pieces(std::string_view chunk, std::string& out) {
+  if (!has_secrets()) return {{}, chunk};
+  const std::size_t before = out.size();
+  if (pending_.empty() && pending_covered_ == 0) return feed_body(chunk, 0, before, out);
+  const std::size_t longest = secrets_->longest();
+  if (chunk.size() < 2 * longest) {
+    feed_into(chunk, out);
+    return {std::string_view(out).substr(before), {}};
+  }
+  // The held-back tail is decided with only the first `longest` bytes of
+  // the chunk after it: every occurrence starting in the tail ends there.
+  // What process() would find over the whole of pending_ + chunk: the
+  // hold point lies in the chunk (it is at least longest-1 bytes), so the
+  // starts before the chunk are exactly those found here, in order.
+  const std::size_t held = pending_.size();
+  scratch_.assign(pending_);
+  scratch_.append(chunk.substr(0, longest));
+  const std::size_t cursor = mask_until(scratch_, std::min(pending_covered_, held), held, out);
+  pending_.clear();
+  pending_covered_ = 0;
+  // cursor - held: the chunk's first bytes already inside the tail's "***" (< longest).
+  return feed_body(chunk, cursor - held, before, out);
+}
+
+// The chunk itself, its first `covered` bytes already out (inside a
+// "***"): a view of it up to the hold point when no occurrence starts
+// before that point; otherwise masked into `out`.
+MaskedPieces SecretMasker::feed_body(std::string_view chunk, std::size_t covered, std::size_t before,
+                                     std::string& out) {
+  const std::size_t safe = hold_start(chunk);  // >= covered: the chunk is 0 or >= 2*longest bytes past a tail
+  if (!any_before(chunk, safe)) {
+    pending_.assign(chunk.substr(safe));
+    pending_covered_ = 0;
+    return {std::string_view(out).substr(before), chunk.substr(covered, safe - covered)};
+  }
+  const std::size_t cursor = mask_until(chunk, covered, safe, out);
+  pending_covered_ = cursor - safe;
+  pending_.assign(chunk.substr(safe));
+  return {std::string_view(out).substr(before), {}};
 }
 
 std::string_view SecretMasker::feed_view(std::string_view chunk, std::string& out) {
-  if (!has_secrets()) return chunk;
-  if (pending_.empty() && pending_covered_ == 0 && needs_no_change(chunk)) return chunk;
   const std::size_t before = out.size();
-  feed_into(chunk, out);
+  MaskedPieces pieces = feed_pieces(chunk, out);
+  if (pieces.head.empty()) return pieces.body;
+  if (pieces.body.empty()) return pieces.head;
+  out.append(pieces.body);  // the body is in `chunk`, never in `out`
   return std::string_view(out).substr(before);
 }
 
@@ -218,10 +260,19 @@ std::size_t SecretMasker::hold_start(std::string_view data) const {
 // remembered in pending_covered_, so an occurrence that overlaps them
 // merges into that mask instead of printing a second "***" or leaking.
 void SecretMasker::process(std::string_view data, bool final, std::string& out) {
-  const auto& secrets = secrets_->values();
   const std::size_t safe = final ? data.size() : hold_start(data);
-  std::size_t cursor = std::min(pending_covered_, data.size());  // data[0, cursor) is already out
+  const std::size_t cursor = mask_until(data, std::min(pending_covered_, data.size()), safe, out);
+  pending_covered_ = cursor - safe;
+  // data may be scratch_ (never pending_ itself), so this assign is safe.
+  pending_.assign(data.substr(safe));
+}
 
+// Emits data[cursor, safe) with every occurrence that starts before `safe`
+// masked (data[0, cursor) is already out). Returns where the output stands
+// then: at least `safe`, more when a "***" covers bytes past it.
+std::size_t SecretMasker::mask_until(std::string_view data, std::size_t cursor, std::size_t safe,
+                                     std::string& out) {
+  const auto& secrets = secrets_->values();
   if (secrets.size() == 1) {
     const std::string_view s = secrets.front();
     const SecretSet& set = *secrets_;
@@ -260,19 +311,31 @@ void SecretMasker::process(std::string_view data, bool final, std::string& out) 
     out.append(data.substr(cursor, safe - cursor));
     cursor = safe;
   }
-  pending_covered_ = cursor - safe;
-  // data may be scratch_ (never pending_ itself), so this assign is safe.
-  pending_.assign(data.substr(safe));
+  return cursor;
 }
 
 // ---- StreamCapture --------------------------------------------------------
 
 StreamCapture::StreamCapture(std::uint64_t cap, SecretMasker masker) : cap_(cap), masker_(std::move(masker)) {}
 
-std::string_view StreamCapture::on_data(std::string_view raw) {
+MaskedPieces StreamCapture::on_data_pieces(std::string_view raw) {
   total_ += raw.size();
   chunk_.clear();
-  return take(masker_.feed_view(raw, chunk_));  // raw itself when nothing is masked or held
+  // The body is raw itself when nothing needed masking; the head, in
+  // chunk_, the decided end of the last chunk's held-back tail.
+  MaskedPieces pieces = masker_.feed_pieces(raw, chunk_);
+  pieces.head = take(pieces.head);
+  pieces.body = take(pieces.body);
+  return pieces;
+}
+
+std::string_view StreamCapture::on_data(std::string_view raw) {
+  MaskedPieces pieces = on_data_pieces(raw);
+  if (pieces.head.empty()) return pieces.body;
+  if (pieces.body.empty()) return pieces.head;
+  // Both kept whole (a cut head leaves no body): chunk_ is the head.
+  chunk_.append(pieces.body);
+  return chunk_;
 }
 
 std::string_view StreamCapture::finish() {

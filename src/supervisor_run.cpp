@@ -152,7 +152,11 @@ void Supervisor::Impl::drain_pipe(std::uint32_t slot, Run& run, Pipe& pipe, Op o
         pipe.grown = true;
         (void)::fcntl(pipe.fd.get(), F_SETPIPE_SZ, kBusyPipeBytes);
       }
-      emit(run, id, cap.on_data(std::string_view(scratch.get(), static_cast<std::size_t>(n))));
+      // Two pieces, not joined: a chunk that needed no masking is hashed
+      // and passed on from the scratch buffer itself.
+      const MaskedPieces masked = cap.on_data_pieces(std::string_view(scratch.get(), static_cast<std::size_t>(n)));
+      emit(run, id, masked.head);
+      emit(run, id, masked.body);
       check_output_limit(slot, run, cap, op == kOpOut ? Limit::stdout_bytes : Limit::stderr_bytes);
       continue;
     }

@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "support.hpp"
+#include "supervisor_harness.hpp"
 
 using namespace corral;
 
@@ -364,6 +364,111 @@ Test(capture, stream_cap_applies_to_masked_bytes_and_hash_covers_dropped_ones) {
   expect_str(c.kept(), "ab *", "kept");
   cr_assert(c.truncated());
   expect_str(c.sha256_hex(), Sha256::hex_of("ab *** cd"), "hash");
+}
+
+// A program that echoes a secret in pieces, each piece at the end or the
+// start of a big read (the supervisor reads up to 256 KiB at a time):
+// every split point of every secret, the pieces inside chunks long enough
+// that the masker passes the rest of the chunk on without copying it.
+// Overlapping secrets are split too, so a "***" that began in one chunk
+// must swallow the next chunk's first bytes. Checked against the
+// reference: what is streamed, what is kept and the hash.
+Test(capture, secret_split_across_big_chunks_at_every_point_is_masked) {
+  const std::vector<std::vector<std::string>> sets = {
+      {"hunter2-swordfish"}, {"hunter2-swordfish", "fish-hunter2"}, {"abab"}, {"xyz", "y"}};
+  std::mt19937 rng(2026);
+  for (const auto& secrets : sets) {
+    std::string alphabet = "the harbour held a hundred hulls\n";
+    for (const auto& s : secrets) alphabet += s;
+    auto filler = [&](std::size_t n) {
+      std::string f(n, ' ');
+      for (char& c : f) c = alphabet[rng() % alphabet.size()];
+      return f;
+    };
+    // What is echoed at a split: one secret, or two overlapping ones run together.
+    std::vector<std::string> echoes(secrets.begin(), secrets.end());
+    if (secrets.size() > 1) echoes.push_back(secrets[0] + secrets[1].substr(secrets[1].size() / 2));
+    echoes.push_back(secrets[0] + secrets[0]);  // back to back
+    for (const auto& echo : echoes) {
+      for (std::size_t k = 0; k <= echo.size(); ++k) {
+        // chunk 1 ends in echo[0, k); chunk 2 starts with echo[k, ...) and
+        // ends in a prefix of the echo again; chunk 3 completes it.
+        const std::size_t j = rng() % (echo.size() + 1);
+        std::vector<std::string> chunks = {filler(200 + rng() % 300) + echo.substr(0, k),
+                                           echo.substr(k) + filler(200 + rng() % 300) + echo.substr(0, j),
+                                           echo.substr(j) + filler(100)};
+        std::string text;
+        for (const auto& c : chunks) text += c;
+        const std::string want = reference_mask(secrets, text);
+        StreamCapture cap(1 << 20, SecretMasker(secrets));
+        std::string streamed;
+        for (const auto& c : chunks) {
+          MaskedPieces p = cap.on_data_pieces(c);
+          streamed.append(p.head);
+          streamed.append(p.body);
+        }
+        streamed += cap.finish();
+        cr_assert(streamed == want, "secret '%s' echo '%s' split at %zu and %zu: streamed\n%s\nwant\n%s",
+                  secrets[0].c_str(), echo.c_str(), k, j, streamed.c_str(), want.c_str());
+        expect_str(cap.kept(), want, "kept");
+        expect_str(cap.sha256_hex(), Sha256::hex_of(want), "hash of the masked stream");
+        cr_assert_eq(cap.total_bytes(), text.size());
+        // The joined view agrees (on_data: what a caller of one view gets).
+        StreamCapture joined(1 << 20, SecretMasker(secrets));
+        std::string viewed;
+        for (const auto& c : chunks) viewed += joined.on_data(c);
+        viewed += joined.finish();
+        expect_str(viewed, want, "on_data");
+      }
+    }
+  }
+}
+
+// What needs no masking is not copied: a clean chunk after a held-back
+// tail comes back as the tail's bytes (copied) and a view of the chunk.
+Test(capture, feed_pieces_copies_only_the_held_back_tail) {
+  SecretMasker m(std::vector<std::string>{"hunter2-swordfish"});
+  std::string out;
+  const std::string first = std::string(1000, '.') + "hun";
+  MaskedPieces a = m.feed_pieces(first, out);
+  cr_assert(a.head.empty());
+  cr_assert(a.body.data() == first.data() && a.body.size() == 1000, "the clean part is a view of the chunk");
+  cr_assert_eq(m.held_back(), 3u);
+  const std::string second = "ting season" + std::string(1000, '.');
+  out.clear();
+  MaskedPieces b = m.feed_pieces(second, out);
+  expect_str(std::string(b.head), "hun", "the tail, decided");
+  cr_assert(b.body.data() == second.data() && b.body.size() == second.size(), "the rest is a view of the chunk");
+}
+
+// The same through a real run: the program echoes a secret split at every
+// point, the pieces a pause apart (so they end and begin separate reads),
+// with 200 bytes before each. Nothing of it is streamed or kept, and the
+// hash is the masked text's.
+Test(capture, a_program_echoing_a_secret_in_pieces_never_shows_it) {
+  const std::string secret = "hunter2-swordfish";
+  setenv("CORRAL_TEST_PIECES", secret.c_str(), 1);
+  corral_test::Harness h;
+  Request r;
+  r.tier = Tier::none;
+  r.argv = {corral_test::helper("hostile"), "secret-pieces", "CORRAL_TEST_PIECES"};
+  r.secrets.push_back(SecretRef{"CORRAL_TEST_PIECES", "", {}});
+  std::string streamed;
+  RunCallbacks cb;
+  cb.on_output = [&](StreamId, std::string_view data) { streamed.append(data); };
+  std::optional<Result> got;
+  cb.on_result = [&](const Result& res) { got = res; };
+  auto handle = h.sup->submit(std::move(r), std::move(cb));
+  cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+  cr_assert(h.sup->run_until_idle().ok());
+  cr_assert(got.has_value());
+  cr_assert_eq(got->outcome, Outcome::exited, "%s", got->detail.c_str());
+  std::string want;
+  for (std::size_t k = 0; k <= secret.size(); ++k) want += std::string(200, '.') + "***\n";
+  expect_str(streamed, want, "streamed");
+  expect_str(got->stdout_capture.text, want, "kept");
+  expect_str(got->stdout_capture.sha256, Sha256::hex_of(want), "hash");
+  cr_assert_eq(got->stdout_capture.bytes, (secret.size() + 1) * (200 + secret.size() + 1));
 }
 
 // ---- UTF-8 ----------------------------------------------------------------

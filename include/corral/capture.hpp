@@ -65,6 +65,13 @@ class SecretSet {
   std::array<bool, 256> first_bytes_{};
 };
 
+// Masked bytes of one chunk in two pieces, in order (SecretMasker::feed_pieces).
+struct MaskedPieces {
+  std::string_view head, body;
+  std::size_t size() const noexcept { return head.size() + body.size(); }
+  bool empty() const noexcept { return head.empty() && body.empty(); }
+};
+
 // Streaming masker for ONE stream: holds back the tail that might be the
 // start of a secret continued in the next chunk. Never feed two streams
 // through one masker; use fresh() to get another one with the same secrets.
@@ -89,10 +96,18 @@ class SecretMasker {
   std::string feed(std::string_view chunk);
   // The same, appended to `out` (no allocation once `out` has capacity).
   void feed_into(std::string_view chunk, std::string& out);
-  // The same again, without the copy when it is not needed: when nothing is
-  // held back and the chunk holds no secret and ends in no prefix of one,
-  // returns `chunk` itself; otherwise appends to `out` and returns the
-  // appended part.
+  // The same again, without copying what needs no change: the masked bytes
+  // as two pieces in order, `head` then `body`. `body` is a view into
+  // `chunk` when the chunk holds no secret (its tail that could still
+  // become one is held back, copied; the rest is not); `head` is the
+  // decided end of the last chunk's held-back tail (appended to `out`,
+  // shorter than the longest secret). A chunk that holds a secret is
+  // masked into `out` whole (`head`, `body` empty). A chunk shorter than
+  // twice the longest secret that follows a held-back tail goes into `out`
+  // too.
+  MaskedPieces feed_pieces(std::string_view chunk, std::string& out);
+  // feed_pieces joined: `chunk` itself when nothing was held back or
+  // masked; otherwise the bytes appended to `out`.
   std::string_view feed_view(std::string_view chunk, std::string& out);
   // End of stream: the held-back rest, masked. The masker is then empty
   // and could start a new stream.
@@ -104,8 +119,10 @@ class SecretMasker {
 
  private:
   std::size_t hold_start(std::string_view data) const;
-  bool needs_no_change(std::string_view data) const;
+  bool any_before(std::string_view data, std::size_t safe) const;
+  std::size_t mask_until(std::string_view data, std::size_t cursor, std::size_t safe, std::string& out);
   void process(std::string_view data, bool final, std::string& out);
+  MaskedPieces feed_body(std::string_view chunk, std::size_t covered, std::size_t before, std::string& out);
 
   std::shared_ptr<const SecretSet> secrets_;
   std::string pending_;            // raw tail not yet decided
@@ -126,6 +143,10 @@ class StreamCapture {
   // into the capture (valid until the next on_data()/finish() or a move)
   // or, when there was nothing to mask, into `raw` itself (zero copy).
   std::string_view on_data(std::string_view raw);
+  // The same without joining: the two pieces of SecretMasker::feed_pieces,
+  // each within the cap (for a caller that passes each on: no copy of a
+  // chunk that needed no masking). Valid as on_data's view is.
+  MaskedPieces on_data_pieces(std::string_view raw);
   // End of stream (EOF on the pipe): flushes the masker's tail, which is
   // also returned (within the cap). Call once.
   std::string_view finish();

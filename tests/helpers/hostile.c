@@ -2,6 +2,8 @@
  *
  *   fork-sleep PIDFILE     fork a background child that writes its pid to PIDFILE, both sleep
  *   secret-halves VAR      print $VAR in two halves with a pause, to stdout and stderr
+ *   secret-pieces VAR      for every split k of $VAR: 200 dots and its first k bytes,
+ *                          a pause, the rest and a newline (separate writes to stdout)
  *   plant-links HOSTFILE   out/ok.txt, out/passwd -> /etc/passwd, out/hard (hard link to HOSTFILE)
  *   flood BYTES            write BYTES of 'x' to stdout
  *   spin                   burn CPU forever
@@ -64,6 +66,33 @@ static int secret_halves(const char *var) {
   nap_ms(150);
   printf("%s:after\n", v + half);
   fprintf(stderr, "%s:end\n", v + half);
+  return 0;
+}
+
+static int write_out(const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(1, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* The pause lets the reader take the first piece on its own, so the
+ * secret's start ends one read and its rest begins the next. */
+static int secret_pieces(const char *var) {
+  const char *v = getenv(var);
+  if (!v) return 3;
+  size_t n = strlen(v);
+  char dots[200];
+  memset(dots, '.', sizeof dots);
+  for (size_t k = 0; k <= n; k++) {
+    if (write_out(dots, sizeof dots) != 0 || write_out(v, k) != 0) return 4;
+    nap_ms(20);
+    if (write_out(v + k, n - k) != 0 || write_out("\n", 1) != 0) return 4;
+  }
   return 0;
 }
 
@@ -252,6 +281,7 @@ int main(int argc, char **argv) {
   const char *m = argv[1];
   if (!strcmp(m, "fork-sleep") && argc > 2) fork_sleep(argv[2]);
   if (!strcmp(m, "secret-halves") && argc > 2) return secret_halves(argv[2]);
+  if (!strcmp(m, "secret-pieces") && argc > 2) return secret_pieces(argv[2]);
   if (!strcmp(m, "plant-links") && argc > 2) return plant_links(argv[2]);
   if (!strcmp(m, "flood") && argc > 2) return flood(atoll(argv[2]));
   if (!strcmp(m, "spin")) for (volatile unsigned long i = 0;; i++) {}
