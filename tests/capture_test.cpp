@@ -342,6 +342,28 @@ Test(capture, streamed_bytes_stop_at_the_cap) {
   expect_str(masked, "ab *", "masked, then cut");
 }
 
+// Past 1 MiB the kept buffer reserves the whole cap at once: what is kept
+// is still the stream's first `cap` bytes, byte for byte, and the buffer
+// was not grown by doubling (its capacity is the cap).
+Test(capture, a_long_stream_keeps_exactly_its_cap) {
+  const std::size_t cap = (3 << 20) + 7;
+  StreamCapture c(cap);
+  std::string all;
+  for (int i = 0; all.size() < (5u << 20); ++i) {
+    std::string chunk(256 * 1024 - 13 * (i % 3), static_cast<char>('a' + i % 26));
+    chunk[0] = '\n';
+    all += chunk;
+    c.on_data(chunk);
+  }
+  c.finish();
+  cr_assert(c.truncated());
+  cr_assert_eq(c.total_bytes(), all.size());
+  cr_assert(c.kept() == std::string_view(all).substr(0, cap), "kept is not the stream's first cap bytes");
+  expect_str(c.sha256_hex(), Sha256::hex_of(all), "hash of every byte");
+  std::string kept = c.take_kept();
+  cr_assert_eq(kept.capacity(), cap, "reserved once, to the cap");
+}
+
 Test(capture, stream_masks_hashes_masked_and_counts_raw) {
   StreamCapture c(1000, SecretMasker({"TOPSECRET"}));
   std::string streamed;
