@@ -19,37 +19,20 @@
 #include "cli_runner.hpp"
 #include "container_support.hpp"
 #include "corral/session.hpp"
+#include "session_support.hpp"
 
 using namespace corral;
 using namespace container_test;
+using namespace session_test;
 using corral_test::run_cli;
 
 namespace {
-
-#define SKIP_UNLESS_SESSIONS()                                                                 \
-  do {                                                                                         \
-    CORRAL_SKIP_UNLESS_ROOT();                                                                 \
-    SKIP_UNLESS_CONTAINER();                                                                   \
-    /* v1 with memory, or v2 with memory and pids delegated (session_keeper.cpp) */           \
-    if (!host().cgroup_memory || !(host().cgroups.backend == CgroupVersion::v1 ||             \
-                                   (host().cgroups.backend == CgroupVersion::v2 && host().cgroup_pids))) \
-      cr_skip_test("sessions need cgroup v1 memory, or v2 memory and pids, here: %s",         \
-                   host().cgroup_summary.c_str());                                            \
-  } while (0)
 
 std::string scope_for(const char* name) { return std::string("clitest-") + std::to_string(getpid()) + "-" + name; }
 
 std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
-}
-
-// Alive and not a zombie (an orphan adopted by a subreaper that has not reaped it yet is gone).
-bool process_alive(pid_t pid) {
-  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return false;
-  std::string stat = corral_test::read_file("/proc/" + std::to_string(pid) + "/stat");
-  auto paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
 }
 
 int open_devnull() { return open("/dev/null", O_RDWR); }

@@ -1,0 +1,176 @@
+// Session execs (session_join.hpp, session_cgroup.hpp): the exec's child
+// and its confinement seen from the host, the exec groups kept for reuse
+// (the pool) and what a reused group must not carry, and the keeper's
+// looks between execs. Every check is made from the host where it can be.
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "corral/session.hpp"
+#include "session_support.hpp"
+
+using namespace corral;
+using namespace container_test;
+using namespace session_test;
+
+TestSuite(session_exec, .timeout = 120);
+
+namespace {
+// The exec's memory group as the exec itself sees it (/proc/self/cgroup's
+// memory line, in the session's cgroup namespace: "/execs/<name>").
+std::string exec_group_of(const Result& r) {
+  const std::string& t = r.stdout_capture.text;
+  auto at = t.find(":memory:");
+  if (at == std::string::npos) return "";
+  auto end = t.find('\n', at);
+  std::string path = t.substr(at + 8, end == std::string::npos ? std::string::npos : end - at - 8);
+  return path.substr(path.rfind('/') + 1);
+}
+
+const char* kShowGroup = "cat /proc/self/cgroup; ";
+
+Result exec_sh(Supervisor& sup, const std::string& id, const std::string& script, Limits limits = {}) {
+  return exec(sup, id, {"/bin/sh", "-c", kShowGroup + script}, limits);
+}
+
+bool group_exists(const SessionInfo& s, const std::string& name) {
+  for (const auto& d : s.cgroup_dirs)
+    if (exists(d + "/execs/" + name)) return true;
+  return false;
+}
+
+std::string scope_for(const char* name) { return std::string("exectest-") + std::to_string(getpid()) + "-" + name; }
+
+// What each pool test starts from: a session of its own (disposed at the
+// end) and a supervisor to exec into it.
+struct WarmSession {
+  Scope scope;
+  SessionInfo s;
+  std::unique_ptr<Supervisor> sup;
+  explicit WarmSession(const char* name)
+      : scope{scope_for(name)}, s(open_session(scope.name, "t", spec_with_helpers())), sup(supervisor()) {}
+};
+}  // namespace
+
+// Exec groups are kept for reuse (no mkdir/rmdir per exec), and a reused
+// group carries nothing of the exec before: its ceilings are the new
+// exec's (a tighter memory and pids ceiling do not stay), its peak memory
+// and CPU time start again, so each exec's Result is its own.
+Test(session_exec, a_reused_exec_group_carries_nothing_from_the_exec_before) {
+  SKIP_UNLESS_SESSIONS();
+  WarmSession w("reuse");
+  auto& [sc, s, sup] = w;
+  Limits tight;
+  tight.set(Limit::memory_bytes, 32ull << 20);
+  tight.set(Limit::process_count, 4);
+  auto a = exec_sh(*sup, s.id, "true", tight);
+  const std::string g = exec_group_of(a);
+  cr_assert(!g.empty(), "no memory group in %s", a.stdout_capture.text.c_str());
+  cr_expect_eq(a.exit_code, 0, "%s", a.detail.c_str());
+  // 96 MiB under the session's 256 MiB, and 9 processes under its 64: the
+  // 32 MiB / 4 of the exec before would refuse both.
+  auto big = exec_sh(*sup, s.id, "/helpers/memhog touch 100663296");
+  cr_expect_eq(exec_group_of(big), g, "a clean exec's group was not reused");
+  cr_expect_eq(big.outcome, Outcome::exited, "%s", big.detail.c_str());
+  cr_expect_eq(big.exit_code, 0, "the last exec's memory ceiling stayed: %s", big.detail.c_str());
+  cr_expect_geq(big.max_rss_bytes, 96ull << 20);
+  auto forks = exec_sh(*sup, s.id, "for i in 1 2 3 4 5 6 7 8; do /bin/sleep 0.3 & done; wait");
+  cr_expect_eq(exec_group_of(forks), g);
+  cr_expect_eq(forks.exit_code, 0, "the last exec's pids ceiling stayed: %s / %s", forks.stderr_capture.text.c_str(),
+               forks.detail.c_str());
+  cr_expect_str_empty(forks.stderr_capture.text.c_str());
+  // The 96 MiB high-water mark is the exec before's, not this one's.
+  auto small = exec_sh(*sup, s.id, "/helpers/memhog touch 1048576");
+  cr_expect_eq(exec_group_of(small), g);
+  cr_expect_lt(small.max_rss_bytes, 24ull << 20, "the reused group kept the last peak: %llu bytes",
+               static_cast<unsigned long long>(small.max_rss_bytes));
+  // CPU time: a spinning exec killed at its deadline leaves the group
+  // clean (killed, empty); the next exec's cpu_seconds is its own.
+  Limits spin;
+  spin.set(Limit::wall_seconds, 2);
+  auto hog = exec(*sup, s.id, {"/helpers/hostile", "spin"}, spin);
+  cr_expect_eq(hog.outcome, Outcome::killed_timeout, "%s", hog.detail.c_str());
+  cr_assert_gt(hog.cpu_seconds, 0.2, "the spinner did not spin (a busy host?): %f", hog.cpu_seconds);
+  auto after = exec_sh(*sup, s.id, "true");
+  cr_expect_eq(exec_group_of(after), g);
+  cr_expect_lt(after.cpu_seconds, std::min(0.1, hog.cpu_seconds / 2),
+               "the reused group kept the last exec's CPU time: %f (the spinner's %f)", after.cpu_seconds,
+               hog.cpu_seconds);
+  cr_expect(!after.kill_confirmed);
+}
+
+// A dirty group is never handed to another exec: one whose exec was OOM
+// killed (the counter cannot be reset: the next exec would be killed_oom
+// for nothing), whose pids ceiling refused a fork, that still holds
+// 8 MB of the exec's files (charged to it, they would eat the next
+// exec's ceiling), or with a process left in it. Each is removed.
+Test(session_exec, a_dirty_exec_group_is_never_reused) {
+  SKIP_UNLESS_SESSIONS();
+  WarmSession w("dirty");
+  auto& [sc, s, sup] = w;
+  Limits small;
+  small.set(Limit::memory_bytes, 48ull << 20);
+  small.set(Limit::wall_seconds, 30);
+  auto oom = exec_sh(*sup, s.id, "exec /helpers/memhog grow", small);
+  cr_expect_eq(oom.outcome, Outcome::killed_oom, "%s", oom.detail.c_str());
+  const std::string oomed = exec_group_of(oom);
+  cr_assert(!oomed.empty());
+  cr_expect(!group_exists(s, oomed), "the OOM's group %s was kept", oomed.c_str());
+  auto killed = exec_sh(*sup, s.id, "kill -9 $$", small);
+  cr_expect_neq(exec_group_of(killed), oomed);
+  cr_expect_eq(killed.outcome, Outcome::signaled, "an OOM carried over: %s", killed.detail.c_str());
+
+  Limits few;
+  few.set(Limit::process_count, 3);
+  auto refused = exec_sh(*sup, s.id, "for i in 1 2 3 4 5 6; do /bin/sleep 0.2 & done; wait", few);
+  const std::string at_ceiling = exec_group_of(refused);
+  cr_assert(!at_ceiling.empty());
+  cr_expect(contains(refused.detail, "pids.max refused"), "no fork was refused: %s", refused.detail.c_str());
+  cr_expect(!group_exists(s, at_ceiling), "the group whose pids ceiling refused a fork was kept");
+
+  auto writer = exec_sh(*sup, s.id, "head -c 8000000 /dev/zero > /workspace/big");
+  cr_expect_eq(writer.exit_code, 0, "%s", writer.detail.c_str());
+  const std::string charged = exec_group_of(writer);
+  cr_expect(!group_exists(s, charged), "the group holding 8 MB of the exec's files was kept");
+
+  // A process planted in a pool group (from the host): the group is not
+  // reused, the process is killed and the group removed.
+  auto clean = exec_sh(*sup, s.id, "true");
+  const std::string planted = exec_group_of(clean);
+  cr_assert(group_exists(s, planted), "a clean group was not kept");
+  pid_t squatter = fork();
+  if (squatter == 0) {
+    execl("/bin/sleep", "sleep", "7791", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  cr_assert_gt(squatter, 0);
+  for (const auto& d : s.cgroup_dirs)
+    corral_test::write_file(d + "/execs/" + planted + "/cgroup.procs", std::to_string(squatter));
+  cr_assert(contains(corral_test::read_file(s.cgroup_dirs.front() + "/execs/" + planted + "/cgroup.procs"),
+                     std::to_string(squatter)),
+            "the process was not planted");
+  auto next = exec_sh(*sup, s.id, "true");
+  cr_expect_eq(next.exit_code, 0, "%s", next.detail.c_str());
+  cr_expect_neq(exec_group_of(next), planted, "an exec was put in a group with a process left in it");
+  cr_expect(gone_within([&] { return !process_alive(squatter) && !group_exists(s, planted); }, 3),
+            "the group with a process left in it (and the process) stayed");
+  kill(squatter, SIGKILL);
+  waitpid(squatter, nullptr, 0);
+}
+
+// The pool is the session's: disposal removes the kept groups with the rest.
+Test(session_exec, dispose_removes_the_exec_group_pool) {
+  SKIP_UNLESS_SESSIONS();
+  WarmSession w("poolgone");
+  auto& [sc, s, sup] = w;
+  cr_expect_eq(exec(*sup, s.id, {"/bin/true"}).exit_code, 0);
+  sup.reset();
+  cr_assert(!exec_groups(s.cgroup_dirs.front()).empty(), "no exec group was kept for reuse");
+  cr_expect_eq(dispose_scope(sc.name), 1);
+  for (const auto& d : s.cgroup_dirs) cr_expect(!exists(d), "cgroup %s left", d.c_str());
+}
+
