@@ -2,8 +2,13 @@
 // opens the live session's pid 1 and claims the exec's cgroup below the
 // session's (session_cgroup.hpp), from the SessionTarget the supervisor layer read, and the spawn
 // of a child that joins the session's namespaces. Everything named *_in_child runs in
-// the cloned process (fork-like: its own copy of our memory) and is
-// async-signal-safe: raw syscalls only.
+// the cloned process and is async-signal-safe: raw syscalls only. The child
+// is cloned CLONE_VM|CLONE_VFORK on a stack of its own (a fork-like clone
+// would copy our page tables, then fault page by page until the exec): it
+// borrows our memory and writes none of it but its stack and its ExecArgs
+// (which we no longer read), and we sleep until it has exec'd or failed. setns into the session's user namespace
+// is allowed there: the kernel asks that the joiner share no thread group
+// and no fs_struct (userns_install), not that it own its mm.
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -28,10 +33,44 @@ namespace corral {
 
 namespace {
 
-// The session's last use is now (SessionTarget::active_file's mtime).
+// The session's last use is now (SessionTarget::active_file's mtime; the
+// keeper made the file). The keeper watches it: a touch wakes it.
 void touch_active(const std::string& active_file) {
-  UniqueFd fd(::open(active_file.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (fd) (void)::futimens(fd.get(), nullptr);
+  (void)::utimensat(AT_FDCWD, active_file.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+}
+
+// What every exec of this thread shares, made at its first exec: the
+// child's stack (a CLONE_VFORK parent sleeps until its child execs or
+// exits, so one per spawning thread is enough), our own pid namespace (to
+// come back to after the clone), our pidfd (the child's check that we
+// live), /dev/null (stdin when the request gives none). Keyed by our pid:
+// a forked child of ours makes its own.
+struct ThreadKit {
+  pid_t pid = 0;
+  ChildStack stack;
+  UniqueFd own_pidns, devnull;
+  Pidfd self;
+};
+
+Expected<ThreadKit*> thread_kit() {
+  thread_local ThreadKit kit;
+  const pid_t pid = ::getpid();
+  if (kit.pid == pid) return &kit;
+  kit = ThreadKit{};
+  auto stack = ChildStack::allocate();
+  if (!stack) return std::move(stack).error().context("session exec");
+  kit.stack = std::move(*stack);
+  // The active pid namespace is the process's (every thread's), not the
+  // one this thread's children go to.
+  kit.own_pidns.reset(::open("/proc/thread-self/ns/pid", O_RDONLY | O_CLOEXEC));
+  if (!kit.own_pidns) return Error::from_errno(errno, "session exec: open our pid namespace");
+  kit.devnull.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!kit.devnull) return Error::from_errno(errno, "session exec: open /dev/null");
+  auto self = Pidfd::open(pid);
+  if (!self) return std::move(self).error().context("session exec");
+  kit.self = std::move(*self);
+  kit.pid = pid;
+  return &kit;
 }
 
 }  // namespace
@@ -173,8 +212,6 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const Sessi
   join->inside_uid = info->inside_uid;
   join->inside_gid = info->inside_uid;
   c->session = std::move(join);
-  c->devnull.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
-  if (!c->devnull) return Error::from_errno(errno, "session exec: open /dev/null");
   run.plan->cwd = req.cwd.value_or(std::string(kContainerWorkspace));
   touch_active(info->active_file);
   run.container = std::move(c);
@@ -189,17 +226,17 @@ Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, st
   if (!plan.merge_output)
     if (auto st = make_child_pipe(child.stderr_read, err_write, "stderr", true); !st) return std::move(st).error();
   if (auto st = make_child_pipe(error_read, error_write, "the exec report", false); !st) return std::move(st).error();
-  auto self = Pidfd::open(::getpid());
-  if (!self) return std::move(self).error().context("session exec");
+  auto kit = thread_kit();
+  if (!kit) return std::move(kit).error();
 
   ExecArgs args{};
   args.plan = &plan;
   args.cgroup = c.join_in_child ? &*c.cgroup : nullptr;
   args.pid1_fd = join.pid1.fd();
-  args.parent_pidfd = self->fd();
+  args.parent_pidfd = (*kit)->self.fd();
   args.inside_uid = join.inside_uid;
   args.inside_gid = join.inside_gid;
-  args.sources[0] = plan.stdin_fd ? plan.stdin_fd.get() : c.devnull.get();
+  args.sources[0] = plan.stdin_fd ? plan.stdin_fd.get() : (*kit)->devnull.get();
   args.sources[1] = out_write.get();
   args.sources[2] = plan.merge_output ? out_write.get() : err_write.get();
   args.error_fd = error_write.get();
@@ -207,27 +244,24 @@ Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, st
 
   // This thread's children go to the session's pid namespace for the one
   // clone, then back to our own (the active one, which setns allows).
-  UniqueFd own(::open("/proc/thread-self/ns/pid", O_RDONLY | O_CLOEXEC));
-  if (!own) return Error::from_errno(errno, "session exec: open our pid namespace");
   if (::setns(join.pid1.fd(), CLONE_NEWPID) != 0)
     return Error::from_errno(errno, "session exec: enter the session's pid namespace");
   CloneSpec spec;
   spec.flags = CLONE_CLEAR_SIGHAND;
+  // Borrowing our memory (clone_child blocks every signal around it; the
+  // child sets its own mask); we resume once it has exec'd or failed.
+  spec.share_memory = true;
+  spec.stack = &(*kit)->stack;
   if (!c.join_in_child) spec.cgroup_fd = c.cgroup->cgroup_fd();
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
   const auto t0 = std::chrono::steady_clock::now();
   auto pidfd = clone_child(spec, session_exec_child, &args);
   child.clone_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  const int back = ::setns(own.get(), CLONE_NEWPID) == 0 ? 0 : errno;
+  const int back = ::setns((*kit)->own_pidns.get(), CLONE_NEWPID) == 0 ? 0 : errno;
 
   out_write.reset();
   err_write.reset();
   error_write.reset();
   plan.stdin_fd.reset();
-  c.devnull.reset();
   if (!pidfd) return std::move(pidfd).error().context("session exec: spawn");
   child.pidfd = std::move(*pidfd);
   if (back) {
@@ -236,7 +270,8 @@ Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, st
     return Error::from_errno(back, "session exec: leave the session's pid namespace");
   }
 
-  // One process, no maps to write: the exec is near. EOF = it exec'd.
+  // The child has exec'd (the pipe is at EOF: its end was CLOEXEC) or
+  // written why not and exited: the read does not wait.
   ExecRecord rec;
   ssize_t n;
   while ((n = ::read(error_read.get(), &rec, sizeof rec)) < 0 && errno == EINTR) {

@@ -174,3 +174,66 @@ Test(session_exec, dispose_removes_the_exec_group_pool) {
   for (const auto& d : s.cgroup_dirs) cr_expect(!exists(d), "cgroup %s left", d.c_str());
 }
 
+// An exec's child borrows the supervisor's memory until its execve
+// (CLONE_VM|CLONE_VFORK, session_join.cpp); what runs is confined all the
+// same. Seen from the host, the exec's process: in every namespace of the
+// session's pid 1, in an exec group below the session's cgroup (each
+// hierarchy), the session's uid and gid with no supplementary group, no
+// capability in any set, no_new_privs, a seccomp filter.
+Test(session_exec, an_execs_process_is_confined_as_its_session_seen_from_the_host) {
+  SKIP_UNLESS_SESSIONS();
+  WarmSession w("confined");
+  auto& [sc, s, sup] = w;
+  const std::string marker = "7792" + std::to_string(getpid() % 10000);
+  Request r;
+  r.argv = {"/bin/sleep", marker};
+  r.limits.set(Limit::wall_seconds, 60);
+  std::shared_ptr<Result> result;
+  auto h = sup->submit(session_exec_request(s.id, r), RunCallbacks{nullptr, [&](const Result& res) {
+                                                                     result = std::make_shared<Result>(res);
+                                                                   }});
+  cr_assert(h, "submit: %s", h ? "" : h.error().message().c_str());
+  // Found by its exec group's cgroup.procs (host pids), then its command line.
+  pid_t pid = 0;
+  std::string group;
+  cr_assert(gone_within([&] {
+              for (const auto& g : exec_groups(s.cgroup_dirs.front())) {
+                std::istringstream procs(corral_test::read_file(s.cgroup_dirs.front() + "/execs/" + g + "/cgroup.procs"));
+                for (pid_t p; procs >> p;) {
+                  std::string cmd = corral_test::read_file("/proc/" + std::to_string(p) + "/cmdline");
+                  std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+                  if (contains(cmd, "sleep " + marker)) pid = p, group = g;
+                }
+              }
+              return pid > 0;
+            }, 10),
+            "the exec's process is in no exec group of the session");
+  const std::string who = std::to_string(pid);
+  for (const char* ns : {"user", "mnt", "net", "ipc", "uts", "pid", "cgroup"})
+    cr_expect_eq(ns_of(pid, ns), ns_of(s.pid1, ns), "the exec's %s namespace is not the session's", ns);
+  for (const char* ns : {"user", "mnt", "net", "pid"})
+    cr_expect_neq(ns_of(pid, ns), ns_of(getpid(), ns), "the exec is in the host's %s namespace", ns);
+  for (const auto& d : s.cgroup_dirs)
+    cr_expect(contains(corral_test::read_file(d + "/execs/" + group + "/cgroup.procs"), who + "\n"),
+              "the exec is not in %s/execs/%s", d.c_str(), group.c_str());
+  const std::string uid = std::to_string(s.outside_uid), gid = std::to_string(s.outside_gid);
+  cr_expect_eq(corral_test::proc_status_field(who, "Uid"), uid + "\t" + uid + "\t" + uid + "\t" + uid);
+  cr_expect_eq(corral_test::proc_status_field(who, "Gid"), gid + "\t" + gid + "\t" + gid + "\t" + gid);
+  cr_expect_eq(corral_test::proc_status_field(who, "Groups"), "");
+  for (const char* set : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"})
+    cr_expect_eq(corral_test::proc_status_field(who, set), "0000000000000000", "%s is not empty", set);
+  cr_expect_eq(corral_test::proc_status_field(who, "NoNewPrivs"), "1");
+  cr_expect_eq(corral_test::proc_status_field(who, "Seccomp"), "2", "no seccomp filter on the exec");
+  h->cancel();
+  while (!result) (void)sup->run_once(1);
+  cr_expect_eq(result->outcome, Outcome::cancelled, "%s", result->detail.c_str());
+  // This thread's children are ours again: the pid namespace entered for
+  // the clone was left.
+  auto link = [](const char* path) {
+    char buf[256];
+    ssize_t n = readlink(path, buf, sizeof buf - 1);
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+  };
+  cr_expect_eq(link("/proc/thread-self/ns/pid_for_children"), link("/proc/thread-self/ns/pid"),
+               "this thread's children would go to the session's pid namespace");
+}
