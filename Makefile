@@ -63,14 +63,14 @@ $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -DCORRAL_VERSION='"$(VERSION)"' -c $< -o $@
 
-# The tiers' seccomp filters, compiled by libseccomp at build time and built
+# The tiers' seccomp filters, compiled at build time (src/seccomp_bpf.cpp) and built
 # into libcorral (src/seccomp_builtin.hpp says when they are used). The
 # generator links the seccomp module with an empty table of its own.
 SECCOMP_GEN := $(GEN)/seccomp-gen
 $(BUILD)/obj/gen/seccomp_builtin_empty.o: src/seccomp_builtin.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -DCORRAL_SECCOMP_NO_BUILTIN -c $< -o $@
-$(SECCOMP_GEN): src/gen/seccomp_gen.cpp $(BUILD)/obj/src/seccomp.o $(BUILD)/obj/src/status.o \
+$(SECCOMP_GEN): src/gen/seccomp_gen.cpp $(BUILD)/obj/src/seccomp.o $(BUILD)/obj/src/seccomp_bpf.o $(BUILD)/obj/src/status.o \
                 $(BUILD)/obj/gen/seccomp_builtin_empty.o
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MF $@.d -o $@ $(filter %.cpp %.o,$^) $(LDFLAGS) $(PKG_LIBS)

@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "corral/fd.hpp"
+#include "seccomp_bpf.hpp"
 #include "seccomp_builtin.hpp"
 #include "corral/syscalls.hpp"
 
@@ -28,17 +29,7 @@ constexpr std::string_view kArchName = "x86_64";
 constexpr std::string_view kArchName = "aarch64";
 #endif
 
-// When a row denies its syscall.
-enum class When {
-  always,
-  clone_new_namespace,  // clone(2) flags (arg 0 on x86_64 and aarch64) with a CLONE_NEW* bit
-  personality_change,   // persona other than the harmless ones below
-  socket_not_unix,      // socket(2) or socketpair(2) domain other than AF_UNIX
-  socket_not_unix_tcp,  // socket(2) other than AF_UNIX or TCP over AF_INET/AF_INET6
-  socket_not_unix_inet, // socket(2) domain other than AF_UNIX, AF_INET, AF_INET6
-  socket_not_host_net,  // socket(2) domain other than AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
-  tty_injection,        // ioctl(2) TIOCSTI / TIOCLINUX: typing into the controlling terminal
-};
+using detail::When;
 
 struct Row {
   const char* syscall;
@@ -54,16 +45,8 @@ struct Profile {
   std::vector<Row> rows;
 };
 
-// Values personality(2) may still take: PER_LINUX (0), PER_LINUX32 (8,
-// which only changes what uname reports) and 0xffffffff, the query.
-constexpr std::uint32_t kSafePersonas[] = {0x0, 0x8, 0xffffffff};
-
-// CLONE_NEWTIME (0x80) is left out: in clone(2)'s flags that bit belongs to
-// the exit signal (CSIGNAL), and a time namespace comes only from unshare
-// or clone3, both denied whole.
-constexpr std::uint64_t kCloneNewFlags[] = {CLONE_NEWNS,  CLONE_NEWCGROUP, CLONE_NEWUTS,
-                                            CLONE_NEWIPC, CLONE_NEWUSER,   CLONE_NEWPID,
-                                            CLONE_NEWNET};
+using detail::kCloneNewFlags;
+using detail::kSafePersonas;
 
 std::vector<Row> rows_always(int err, std::initializer_list<const char*> names) {
   std::vector<Row> rows;
@@ -184,8 +167,8 @@ scmp_arg_cmp low32_eq(unsigned arg, std::uint32_t value, std::uint32_t mask = 0x
 // libseccomp 2.5 allows one comparison per argument in a rule, so the
 // complement is cut into aligned power-of-two blocks, each one masked
 // comparison (the way a CIDR list covers an address range).
-std::vector<std::vector<scmp_arg_cmp>> low32_not_in(unsigned arg,
-                                                    std::initializer_list<std::uint32_t> allowed) {
+template <typename Values>
+std::vector<std::vector<scmp_arg_cmp>> low32_not_in(unsigned arg, const Values& allowed) {
   std::vector<std::vector<scmp_arg_cmp>> rules;
   auto cover = [&](std::uint64_t lo, std::uint64_t hi) {  // inclusive, within 32 bits
     while (lo <= hi) {
@@ -216,22 +199,22 @@ std::vector<std::vector<scmp_arg_cmp>> rules_for(When when) {
       return rules;
     }
     case When::personality_change:
-      return low32_not_in(0, {kSafePersonas[0], kSafePersonas[1], kSafePersonas[2]});
+      return low32_not_in(0, kSafePersonas);
     case When::socket_not_unix:
       // All 64 bits compared: a domain with high bits set is denied too.
       return {{cmp(0, SCMP_CMP_NE, AF_UNIX)}};
-    case When::socket_not_unix_inet: return low32_not_in(0, {AF_UNIX, AF_INET, AF_INET6});
-    case When::socket_not_host_net: return low32_not_in(0, {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK});
+    case When::socket_not_unix_inet: return low32_not_in(0, detail::kUnixInetDomains);
+    case When::socket_not_host_net: return low32_not_in(0, detail::kHostNetDomains);
     case When::socket_not_unix_tcp: {
       // Denied: any domain but AF_UNIX, AF_INET, AF_INET6; and for the two
       // inet domains, a type (low 4 bits; the rest are SOCK_NONBLOCK and
       // SOCK_CLOEXEC) other than SOCK_STREAM or a protocol other than 0 or
       // IPPROTO_TCP (SOCK_STREAM also carries SCTP and MPTCP).
-      auto rules = low32_not_in(0, {AF_UNIX, AF_INET, AF_INET6});
+      auto rules = low32_not_in(0, detail::kUnixInetDomains);
       for (std::uint32_t domain : {AF_INET, AF_INET6}) {
         for (std::uint32_t type = 0; type < 16; ++type)
           if (type != SOCK_STREAM) rules.push_back({low32_eq(0, domain), low32_eq(1, type, 0xf)});
-        for (auto& protocol : low32_not_in(2, {0, IPPROTO_TCP}))
+        for (auto& protocol : low32_not_in(2, detail::kTcpProtocols))
           rules.push_back({low32_eq(0, domain), protocol.front()});
       }
       return rules;
@@ -382,28 +365,33 @@ bool kernel_has_action(std::uint32_t action) {
   return ::syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) == 0;
 }
 
-// Whether a prebuilt filter is the one this process's libseccomp would
-// compile: the same libseccomp release and native architecture (no
-// syscall), and a kernel that takes the actions the filters return. The
-// BPF libseccomp emits depends on those and the rules only; its kernel
-// API level (seccomp_api_get(): 9 probing seccomp calls per process)
-// decides only whether compiling succeeds, which is what the actions
-// checked here decide. Every filter's bad-arch action is KILL_PROCESS;
-// a notifying one also returns USER_NOTIF (Linux 5.0, with the
-// NEW_LISTENER flag it is installed with). Each asked once per process:
-// one seccomp call for the plain filters, one more for a notifying one.
-// A kernel without them gets libseccomp's own compile and its error.
+// Whether the kernel takes the actions the filters return: every filter's
+// bad-arch action is KILL_PROCESS; a notifying one also returns USER_NOTIF
+// (Linux 5.0, with the NEW_LISTENER flag it is installed with). Each asked
+// once per process: one seccomp call for the plain filters, one more for a
+// notifying one. A kernel without them gets libseccomp's own compile and
+// its error.
+bool kernel_takes_actions(bool notify) {
+  static const bool plain_ok = kernel_has_action(SECCOMP_RET_KILL_PROCESS);
+  if (!plain_ok || !notify) return plain_ok;
+  static const bool notify_ok = kernel_has_action(SECCOMP_RET_USER_NOTIF);
+  return notify_ok;
+}
+
+// Whether a prebuilt filter is the one this process would compile: the
+// same libseccomp release (whose syscall table named the numbers) and
+// native architecture (no syscall), and a kernel that takes the filter's
+// actions. libseccomp's kernel API level (seccomp_api_get(): 9 probing
+// seccomp calls per process) decides only whether its compile succeeds,
+// which is what the actions checked here decide.
 bool prebuilt_filters_apply(bool notify) {
   static const bool same = [] {
     const auto& origin = detail::builtin_seccomp_origin();
     const scmp_version* v = seccomp_version();
     return origin.major != 0 && v && v->major == origin.major && v->minor == origin.minor &&
-           v->micro == origin.micro && seccomp_arch_native() == origin.arch &&
-           kernel_has_action(SECCOMP_RET_KILL_PROCESS);
+           v->micro == origin.micro && seccomp_arch_native() == origin.arch;
   }();
-  if (!same || !notify) return same;
-  static const bool notify_ok = kernel_has_action(SECCOMP_RET_USER_NOTIF);
-  return notify_ok;
+  return same && kernel_takes_actions(notify);
 }
 
 std::vector<std::string> split_commas(std::string_view s) {
@@ -439,22 +427,66 @@ Expected<SeccompProgram> prepare(const SeccompSpec& spec) {
       return prog;
     }
   }
+  if (kernel_takes_actions(spec.socket_refusals_notified())) {
+    auto direct = compile_seccomp_bpf(spec);
+    if (direct || direct.error().code() != ENOTSUP) return direct;
+  }
   return compile_with_libseccomp(spec);
+}
+
+namespace {
+
+// The rows of `names` (checked) merged in order; a row shared by two
+// profiles is taken once.
+std::vector<const Row*> merged_rows(const std::vector<std::string>& names) {
+  std::vector<const Row*> rows;
+  std::set<std::tuple<std::string_view, int, When>> seen;
+  for (const auto& name : names)
+    for (const auto& row : (*find_profile(name))->rows)
+      if (seen.insert({row.syscall, row.err, row.when}).second) rows.push_back(&row);
+  return rows;
+}
+
+}  // namespace
+
+Expected<SeccompProgram> compile_seccomp_bpf(const SeccompSpec& spec) {
+  auto names = distinct_profiles(spec);
+  if (!names) return std::move(names).error();
+  SeccompProgram prog;
+  prog.profiles_ = *names;
+  std::vector<detail::BpfRow> rows;
+  std::set<std::string_view> denied;
+  for (const Row* row : merged_rows(*names)) {
+    // The number libseccomp's table gives the name here (negative: not a
+    // syscall of this architecture), as compile_with_libseccomp.
+    int nr = seccomp_syscall_resolve_name(row->syscall);
+    if (nr < 0) {
+      if (std::find(prog.skipped_.begin(), prog.skipped_.end(), row->syscall) == prog.skipped_.end())
+        prog.skipped_.emplace_back(row->syscall);
+      continue;
+    }
+    const bool notify = spec.socket_refusals_notified() && row->notifiable;
+    const std::uint32_t action =
+        notify ? SECCOMP_RET_USER_NOTIF : SECCOMP_RET_ERRNO | (static_cast<std::uint32_t>(row->err) & SECCOMP_RET_DATA);
+    rows.push_back({static_cast<std::uint32_t>(nr), row->when, action});
+    denied.insert(row->syscall);
+    prog.notifies_ = prog.notifies_ || notify;
+  }
+  prog.denied_ = denied.size();
+  auto bpf = detail::emit_filter_bpf(std::move(rows));
+  if (!bpf) return std::move(bpf).error();
+  prog.filter_ = std::move(*bpf);
+  prog.repoint();
+  return prog;
 }
 
 Expected<SeccompProgram> compile_with_libseccomp(const SeccompSpec& spec) {
   auto names = distinct_profiles(spec);
   if (!names) return std::move(names).error();
 
-  // Merge the profiles' rows; a row shared by two profiles is added once.
   SeccompProgram prog;
-  std::vector<const Row*> rows;
-  std::set<std::tuple<std::string_view, int, When>> seen;
-  for (const auto& name : *names) {
-    prog.profiles_.push_back(name);
-    for (const auto& row : (*find_profile(name))->rows)
-      if (seen.insert({row.syscall, row.err, row.when}).second) rows.push_back(&row);
-  }
+  prog.profiles_ = *names;
+  const std::vector<const Row*> rows = merged_rows(*names);
 
   // seccomp_init adds the native architecture only; a syscall arriving
   // through any other ABI meets the bad-arch action.

@@ -1,10 +1,11 @@
 // Build tool: compiles the profile combinations the tiers and the C ABI ask
-// for through libseccomp and prints them as C++ (kOrigin, kTable) for
+// for (corral's BPF emitter, libseccomp's compile where it has none) and prints them as C++ (kOrigin, kTable) for
 // src/seccomp_builtin.cpp. Run by the Makefile on the build host; what it
 // records about that host (libseccomp version, API level, architecture) is
 // checked again at run time before a filter is used.
 #include <seccomp.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -58,7 +59,10 @@ int main() {
     corral::SeccompSpec spec;
     for (const auto& p : builds[i].profiles) spec.profile(p);
     spec.notify_socket_refusals(builds[i].notify);
-    auto prog = corral::compile_with_libseccomp(spec);
+    // corral's emitter; libseccomp's compile where the emitter has no
+    // answer (an architecture other than x86_64).
+    auto prog = corral::compile_seccomp_bpf(spec);
+    if (!prog && prog.error().code() == ENOTSUP) prog = corral::compile_with_libseccomp(spec);
     if (!prog) {
       // A libseccomp or kernel without user notification (API level < 6)
       // builds no notifying filter; prepare() then compiles, and the tiers
