@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -184,36 +185,55 @@ void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::strin
   // What the set-up allocated is not needed again.
   ::malloc_trim(0);
 
-  // Keep it until told, idle, too old, or its pid 1 is gone.
+  // Keep it until told, idle, too old, or its pid 1 is gone. Between execs
+  // the keeper sleeps: it wakes at the idle or lifetime deadline, on
+  // dispose (TERM), at pid 1's end, or when an exec starts (every exec
+  // touches <dir>/active at its start and end, and an inotify watch on it
+  // is readable then). From that wake on it looks every second while execs
+  // come: what an exec whose owner died left (its leader died with the
+  // owner, PDEATHSIG; a setsid child of it did not) is killed, clean groups
+  // stay for the next execs, a few at most. Once a look finds no exec
+  // group held and no exec came since the last, it sleeps again. Without
+  // inotify (out of instances) it looks every second all along.
   const double created = info.created;
   const int pool_keep = run_cgroups_reusable(host.cgroups) ? kExecPoolKeep : 0;
+  UniqueFd watch(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  if (watch && ::inotify_add_watch(watch.get(), (session_dir + "/active").c_str(), IN_ATTRIB) < 0) watch.reset();
+  bool looking = true;     // execs may come: look every second
+  double last_held = 0;    // the last look that found an exec running
   for (;;) {
     const double now = now_realtime();
-    double wait = 1.0;
+    double wait = -1;  // none: until an event
+    auto until = [&](double seconds) { wait = wait < 0 ? seconds : std::min(wait, seconds); };
     if (spec.max_lifetime_seconds > 0) {
       if (now - created >= spec.max_lifetime_seconds) break;
-      wait = std::min(wait, spec.max_lifetime_seconds - (now - created));
+      until(spec.max_lifetime_seconds - (now - created));
     }
-    // What an exec whose owner died left (its leader died with the owner,
-    // PDEATHSIG; a setsid child of it did not) is killed here; clean
-    // groups stay for the next execs, a few at most.
-    bool busy = false;
-    {
+    if (looking) {
+      bool came = false;  // an exec started or ended since the last look
+      char events[4096];
+      while (watch && ::read(watch.get(), events, sizeof events) > 0) came = true;
+      bool held = false;
       std::vector<std::string> problems;
-      (void)sweep_unclaimed_execs(info.cgroup_dirs, pool_keep, problems, &busy);
+      (void)sweep_unclaimed_execs(info.cgroup_dirs, pool_keep, problems, &held);
+      if (held) last_held = now;
+      looking = held || came || !watch;
+      if (looking) until(1.0);
     }
     if (spec.idle_seconds > 0) {
-      if (busy) {
-        touch_active(session_dir);
-      } else {
-        double idle = now - std::max(active_mtime(session_dir), created);
-        if (idle >= spec.idle_seconds) break;
-        wait = std::min(wait, spec.idle_seconds - idle);
-      }
+      // A running exec is use: the idle clock starts at its end.
+      double idle = now - std::max({active_mtime(session_dir), created, last_held});
+      if (idle >= spec.idle_seconds) break;
+      until(spec.idle_seconds - idle);
     }
-    struct pollfd fds[2] = {{child->pidfd.fd(), POLLIN, 0}, {sigfd.get(), POLLIN, 0}};
-    int n = ::poll(fds, 2, static_cast<int>(std::max(wait, 0.01) * 1000));
+    struct pollfd fds[3] = {{child->pidfd.fd(), POLLIN, 0}, {sigfd.get(), POLLIN, 0}, {watch.get(), POLLIN, 0}};
+    // While looking, the watch is drained at each look, not polled: a
+    // stream of execs costs one look a second, not one wake per exec.
+    const nfds_t nfds = looking || !watch ? 2 : 3;
+    // (At most a day per sleep: an int of milliseconds.)
+    int n = ::poll(fds, nfds, wait < 0 ? -1 : static_cast<int>(std::clamp(wait, 0.01, 86400.0) * 1000));
     if (n > 0 && (fds[0].revents || fds[1].revents)) break;
+    if (n > 0 && nfds == 3 && fds[2].revents) looking = true;
   }
 
   // The end: the sandbox (pid 1, so its whole pid namespace, execs of other

@@ -237,3 +237,31 @@ Test(session_exec, an_execs_process_is_confined_as_its_session_seen_from_the_hos
   cr_expect_eq(link("/proc/thread-self/ns/pid_for_children"), link("/proc/thread-self/ns/pid"),
                "this thread's children would go to the session's pid namespace");
 }
+
+// An idle session costs the host nothing between execs: its keeper sleeps
+// until a deadline or an event (it used to look every second). Counted
+// from the host as the keeper's context switches (every wake from poll is
+// one) over 3 quiet seconds, after the looks that follow an exec are over.
+// The looks still come with execs: one whose owner died is swept (the
+// session_cli test of a SIGKILLed exec), and the idle timeout still ends it
+// (an_idle_session_is_disposed).
+Test(session_exec, an_idle_sessions_keeper_sleeps_between_execs) {
+  SKIP_UNLESS_SESSIONS();
+  WarmSession w("asleep");
+  auto& [sc, s, sup] = w;
+  cr_assert_eq(exec(*sup, s.id, {"/bin/true"}).exit_code, 0);
+  auto switches = [&] {
+    const std::string who = std::to_string(s.keeper);
+    return std::atol(corral_test::proc_status_field(who, "voluntary_ctxt_switches").c_str()) +
+           std::atol(corral_test::proc_status_field(who, "nonvoluntary_ctxt_switches").c_str());
+  };
+  // The keeper looks each second while execs come, and stops at the first
+  // look that finds none held and none since: two looks after this exec.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  const long before = switches();
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  const long woke = switches() - before;
+  cr_expect_leq(woke, 1, "the idle session's keeper woke %ld times in 3 s", woke);
+  cr_expect(process_alive(s.keeper));
+  cr_expect_eq(exec(*sup, s.id, {"/bin/true"}).exit_code, 0, "the session does not serve after its sleep");
+}
