@@ -1,10 +1,11 @@
 // Internal to the supervisor's sources: the per-run state and the io_uring
 // loop's state (Supervisor::Impl), declared here and defined in .cpp files:
 // supervisor.cpp has the submit path and the loop turn, supervisor_run.cpp a
-// run's steps in the ring (polls, reads, timers, kills, delivery),
-// supervisor_loop.cpp the completion dispatch, supervisor_cpu.cpp the CPU
-// watch, supervisor_notice.cpp the seccomp listener, supervisor_api.cpp the
-// handles, streams and watches built on them.
+// run's steps in the ring (polls, reads, kills, delivery),
+// supervisor_loop.cpp the completion dispatch, supervisor_timers.cpp the
+// runs' timers, supervisor_cpu.cpp the CPU watch, supervisor_notice.cpp
+// the seccomp listener, supervisor_api.cpp the handles, streams and
+// watches built on them.
 // Not installed.
 #pragma once
 
@@ -44,7 +45,7 @@ struct StreamQueue {
 namespace supervision {
 
 enum Op : std::uint8_t {
-  kOpPid = 1, kOpOut = 2, kOpErr = 3, kOpTimer = 4, kOpWatch = 5, kOpOom = 6, kOpWrite = 7,
+  kOpPid = 1, kOpOut = 2, kOpErr = 3, /* 4: was a run's own timer */ kOpWatch = 5, kOpOom = 6, kOpWrite = 7,
   kOpCpu = 8,  // the CPU watch's next look (supervisor_cpu.cpp)
   kOpNotice = 9,  // the run's seccomp listener: a refused call waits for its answer
 };
@@ -118,10 +119,12 @@ struct Run {
   bool pid_armed = false;
   bool oom_armed = false;  // the runner's OOM eventfd (a container on cgroup v1)
   bool exited = false;
+  // The run's one timer (supervisor_timers.cpp): in the timer heap at
+  // timer_pos while armed, due at timer_due, doing `phase` then.
   bool timer_armed = false;
   TimerPhase phase = TimerPhase::none;
-  TimerPhase next_phase = TimerPhase::none;  // armed when the current timer's CQE arrives
-  __kernel_timespec ts{};
+  std::chrono::steady_clock::time_point timer_due{};
+  std::size_t timer_pos = 0;
   RunEnd end;
   bool delivered = false;
   bool retiring = false;  // delivered; its slot is freed at the end of the loop turn
@@ -280,7 +283,22 @@ struct Supervisor::Impl {
 
   void arm_poll(std::uint32_t slot, Run& run, Pipe& pipe, Op op);
   void arm_pid(std::uint32_t slot, Run& run);
+  // The runs' timers (supervisor_timers.cpp): a heap of slots by due
+  // time, and one ring timeout (kWheelData) for the earliest. Arming,
+  // replacing (one timer per run) and dropping a run's timer are heap
+  // operations; the ring's timeout moves only to come sooner.
   void arm_timer(std::uint32_t slot, Run& run, TimerPhase phase, double seconds);
+  void drop_timer(Run& run);
+  void arm_wheel();
+  void on_wheel();
+  bool timer_before(std::uint32_t a, std::uint32_t b) const;
+  void timer_place(std::size_t pos, std::uint32_t slot);
+  void timer_sift(std::size_t pos);
+  std::vector<std::uint32_t> timer_heap;
+  bool wheel_armed = false;
+  std::chrono::steady_clock::time_point wheel_due{};
+  __kernel_timespec wheel_ts{};
+  static constexpr std::uint64_t kWheelData = ~std::uint64_t{0} - 1;
   void remove_op(std::uint32_t slot, Run& run, Op op);
 
   // Stop reading a pipe. The fd is closed only once the ring holds no
@@ -321,7 +339,7 @@ struct Supervisor::Impl {
 
   void request_kill(std::uint32_t slot, Run& run, int sig);
 
-  void on_timer(std::uint32_t slot, Run& run, int res);
+  void on_timer(std::uint32_t slot, Run& run, TimerPhase fired);
 
   // The run's seccomp listener (supervisor_notice.cpp).
   void arm_notice(std::uint32_t slot, Run& run);

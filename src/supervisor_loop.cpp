@@ -68,6 +68,10 @@ void Supervisor::Impl::handle_cqe(io_uring_cqe* cqe) {
     on_signal_ready();
     return;
   }
+  if (data == kWheelData) {
+    on_wheel();
+    return;
+  }
   std::uint32_t slot = static_cast<std::uint32_t>(data >> 32);
   std::uint32_t gen = static_cast<std::uint32_t>((data >> 8) & 0xffffff);
   Op op = static_cast<Op>(data & 0xff);
@@ -101,9 +105,6 @@ void Supervisor::Impl::handle_cqe(io_uring_cqe* cqe) {
       if (pipe.eof && !pipe.armed) pipe.fd.reset();
       break;
     }
-    case kOpTimer:
-      on_timer(slot, run, cqe->res);
-      break;
     case kOpCpu:
       on_cpu_check(slot, run, cqe->res);
       break;

@@ -91,28 +91,9 @@ void Supervisor::Impl::arm_pid(std::uint32_t slot, Run& run) {
   run.pid_armed = true;
 }
 
-void Supervisor::Impl::arm_timer(std::uint32_t slot, Run& run, TimerPhase phase, double seconds) {
-  if (run.timer_armed) {
-    // One timer per run: replace the running one when its CQE arrives.
-    run.next_phase = phase;
-    run.ts = to_timespec(seconds);
-    io_uring_sqe* e = sqe();
-    io_uring_prep_timeout_remove(e, user_data(slot, run.gen, kOpTimer), 0);
-    io_uring_sqe_set_data64(e, 0);
-    return;
-  }
-  run.phase = phase;
-  run.ts = to_timespec(seconds);
-  io_uring_sqe* e = sqe();
-  io_uring_prep_timeout(e, &run.ts, 0, 0);
-  io_uring_sqe_set_data64(e, user_data(slot, run.gen, kOpTimer));
-  run.timer_armed = true;
-  (void)submit("arm a run's timer");  // the kernel reads ts at submission; a failure is in ring_error
-}
-
 void Supervisor::Impl::remove_op(std::uint32_t slot, Run& run, Op op) {
   io_uring_sqe* e = sqe();
-  if (op == kOpTimer || op == kOpCpu)
+  if (op == kOpCpu)
     io_uring_prep_timeout_remove(e, user_data(slot, run.gen, op), 0);
   else
     io_uring_prep_poll_remove(e, user_data(slot, run.gen, op));
@@ -232,40 +213,6 @@ void Supervisor::Impl::request_kill(std::uint32_t slot, Run& run, int sig) {
   run.prep.runner->kill(run.prep, run.pidfd, sig);  // the group (a container's: pid 1 + cgroup), the run's uid
 }
 
-void Supervisor::Impl::on_timer(std::uint32_t slot, Run& run, int res) {
-  run.timer_armed = false;
-  TimerPhase fired = run.phase;
-  run.phase = TimerPhase::none;
-  if (res == -ECANCELED || res == 0) {
-    if (run.next_phase != TimerPhase::none) {
-      TimerPhase next = run.next_phase;
-      run.next_phase = TimerPhase::none;
-      __kernel_timespec ts = run.ts;
-      arm_timer(slot, run, next, static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9);
-    }
-    return;
-  }
-  switch (fired) {
-    case TimerPhase::deadline:
-      if (run.exited || run.end.oom_notified) break;  // already killed for the OOM
-      if (!run.end.cpu_limit_hit) note_runqueue_wait(run);
-      run.end.timed_out = true;
-      request_kill(slot, run, SIGTERM);
-      arm_timer(slot, run, TimerPhase::grace, run.prep.request.grace_seconds);
-      break;
-    case TimerPhase::grace:
-      request_kill(slot, run, SIGKILL);
-      break;
-    case TimerPhase::drain:
-      // Something outside the group (a setsid escapee) holds the pipes.
-      close_pipe(slot, run, run.out, kOpOut);
-      if (run.err_capture) close_pipe(slot, run, run.err, kOpErr);
-      break;
-    case TimerPhase::none:
-      break;
-  }
-}
-
 bool Supervisor::Impl::ops_pending(const Run& run) const {
   return run.pid_armed || run.oom_armed || run.timer_armed || run.cpu_armed || run.out.armed || run.err.armed ||
          run.listener_armed;
@@ -274,7 +221,7 @@ bool Supervisor::Impl::ops_pending(const Run& run) const {
 void Supervisor::Impl::maybe_finish(std::uint32_t slot, Run& run) {
   if (!run.active) return;
   if (!run.delivered && run.exited && run.out.eof && run.err.eof) {
-    run.next_phase = TimerPhase::none;
+    drop_timer(run);
     deliver(run);
   }
   if (run.delivered && !run.retiring) retire(slot, run);
@@ -283,7 +230,7 @@ void Supervisor::Impl::maybe_finish(std::uint32_t slot, Run& run) {
 void Supervisor::Impl::retire(std::uint32_t slot, Run& run) {
   run.retiring = true;
   if (run.pid_armed) remove_op(slot, run, kOpPid);
-  if (run.timer_armed) remove_op(slot, run, kOpTimer);
+  drop_timer(run);
   if (run.cpu_armed) remove_op(slot, run, kOpCpu);
   if (run.oom_armed) remove_op(slot, run, kOpOom);
   if (run.listener_armed) remove_op(slot, run, kOpNotice);
@@ -324,6 +271,7 @@ void Supervisor::Impl::deliver(Run& run) {
 }
 
 void Supervisor::Impl::free_slot(std::uint32_t slot, Run& run) {
+  drop_timer(run);  // none by now (retire, or a spawn that failed before arming)
   run.active = false;
   run.retiring = false;
   --active;
