@@ -3,9 +3,13 @@
 // waits, pid 1 splitting off the program, and the program's last steps
 // before execve. Everything named *_child runs in the cloned process and is
 // async-signal-safe: raw syscalls only, no allocation, no locks, no stdio.
-// It runs on a copy of the parent's memory (no CLONE_VM), so it may write
-// to its own copy of the arguments.
+// Built per run it runs on a copy of the parent's memory (no CLONE_VM); in
+// a namespace template on the parent's own (CLONE_VM, the parent waiting
+// until the program has exec'd), so it writes nothing of the parent's but
+// the ChildArgs it was given.
 #include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -18,6 +22,9 @@
 #include "corral/run_setup.hpp"
 #include "corral/session_join.hpp"
 #include "corral/syscalls.hpp"
+
+// src/process.cpp's clone3 trampoline: fn(arg) on the new stack, then exit_group.
+extern "C" long corral_clone3_raw(struct clone_args* args, std::size_t size, corral::ChildFunction fn, void* arg);
 
 namespace corral {
 namespace {
@@ -131,7 +138,61 @@ int program_steps_in_child(void* p, int ns_err) noexcept {
   return fail_in_child(a, SpawnStage::execve, exec_plan_in_child(plan));
 }
 
+// Template mode's stacks: pid 1 sets up the namespaces and the mount tree
+// on one, the program takes its last steps on the other. 128 KiB each, as
+// pid 1's own mapping for the program was; only touched pages cost.
+constexpr std::size_t kBorrowedStackBytes = 128 * 1024;
+
+// Template mode: pid 1 cloned with CLONE_VM on a stack of the run's
+// (BorrowedStacks), so nothing of our address space is copied. Every
+// signal is blocked by the caller around the call.
+Expected<Pidfd> clone_on_our_memory(std::uint64_t flags, int cgroup_fd, BorrowedStacks& stacks, ChildArgs* args) {
+  int pidfd = -1;
+  struct clone_args ca;
+  std::memset(&ca, 0, sizeof ca);
+  ca.flags = flags | CLONE_PIDFD | CLONE_VM;
+  ca.pidfd = reinterpret_cast<std::uint64_t>(&pidfd);
+  ca.exit_signal = SIGCHLD;
+  ca.stack = reinterpret_cast<std::uint64_t>(stacks.pid1.base());
+  ca.stack_size = stacks.pid1.size();
+  if (cgroup_fd >= 0) {
+    ca.flags |= CLONE_INTO_CGROUP;
+    ca.cgroup = static_cast<std::uint64_t>(cgroup_fd);
+  }
+  long pid = corral_clone3_raw(&ca, sizeof ca, container_child, args);
+  if (pid < 0) return Error::from_errno(sys::error_of(pid), "clone3 (CLONE_VM)");
+  return Pidfd(static_cast<pid_t>(pid), UniqueFd(pidfd));
+}
+
+// Until the program has exec'd (the pipe's CLOEXEC write end closes) or
+// the child has failed and exited, it reads our memory: wait for EOF,
+// keeping what it wrote for read_container_exec_report. pid 1 closes its
+// copy of the pipe as soon as it lets the program go (harden_pid1).
+void wait_for_exec(int fd, std::string& records) {
+  char buf[4 * sizeof(ChildRecord)];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      records.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return;  // EOF (or a read error: nothing more will come)
+  }
+}
+
 }  // namespace
+
+BorrowedStacks::~BorrowedStacks() {
+  if (!pid1_pidfd) return;  // no child was ever made on them
+  // A pidfd turns readable once its process has exited; after that nothing
+  // runs on these stacks (the program went with pid 1's namespace).
+  struct pollfd p = {pid1_pidfd.get(), POLLIN, 0};
+  if (::poll(&p, 1, 0) == 1) return;
+  (void)sys::call(SYS_pidfd_send_signal, pid1_pidfd.get(), SIGKILL, 0, 0);
+  while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
+  }
+}
 
 Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c) {
   return spawn_container(plan, c, ignored_signal_mask());
@@ -162,6 +223,22 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c, std::
   CloneSpec spec;
   spec.flags = c.ns.clone_flags() | CLONE_CLEAR_SIGHAND;
   if (c.cgroup && !c.join_in_child) spec.cgroup_fd = c.cgroup->cgroup_fd();
+  // In a template pid 1 stays in the host's user namespace and the program
+  // enters the template's, which keeps it from pid 1's memory: the child
+  // may share ours (see spawn_container in container.hpp). Built per run,
+  // pid 1 and the program share one user namespace and one uid, and only
+  // pid 1's own dumpable flag keeps the program out: a fork-like copy.
+  const bool share = c.ns.in_template();
+  if (share) {
+    auto pid1_stack = ChildStack::allocate(kBorrowedStackBytes);
+    if (!pid1_stack) return std::move(pid1_stack).error().context("container: pid 1's stack");
+    auto program_stack = ChildStack::allocate(kBorrowedStackBytes);
+    if (!program_stack) return std::move(program_stack).error().context("container: the program's stack");
+    c.stacks.emplace();
+    c.stacks->pid1 = std::move(*pid1_stack);
+    c.stacks->program = std::move(*program_stack);
+    c.ns.share_spawner_memory(c.stacks->program.base(), c.stacks->program.size());
+  }
   // No handler of ours may run in the child before it resets them; the
   // child sets its own mask.
   sigset_t all, old;
@@ -169,9 +246,26 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c, std::
   pthread_sigmask(SIG_SETMASK, &all, &old);
   auto t0 = std::chrono::steady_clock::now();
   args.start_ns = sys::monotonic_ns();
-  auto pidfd = clone_child(spec, container_child, &args);
+  auto pidfd = share ? clone_on_our_memory(spec.flags, spec.cgroup_fd, *c.stacks, &args)
+                     : clone_child(spec, container_child, &args);
   child.clone_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (share && pidfd) {
+    // Before anything of ours that the child reads changes (the plan, `c`,
+    // `args` on this stack): the stacks' keeper first, then the wait.
+    c.stacks->pid1_pidfd.reset(::fcntl(pidfd->fd(), F_DUPFD_CLOEXEC, 0));
+    if (!c.stacks->pid1_pidfd) {
+      // Without it the stacks could not be kept safely: end the child now.
+      (void)pidfd->send_signal(SIGKILL);
+      error_write.reset();
+      wait_for_exec(error_read.get(), c.exec_records);
+      (void)wait_exit(*pidfd, true);
+      c.ns.abandon();
+      return Error::from_errno(errno, "container: copy pid 1's pidfd");
+    }
+    error_write.reset();
+    wait_for_exec(error_read.get(), c.exec_records);
+  }
 
   // Our copies of the child's ends: holding them would keep EOF from ever
   // coming on stdout, the error pipe and pid 1's report.
@@ -207,15 +301,24 @@ void read_container_exec_report(ContainerRun& c, RunEnd& end) {
   // wrote is all there, then EOF. A record is one atomic write; the last
   // one is the step that ended the set-up (stage none: it reached execve).
   ChildRecord failure, rec;
+  auto take = [&](const ChildRecord& r) {
+    failure = r;
+    if (r.stage == SpawnStage::none) c.setup_ns = r.setup_ns;
+    // The child's reading beats ours (clone3's return in the parent says
+    // nothing of when the child first ran).
+    if (r.clone_ns) end.clone_seconds = static_cast<double>(r.clone_ns) / 1e9;
+  };
+  // What the spawn already read while it waited for the exec (template mode).
+  for (std::size_t at = 0; at + sizeof rec <= c.exec_records.size(); at += sizeof rec) {
+    std::memcpy(&rec, c.exec_records.data() + at, sizeof rec);
+    take(rec);
+  }
+  c.exec_records.clear();
   while (c.exec_report) {
     ssize_t n = ::read(c.exec_report.get(), &rec, sizeof rec);
     if (n < 0 && errno == EINTR) continue;
     if (n != static_cast<ssize_t>(sizeof rec)) break;
-    failure = rec;
-    if (rec.stage == SpawnStage::none) c.setup_ns = rec.setup_ns;
-    // The child's reading beats ours (clone3's return in the parent says
-    // nothing of when the child first ran).
-    if (rec.clone_ns) end.clone_seconds = static_cast<double>(rec.clone_ns) / 1e9;
+    take(rec);
   }
   c.exec_report.reset();
   end.report.setup_ns = c.setup_ns;

@@ -362,7 +362,8 @@ int apply_namespaces_in_child(const PreparedNamespaces& ns, int pid1_report_fd, 
     // Root's supplementary groups must not reach pid 1 or the program.
     if ((ret = sys::call(SYS_setgroups, 0, 0)) < 0) return fail(NsStage::setgroups, sys::error_of(ret));
     Pid1UserNs u{ns.template_user_.get(), ns.map_.inside_uid, ns.map_.inside_gid, ns.map_.outside_uid,
-                 ns.map_.outside_gid, ns.die_with_parent_ ? ns.parent_pidfd_.get() : -1};
+                 ns.map_.outside_gid, ns.die_with_parent_ ? ns.parent_pidfd_.get() : -1,
+                 ns.program_stack_, static_cast<long>(ns.program_stack_size_)};
     return program ? clone_program_under_pid1_in_child(pid1_report_fd, &u, f, program, arg)
                    : fork_program_under_pid1_in_child(pid1_report_fd, &u, f);
   }

@@ -40,15 +40,20 @@ constexpr long kSigsetSize = 8;
 // when the program and its descendants are gone (and an exec-error pipe
 // must not be held open by a process that never execs); no capabilities in
 // the namespace; not dumpable, so the program (same uid) cannot ptrace it
-// or read its memory through /proc.
-void harden_pid1(int report_fd) noexcept {
+// or read its memory through /proc. A pid 1 on the spawner's memory
+// (Pid1UserNs::program_stack) leaves the flag alone: it is the address
+// space's (the kernel clears it anyway when a task on it changes ids, as
+// pid 1's drop does), and there pid 1 stays in the host's user namespace
+// while the program is in the template's, which keeps the program out
+// without it (ptrace needs CAP_SYS_PTRACE over pid 1's user namespace).
+void harden_pid1(int report_fd, bool own_memory) noexcept {
   if (report_fd > 0) sys::call(SYS_close_range, 0, report_fd - 1, 0);
   sys::call(SYS_close_range, report_fd < 0 ? 0 : report_fd + 1, ~0u, 0);
   struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
   struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
   std::memset(data, 0, sizeof data);
   sys::call(SYS_capset, reinterpret_cast<long>(&hdr), reinterpret_cast<long>(data));
-  sys::call(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0);
+  if (own_memory) sys::call(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0);
   sys::call(SYS_prctl, PR_SET_NAME, reinterpret_cast<long>("corral-init"), 0, 0, 0);
 }
 
@@ -184,12 +189,19 @@ int split_program_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* f
                            void* arg) noexcept {
   NsFailure local;
   NsFailure* f = failure ? failure : &local;
-  long map = -1;
-  if (program) {
-    map = sys::call(SYS_mmap, 0, kProgramStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  // The program's stack: the spawner's when pid 1 runs on its memory (a
+  // mapping of ours would stay in the spawner's address space), else ours.
+  const bool own_memory = !(userns && userns->program_stack);
+  std::uint64_t stack = 0, stack_size = kProgramStackBytes;
+  if (program && !own_memory) {
+    stack = reinterpret_cast<std::uint64_t>(userns->program_stack);
+    stack_size = static_cast<std::uint64_t>(userns->program_stack_size);
+  } else if (program) {
+    long map = sys::call(SYS_mmap, 0, kProgramStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (map < 0) return fail_pid1(f, map);
     if (long r = sys::call(SYS_mprotect, map, kGuardBytes, PROT_NONE); r < 0) return fail_pid1(f, r);
+    stack = static_cast<std::uint64_t>(map) + kGuardBytes;
   }
   int go[2] = {-1, -1};
   if (userns)
@@ -203,8 +215,8 @@ int split_program_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* f
     std::memset(&ca, 0, sizeof ca);
     ca.flags = CLONE_VM;
     ca.exit_signal = SIGCHLD;
-    ca.stack = static_cast<std::uint64_t>(map) + kGuardBytes;
-    ca.stack_size = kProgramStackBytes;
+    ca.stack = stack;
+    ca.stack_size = stack_size;
     pid = corral_clone3_raw(&ca, sizeof ca, start_program_in_child, &start);
   } else if (ret >= 0) {
     pid = sys::call(SYS_clone, SIGCHLD, 0, 0, 0, 0);
@@ -222,7 +234,7 @@ int split_program_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* f
     sys::call(SYS_close, go[0]);
     drop_then_release_program_in_pid1(go[1], *userns);
   }
-  harden_pid1(report_fd);
+  harden_pid1(report_fd, own_memory);
   pid1_loop(static_cast<pid_t>(pid), report_fd);
 }
 

@@ -202,6 +202,37 @@ Test(container, the_root_is_read_only_and_the_host_is_invisible) {
                                        {"see_sys", "ENOENT"}}));
 }
 
+// pid 1 shares the supervisor's memory in the template (container.hpp,
+// spawn_container): the program, same host uid as pid 1, must not reach it
+// through the ptrace access check /proc/1/{maps,environ,mem} go through.
+Test(container, the_program_cannot_read_pid_1s_memory) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  EXPECT_EMPTY(mismatches(observe(h), {{"read_pid1_maps", "EACCES"},
+                                       {"read_pid1_environ", "EACCES"},
+                                       {"read_pid1_mem", "EACCES"}}));
+}
+
+// A template run's pid 1 and program run on our memory (CLONE_VM) on
+// stacks the run maps: after the runs, none of them is left mapped.
+Test(container, runs_leave_no_child_stack_mapped_in_the_supervisor) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  auto maps = [] {
+    std::string text = corral_test::read_file("/proc/self/maps");
+    return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+  };
+  Result first = h.run(boxed({"/helpers/inside", "observe", "1"}));
+  cr_assert_eq(first.outcome, Outcome::exited, "%s", first.detail.c_str());
+  const std::size_t before = maps();
+  for (int i = 0; i < 12; ++i) {
+    Result r = h.run(boxed({"/helpers/inside", "observe", "1"}));
+    cr_assert_eq(r.outcome, Outcome::exited, "run %d: %s", i, r.detail.c_str());
+  }
+  // Two stacks and two guard pages a run if they leaked: 48 entries here.
+  cr_assert_lt(maps(), before + 12, "mappings grew from %zu to %zu over 12 runs", before, maps());
+}
+
 Test(container, unshare_mount_and_io_uring_are_denied) {
   SKIP_UNLESS_CONTAINER();
   Harness h;

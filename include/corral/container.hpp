@@ -10,10 +10,11 @@
 //   prepare_run (parent)   prepare_container: mount tree with the workspace
 //                          at /workspace (the cwd), namespaces, the run's
 //                          cgroup, seccomp BPF. Nothing runs yet.
-//   supervisor (parent)    spawn_container: clone3 fork-like (no CLONE_VM,
-//                          no CLONE_VFORK, no CLONE_FILES: the parent writes
-//                          the uid/gid maps while the child waits, and pid 1
-//                          never execs) with the namespace flags, CLONE_PIDFD
+//   supervisor (parent)    spawn_container: clone3 fork-like (no CLONE_VFORK,
+//                          no CLONE_FILES: the parent writes the uid/gid maps
+//                          while the child waits, and pid 1 never execs; in a
+//                          namespace template CLONE_VM, the parent waiting for
+//                          the program's exec) with the namespace flags, CLONE_PIDFD
 //                          and, on cgroup v2, CLONE_INTO_CGROUP; write the
 //                          maps; release the child; wait until the program
 //                          has exec'd or a {stage, errno} record says why not.
@@ -97,7 +98,23 @@ Expected<TmpfsMount> parse_tmpfs_spec(std::string_view text);
 
 // What a container run holds between prepare and finish. Owned by the
 // PreparedRun (shared_ptr: PreparedRun moves).
+// Template mode's child runs on the spawner's memory (spawn_container):
+// pid 1's stack and the program's, mapped here and unmapped only once pid 1
+// has exited (its pidfd readable), so no stack of a live child is ever
+// handed back to the allocator. Destroyed with pid 1 still running (a
+// failure path), it kills pid 1 and waits for its exit first.
+struct BorrowedStacks {
+  ChildStack pid1, program;
+  UniqueFd pid1_pidfd;  // a copy of pid 1's pidfd, taken right after the clone
+  BorrowedStacks() = default;
+  BorrowedStacks(BorrowedStacks&&) = default;
+  BorrowedStacks& operator=(BorrowedStacks&&) = delete;
+  ~BorrowedStacks();
+};
+
 struct ContainerRun {
+  // Declared first, destroyed last: the stacks outlive everything else here.
+  std::optional<BorrowedStacks> stacks;
   PreparedNamespaces ns;
   std::optional<RunCgroup> cgroup;
   // v1: the child joins through the cgroup's procs fds and then unshares
@@ -117,6 +134,10 @@ struct ContainerRun {
   // records (its set-up time just before execve, a failure after it) wait
   // in this pipe until the run ends (read_container_exec_report).
   UniqueFd exec_report;
+  // What the child wrote to exec_report before the spawn returned (template
+  // mode waits for the exec: spawn_container); read_container_exec_report
+  // takes these first.
+  std::string exec_records;
   // A session exec (session.hpp): the live session it joins; spawned by
   // spawn_session_exec instead of building namespaces.
   std::shared_ptr<struct SessionJoin> session{};
@@ -140,9 +161,14 @@ Status add_container_mounts(PreparedRun& run, const HostFacts& host, uid_t outsi
 Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_uid, gid_t outside_gid);
 
 // Parent: clone the child for `plan` with `c`'s namespaces and cgroup, write
-// the maps and release it. It does not wait for the exec: the child's set-up
-// (~1.5 ms of mount tree, pid 1 and the program's last steps) runs on its own
-// while the supervisor's loop goes on with other runs. An Error is corral's
+// the maps and release it. Built per run it does not wait for the exec: the
+// child is a fork-like copy, and its set-up (~1.5 ms of mount tree, pid 1
+// and the program's last steps) runs on its own while the supervisor's loop
+// goes on with other runs. In a namespace template the child is cloned with
+// CLONE_VM instead (no copy of our page tables, none to tear down when pid
+// 1 exits, no copy-on-write faults here afterwards) and the call returns
+// once the program has exec'd or failed, as the vfork Spawner's does: until
+// then the child reads `plan` and `c` in our memory. An Error is corral's
 // own failure (pipe, clone3). Maps that cannot be written: a Child with
 // report.stage namespaces, already killed and reaped, the message in
 // c.failure. A child that fails before exec writes a record and exits; the run then

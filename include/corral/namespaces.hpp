@@ -229,6 +229,19 @@ class PreparedNamespaces {
     template_user_.reset();
     workspace_fd_.reset();
   }
+  // Template mode only: pid 1 is cloned with CLONE_VM and runs on the
+  // spawner's memory (container_spawn.cpp), the program on `stack` (mapped
+  // by the spawner, kept until pid 1 has exited). In the template pid 1
+  // stays in the host's user namespace, the program enters the template's,
+  // so the program cannot ptrace pid 1 whatever the address space's
+  // dumpable flag says (it holds no CAP_SYS_PTRACE over the host's user
+  // namespace), and pid 1 does not set that flag, the spawner's, itself
+  // (the kernel clears it when pid 1 drops its ids, as it does for the
+  // vfork Spawner's children).
+  void share_spawner_memory(void* stack, std::size_t size) noexcept {
+    program_stack_ = stack;
+    program_stack_size_ = size;
+  }
   // Parent, when clone itself failed: drop the pipe.
   void abandon() noexcept {
     sync_.abandon();
@@ -255,6 +268,8 @@ class PreparedNamespaces {
   // namespace) and the detached workspace the tree attaches.
   std::string template_dir_, template_error_;
   UniqueFd template_mnt_, template_net_, template_user_, workspace_fd_;
+  void* program_stack_ = nullptr;  // share_spawner_memory
+  std::size_t program_stack_size_ = 0;
 };
 
 // Parent: validate the spec (ids, hostname, mount tree against this host),
@@ -301,6 +316,13 @@ struct Pid1UserNs {
   int userns_fd;  // the user namespace template (ns_template.hpp) the program enters
   long inside_uid, inside_gid, outside_uid, outside_gid;
   int parent_pidfd;  // die_with_parent: a pidfd of the supervisor, else -1
+  // Set when pid 1 itself was cloned with CLONE_VM (PreparedNamespaces::
+  // share_spawner_memory): the program's stack, which the spawner mapped
+  // (pid 1 maps none: in the spawner's memory it would outlive the run),
+  // and pid 1 leaves the dumpable flag alone (it is the address space's,
+  // so the spawner's).
+  void* program_stack = nullptr;
+  long program_stack_size = 0;
 };
 // fork_program_under_pid1_in_child, with template mode's user namespace
 // step when `userns` is set: the program setns(2)es into the template and

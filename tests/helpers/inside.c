@@ -117,6 +117,14 @@ static void visible(const char *key, const char *path) {
   result(key, stat(path, &st));
 }
 
+// Whether the file opens for reading (pid 1's maps, environ and memory:
+// the kernel's ptrace access check decides).
+static void readable(const char *key, const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) close(fd);
+  result(key, fd < 0 ? -1 : 0);
+}
+
 static int observe(int port) {
   printf("uid=%d\ngid=%d\n", (int)getuid(), (int)getgid());
   status_field("CapEff");
@@ -137,6 +145,9 @@ static int observe(int port) {
   visible("see_root_home", "/root");
   visible("see_home", "/home");
   visible("see_sys", "/sys/class/net");
+  readable("read_pid1_maps", "/proc/1/maps");
+  readable("read_pid1_environ", "/proc/1/environ");
+  readable("read_pid1_mem", "/proc/1/mem");
   result("unshare_user", unshare(CLONE_NEWUSER));
   result("unshare_ns", unshare(CLONE_NEWNS));
   result("mount", mount("tmpfs", "/tmp", "tmpfs", 0, NULL));
