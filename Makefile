@@ -95,8 +95,12 @@ $(SHARED_LIB): $(LIB_OBJS) src/corral.map
 # the dynamic loader's relocations of libstdc++, libcrypto and friends cost
 # ~1.7 ms of it (corral --help: 3.0 ms dynamic, 0.9 ms static on the
 # reference host). Sanitizer runtimes cannot be linked statically, so a
-# SANITIZE build links the CLI dynamically.
-CLI_LINK ?= $(if $(SANITIZE),$(PKG_LIBS),-static-pie $(PKG_STATIC_LIBS))
+# SANITIZE build links the CLI dynamically. Its relative relocations
+# (~5,700, nearly all of them) are packed (DT_RELR, glibc 2.36): a 1 KiB
+# bitmap instead of 135 KiB of Elf64_Rela for the start-up to read. The
+# pages they write (.data.rel.ro: vtables, tables of pointers) are the same
+# either way: 16 copy-on-write faults per start, the price of a PIE (ASLR).
+CLI_LINK ?= $(if $(SANITIZE),$(PKG_LIBS),-static-pie -Wl,-z,pack-relative-relocs $(PKG_STATIC_LIBS))
 $(CLI): $(CLI_OBJS) $(STATIC_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $(CLI_OBJS) $(STATIC_LIB) $(LDFLAGS) $(CLI_LINK)
