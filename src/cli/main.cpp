@@ -1,6 +1,7 @@
 // corral CLI entry: dispatches to one file per verb (src/cli/<verb>.cpp).
 // All behaviour lives in the library; the verbs parse arguments and print.
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -47,9 +48,13 @@ const char kUsage[] =
 // otherwise the next fd corral opens (a ring, a pidfd, a run's pipe) would
 // become "stdout" and the Result would be written into it. Read-only, a
 // write to a closed stdout still fails (EBADF) and is reported as lost.
+// One poll(2) asks after the three (POLLNVAL: not open), not a fcntl each.
 void hold_standard_fds() {
+  pollfd fds[3] = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}};
+  const bool polled = poll(fds, 3, 0) >= 0;
   for (int fd = 0; fd <= 2; ++fd) {
-    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    const bool closed = polled ? (fds[fd].revents & POLLNVAL) != 0 : fcntl(fd, F_GETFD) < 0 && errno == EBADF;
+    if (!closed) continue;
     int null = open("/dev/null", O_RDONLY);  // the lowest free number: fd itself
     if (null >= 0 && null != fd) {
       dup2(null, fd);
