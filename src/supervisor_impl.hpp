@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -220,6 +221,10 @@ struct Supervisor::Impl {
   // zero-filled string): zeroing 256 KiB faulted in 64 pages, ~0.2 ms of a
   // one-run process, for reads that mostly use a few bytes of it.
   std::unique_ptr<char[]> scratch;
+  // Whether preadv2(RWF_NOWAIT) reads a pipe without blocking (pipes have
+  // FMODE_NOWAIT: Linux 5.8 and later); probed once at create. Without it
+  // each run's read ends are made O_NONBLOCK at submit.
+  bool nowait_reads = false;
   UniqueFd signal_fd;
   bool signal_armed = false;
   std::function<void(int)> signal_handler;

@@ -126,7 +126,12 @@ void Supervisor::Impl::drain_pipe(std::uint32_t slot, Run& run, Pipe& pipe, Op o
       pipe.held = true;  // no poll armed: release_held() puts it on the ready list
       return;
     }
-    ssize_t n = ::read(pipe.fd.get(), scratch.get(), kScratchBytes);
+    // RWF_NOWAIT: EAGAIN on an empty pipe without O_NONBLOCK on our end,
+    // which took an fcntl per pipe (the program's end stays blocking either
+    // way). Where the kernel lacks it, submit made our ends O_NONBLOCK.
+    iovec iov{scratch.get(), kScratchBytes};
+    ssize_t n = nowait_reads ? ::preadv2(pipe.fd.get(), &iov, 1, -1, RWF_NOWAIT)
+                             : ::read(pipe.fd.get(), scratch.get(), kScratchBytes);
     if (n > 0) {
       // A failure (an unprivileged user past fs.pipe-user-pages-soft) keeps the size it has.
       if (!pipe.grown && static_cast<std::size_t>(n) >= kDefaultPipeBytes) {

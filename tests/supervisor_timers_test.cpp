@@ -88,3 +88,35 @@ Test(supervisor_timers, many_runs_each_end_by_their_own_timer) {
   cr_assert_eq(timed_out, 20);
   cr_assert_eq(other, 0);
 }
+
+// The loop reads a run's pipe until the kernel says it is empty, without
+// ever waiting in the read: the read end is not O_NONBLOCK (the reads say
+// RWF_NOWAIT, or the supervisor made its end non-blocking where the
+// kernel cannot). A program that prints a line and then holds its stdout
+// open, quiet, must not hold up another run's deadline.
+Test(supervisor_timers, a_quiet_pipe_does_not_hold_up_another_runs_deadline) {
+  Harness h;
+  std::map<std::string, Ended> ended;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto submit = [&](const std::string& name, Request r) {
+    RunCallbacks cb;
+    cb.on_result = [&ended, name, t0](const Result& res) {
+      ended[name] = {res.outcome, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+    };
+    auto handle = h.sup->submit(std::move(r), std::move(cb));
+    cr_assert(handle.ok(), "%s: %s", name.c_str(), handle.ok() ? "" : handle.error().message().c_str());
+    handle->detach();
+  };
+  Request quiet;
+  quiet.tier = Tier::none;
+  quiet.argv = {"sh", "-c", "echo hi; exec sleep 6"};
+  submit("quiet", std::move(quiet));
+  submit("short", sleeper(0.5));
+  while (!ended.count("short")) cr_assert(h.sup->run_once(5.0).ok());
+  cr_assert_eq(ended["short"].outcome, Outcome::killed_timeout);
+  cr_assert_lt(ended["short"].after, 4.0, "the short run ended %.2f s in (a read waited on the quiet pipe)",
+               ended["short"].after);
+  cr_assert(!ended.count("quiet"));
+  cr_assert(h.sup->run_until_idle().ok());
+  cr_assert_eq(ended["quiet"].outcome, Outcome::exited);
+}
