@@ -261,9 +261,9 @@ void Spawner::refresh_ignored_signals() { ignored_signals_ = ignored_signal_mask
 Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
   Child child;
   UniqueFd out_write, err_write;
-  if (auto st = make_child_pipe(child.stdout_read, out_write, "stdout", true); !st) return std::move(st).error();
+  if (auto st = make_child_pipe(child.stdout_read, out_write, "stdout", false); !st) return std::move(st).error();
   if (!plan.merge_output)
-    if (auto st = make_child_pipe(child.stderr_read, err_write, "stderr", true); !st) return std::move(st).error();
+    if (auto st = make_child_pipe(child.stderr_read, err_write, "stderr", false); !st) return std::move(st).error();
 
   const int sources[3] = {plan.stdin_fd ? plan.stdin_fd.get() : devnull_.get(), out_write.get(),
                           plan.merge_output ? out_write.get() : err_write.get()};
