@@ -99,26 +99,6 @@ Test(capture, sha256_incremental_matches_oneshot_and_digest_is_not_final) {
 
 // ---- SecretMasker ---------------------------------------------------------
 
-// Every tail length around the block size (the padding's one- and
-// two-block cases), fed whole and in random pieces with digests taken
-// midway, agrees with libcrypto's.
-Test(capture, sha256_every_tail_length_and_split_agrees_with_libcrypto) {
-  std::mt19937 rng(7);
-  for (std::size_t len = 0; len < 300; ++len) {
-    std::string data(len, '\0');
-    for (auto& c : data) c = static_cast<char>(rng());
-    expect_str(Sha256::hex_of(data), evp_oneshot_hex(data), "whole");
-    Sha256 h;
-    for (std::size_t off = 0; off < len;) {
-      std::size_t n = std::min<std::size_t>(rng() % 70, len - off);
-      h.update(std::string_view(data).substr(off, n));
-      off += n;
-      if (rng() % 3 == 0) expect_str(h.hex_digest(), evp_oneshot_hex(std::string_view(data).substr(0, off)), "midway");
-    }
-    expect_str(h.hex_digest(), evp_oneshot_hex(data), "pieces");
-  }
-}
-
 Test(capture, secret_split_at_every_point_is_masked) {
   const std::string secret = "s3cr3t-Value";
   const std::string text = "before " + secret + " after";

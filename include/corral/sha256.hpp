@@ -14,8 +14,7 @@
 
 namespace corral {
 
-// Incremental SHA-256 (sha256.cpp: the x86 SHA extensions where the CPU
-// has them, else portable code; no libcrypto). Movable, not copyable.
+// Incremental SHA-256 (OpenSSL's libcrypto). Movable, not copyable.
 class Sha256 {
  public:
   Sha256();
@@ -29,7 +28,7 @@ class Sha256 {
   void update(std::string_view data) { update(std::as_bytes(std::span(data.data(), data.size()))); }
   // 64 lowercase hex digits of everything fed so far. Does not end the
   // stream: it finalises a copy, so update() may go on afterwards.
-  // Returns "" only for a moved-from hasher, never throws.
+  // Returns "" only if libcrypto failed, never throws.
   std::string hex_digest() const;
 
   // One-shot convenience.
