@@ -447,6 +447,17 @@ std::vector<const Row*> merged_rows(const std::vector<std::string>& names) {
   return rows;
 }
 
+// The syscall's number on this architecture as libseccomp's table gives
+// it, or -1 when it is not a syscall here (a name libseccomp knows only on
+// other architectures, or not at all): there is nothing to deny, and the
+// name goes once into `skipped` so the program can say so.
+int resolve_or_skip(const char* syscall, std::vector<std::string>& skipped) {
+  int nr = seccomp_syscall_resolve_name(syscall);
+  if (nr >= 0) return nr;
+  if (std::find(skipped.begin(), skipped.end(), syscall) == skipped.end()) skipped.emplace_back(syscall);
+  return -1;
+}
+
 }  // namespace
 
 Expected<SeccompProgram> compile_seccomp_bpf(const SeccompSpec& spec) {
@@ -457,14 +468,8 @@ Expected<SeccompProgram> compile_seccomp_bpf(const SeccompSpec& spec) {
   std::vector<detail::BpfRow> rows;
   std::set<std::string_view> denied;
   for (const Row* row : merged_rows(*names)) {
-    // The number libseccomp's table gives the name here (negative: not a
-    // syscall of this architecture), as compile_with_libseccomp.
-    int nr = seccomp_syscall_resolve_name(row->syscall);
-    if (nr < 0) {
-      if (std::find(prog.skipped_.begin(), prog.skipped_.end(), row->syscall) == prog.skipped_.end())
-        prog.skipped_.emplace_back(row->syscall);
-      continue;
-    }
+    const int nr = resolve_or_skip(row->syscall, prog.skipped_);
+    if (nr < 0) continue;
     const bool notify = spec.socket_refusals_notified() && row->notifiable;
     const std::uint32_t action =
         notify ? SECCOMP_RET_USER_NOTIF : SECCOMP_RET_ERRNO | (static_cast<std::uint32_t>(row->err) & SECCOMP_RET_DATA);
@@ -500,14 +505,8 @@ Expected<SeccompProgram> compile_with_libseccomp(const SeccompSpec& spec) {
 
   std::set<std::string_view> denied;
   for (const Row* row : rows) {
-    // Negative: a name libseccomp knows only on other architectures (or
-    // not at all). There is nothing to deny here; say so in skipped_.
-    int nr = seccomp_syscall_resolve_name(row->syscall);
-    if (nr < 0) {
-      if (std::find(prog.skipped_.begin(), prog.skipped_.end(), row->syscall) == prog.skipped_.end())
-        prog.skipped_.emplace_back(row->syscall);
-      continue;
-    }
+    const int nr = resolve_or_skip(row->syscall, prog.skipped_);
+    if (nr < 0) continue;
     // SCMP_ACT_NOTIFY: the caller waits until the supervisor answers from
     // the listener (it answers with row->err: the program sees the same).
     const bool notify = spec.socket_refusals_notified() && row->notifiable;
