@@ -26,6 +26,25 @@ struct Ended {
   double after;  // seconds from the first submit to its result
 };
 
+// Runs submitted detached, each one's outcome and end time kept by name.
+struct EndTimes {
+  std::map<std::string, Ended> by_name;
+  const std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+
+  void submit(Harness& h, const std::string& name, Request r) {
+    RunCallbacks cb;
+    cb.on_result = [this, name](const Result& res) {
+      by_name[name] = {res.outcome, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+    };
+    auto handle = h.sup->submit(std::move(r), std::move(cb));
+    cr_assert(handle.ok(), "%s: %s", name.c_str(), handle.ok() ? "" : handle.error().message().c_str());
+    handle->detach();
+  }
+  Ended& operator[](const std::string& name) { return by_name[name]; }
+  std::size_t count(const std::string& name) const { return by_name.count(name); }
+  std::size_t size() const { return by_name.size(); }
+};
+
 }  // namespace
 
 // A run due sooner than every timer already armed moves the ring's
@@ -35,17 +54,8 @@ struct Ended {
 // the others'.
 Test(supervisor_timers, a_sooner_deadline_is_not_held_up_by_a_later_one) {
   Harness h;
-  std::map<std::string, Ended> ended;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto submit = [&](const std::string& name, Request r) {
-    RunCallbacks cb;
-    cb.on_result = [&ended, name, t0](const Result& res) {
-      ended[name] = {res.outcome, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
-    };
-    auto handle = h.sup->submit(std::move(r), std::move(cb));
-    cr_assert(handle.ok(), "%s: %s", name.c_str(), handle.ok() ? "" : handle.error().message().c_str());
-    handle->detach();
-  };
+  EndTimes ended;
+  auto submit = [&](const std::string& name, Request r) { ended.submit(h, name, std::move(r)); };
   submit("late", sleeper(8));           // the ring's timeout: +8 s
   submit("quick", sleeper(0, "0.1"));   // the default deadline, dropped at its exit
   submit("short", sleeper(0.4));        // sooner than every timer armed
@@ -96,17 +106,8 @@ Test(supervisor_timers, many_runs_each_end_by_their_own_timer) {
 // open, quiet, must not hold up another run's deadline.
 Test(supervisor_timers, a_quiet_pipe_does_not_hold_up_another_runs_deadline) {
   Harness h;
-  std::map<std::string, Ended> ended;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto submit = [&](const std::string& name, Request r) {
-    RunCallbacks cb;
-    cb.on_result = [&ended, name, t0](const Result& res) {
-      ended[name] = {res.outcome, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
-    };
-    auto handle = h.sup->submit(std::move(r), std::move(cb));
-    cr_assert(handle.ok(), "%s: %s", name.c_str(), handle.ok() ? "" : handle.error().message().c_str());
-    handle->detach();
-  };
+  EndTimes ended;
+  auto submit = [&](const std::string& name, Request r) { ended.submit(h, name, std::move(r)); };
   Request quiet;
   quiet.tier = Tier::none;
   quiet.argv = {"sh", "-c", "echo hi; exec sleep 6"};
