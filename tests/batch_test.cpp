@@ -134,7 +134,7 @@ struct Batch {
   // How many children corral has (its runs' processes; not its guardian,
   // a child for as long as the supervisor lives: guardian.hpp).
   std::size_t children() const {
-    std::string kids = corral_test::read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+    std::string kids = corral_test::children_of(pid);
     std::istringstream in(kids);
     std::size_t n = 0;
     for (std::string p; in >> p;) n += corral_test::read_file("/proc/" + p + "/comm") != "corral-guard\n";
@@ -500,8 +500,7 @@ Test(batch, a_stalled_results_reader_does_not_delay_a_deadline) {
   Batch b({"--parallel", "2"}, in, base.dir.path());  // nobody reads b.out until the end
   close(in);
   auto alive = [&] {
-    std::string kids = corral_test::read_file("/proc/" + std::to_string(b.pid) + "/task/" + std::to_string(b.pid) +
-                                              "/children");
+    std::string kids = corral_test::children_of(b.pid);
     std::istringstream ids(kids);
     for (std::string p; ids >> p;) {
       std::string cmd = corral_test::read_file("/proc/" + p + "/cmdline");

@@ -273,7 +273,7 @@ Test(guardian, sigkill_to_a_container_cli_leaves_nothing_running_without_a_guard
   // pid 1 (a copy of the CLI, its command line too) counts with them.
   if (procs.size() < 3) kill(cli, SIGKILL);
   cr_assert_geq(procs.size(), 3u, "the program and its two escapees should be running");
-  std::string kids = corral_test::read_file("/proc/" + std::to_string(cli) + "/task/" + std::to_string(cli) + "/children");
+  std::string kids = corral_test::children_of(cli);
   std::istringstream in(kids);
   for (std::string p; in >> p;)
     cr_expect_neq(corral_test::read_file("/proc/" + p + "/comm"), "corral-guard\n", "a container run started a guardian");

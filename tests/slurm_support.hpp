@@ -97,7 +97,7 @@ class SlurmCluster {
     }
     for (pid_t* p : {&slurmd_, &ctld_, &munged_}) end(*p);
     for (int round = 0; round < 2; ++round) {
-      std::istringstream kids(read_file("/proc/self/task/" + std::to_string(getpid()) + "/children"));
+      std::istringstream kids(children_of_self());
       std::vector<pid_t> left;
       for (pid_t pid; kids >> pid;) left.push_back(pid);
       for (pid_t& pid : left) {

@@ -130,10 +130,25 @@ inline std::size_t open_fd_count() {
   return n;
 }
 
-// The pids of this process's children, zombies included, as the kernel lists them.
-inline std::string children_of_self() {
-  return read_file("/proc/self/task/" + std::to_string(getpid()) + "/children");
+// The pids of process `pid`'s children, zombies included, as the kernel
+// lists them: every thread's list (a child is listed under the thread that
+// made it, and a supervisor need not make its children from the thread
+// that called it), space-separated.
+inline std::string children_of(pid_t pid) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  std::string out;
+  DIR* d = opendir(tasks.c_str());
+  while (dirent* e = d ? readdir(d) : nullptr) {
+    if (e->d_name[0] == '.') continue;
+    std::string kids = read_file(tasks + "/" + e->d_name + "/children");
+    if (!out.empty() && !kids.empty() && out.back() != ' ') out += ' ';
+    out += kids;
+  }
+  if (d) closedir(d);
+  return out;
 }
+
+inline std::string children_of_self() { return children_of(getpid()); }
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its contents.
 class TempDir {
