@@ -90,9 +90,34 @@ int drop_bounding_set_in_child(const CapabilityDrop& drop) noexcept {
 }
 
 // Runs in the child; async-signal-safe: raw syscalls only.
+int drop_bounding_set_in_child(const CapabilityDrop& drop, std::uint64_t present) noexcept {
+  for (int cap = 0; cap <= drop.last_cap(); ++cap) {
+    if (((present >> cap) & 1) == 0) continue;
+    int err = sys::error_of(sys::call(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0));
+    if (err == EINVAL) continue;  // a number this kernel does not know
+    if (err != 0) return err;     // EPERM: no CAP_SETPCAP
+  }
+  return 0;
+}
+
+// The calling thread only: capabilities are a thread's own (credentials are
+// per task), so the process's other threads keep their bounding sets.
+std::uint64_t empty_thread_bounding_set(const CapabilityDrop& drop) noexcept {
+  std::uint64_t left = 0;
+  for (int cap = 0; cap <= drop.last_cap(); ++cap) {
+    int err = sys::error_of(sys::call(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0));
+    if (err != 0 && err != EINVAL) left |= std::uint64_t{1} << cap;
+  }
+  return left;
+}
+
+// Runs in the child; async-signal-safe: raw syscalls only.
 int clear_capabilities_in_child(const CapabilityDrop&) noexcept {
   // Version 3 takes two 32-bit words per set; all zero empties permitted,
-  // effective and inheritable. Lowering never needs a capability.
+  // effective and inheritable. Lowering never needs a capability. It
+  // empties the ambient set too: the kernel keeps ambient within permitted
+  // and inheritable (cap_capset in security/commoncap.c masks it with
+  // their intersection, Linux 4.3+), so no PR_CAP_AMBIENT call is needed.
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
   long r = sys::call(SYS_capset, reinterpret_cast<long>(&header), reinterpret_cast<long>(data));

@@ -208,12 +208,13 @@ Expected<Pidfd> clone_child(const CloneSpec& spec, ChildFunction fn, void* arg) 
   // child sets its own mask; ours comes back). A fork-like child inherits
   // the caller's mask as fork(2) would.
   sigset_t all, old;
-  if (spec.share_memory) {
+  const bool block = spec.share_memory && !spec.signals_blocked;
+  if (block) {
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
   }
   long pid = corral_clone3_raw(&args, sizeof args, fn, arg);
-  if (spec.share_memory) pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (block) pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) return Error::from_errno(sys::error_of(pid), "clone3");
   // clone3 sets O_CLOEXEC on the pidfd it returns.
   return Pidfd(static_cast<pid_t>(pid), UniqueFd(pidfd));

@@ -234,7 +234,9 @@ class ProcessRunner final : public TierRunner {
     // there outlives it or is seen by another run, and it sees none of the
     // host's. The namespace needs CAP_SYS_ADMIN (without it the map says
     // `ipc shared`); the kernel frees it from a workqueue once its last
-    // process is gone, off the supervisor's path. Cost measured in README.
+    // process is gone, off the supervisor's path. The Spawner's spawn thread
+    // makes it ahead, one per run (spawn_thread.hpp); else clone3 does.
+    // Cost measured in README.
     if (host.root && host.cap_sys_admin) plan.clone_namespaces |= CLONE_NEWIPC;
 
     if (owner) {

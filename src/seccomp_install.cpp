@@ -22,10 +22,17 @@ int apply_seccomp_in_child(const SeccompProgram& program, int* listener) noexcep
   // seccomp(2) refuses an unprivileged caller with EACCES.
   const sock_fprog* fprog = program.fprog();
   if (fprog->len == 0 || fprog->filter == nullptr) return EINVAL;
+  if (program.notifies() && listener == nullptr) return EINVAL;
+  if (int err = sys::error_of(sys::call(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))) return err;
+  return install_seccomp_in_child(program, listener);
+}
+
+int install_seccomp_in_child(const SeccompProgram& program, int* listener) noexcept {
+  const sock_fprog* fprog = program.fprog();
+  if (fprog->len == 0 || fprog->filter == nullptr) return EINVAL;
   // A filter that notifies needs someone to answer: without a listener
   // its callers would get ENOSYS.
   if (program.notifies() && listener == nullptr) return EINVAL;
-  if (int err = sys::error_of(sys::call(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))) return err;
   const long flags = program.notifies() ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0;
   long r = sys::call(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, reinterpret_cast<long>(fprog));
   if (r < 0) return sys::error_of(r);

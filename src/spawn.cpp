@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "corral/spawn_thread.hpp"
 #include "corral/syscalls.hpp"
 
 namespace corral {
@@ -57,6 +58,9 @@ struct ChildArgs {
   std::uint64_t reset_mask;  // signals 1..63 the parent ignores: back to SIG_DFL
   ChildReport* report;
   long parent_pid;           // ours: the child's check that we still live
+  // What the bounding set of the thread that clones still holds: all the
+  // child's can hold. 0 from the SpawnThread, which emptied its own.
+  std::uint64_t bounding_set;
 };
 
 // Runs in the child (CLONE_VM|CLONE_VFORK: on the Spawner's stack, sharing
@@ -127,9 +131,13 @@ int run_plan_in_child(void* p) noexcept {
 
   if (plan.rlimits)
     if (int e = apply_rlimits_in_child(*plan.rlimits)) return fail(SpawnStage::rlimits, e);
-  // The bounding set needs CAP_SETPCAP, which the uid change takes away.
+  // The bounding set needs CAP_SETPCAP, which the uid change takes away:
+  // what the cloning thread still held of it (nothing from the
+  // SpawnThread). The ambient set needs no call of its own: the uid change
+  // and the capset below both empty it (clear_capabilities_in_child).
   if (plan.capabilities && plan.privilege && plan.privilege->changes_identity())
-    if (int e = drop_bounding_set_in_child(*plan.capabilities)) return fail(SpawnStage::bounding_set, e);
+    if (int e = drop_bounding_set_in_child(*plan.capabilities, a->bounding_set))
+      return fail(SpawnStage::bounding_set, e);
   if (plan.privilege)
     if (int e = apply_privilege_drop_in_child(*plan.privilege)) return fail(SpawnStage::privilege, e);
   // The first process of a uid freshly locked for this run: anything else
@@ -155,10 +163,12 @@ int run_plan_in_child(void* p) noexcept {
     return fail(SpawnStage::parent_death, e);
   if (sys::call(SYS_getppid) != a->parent_pid) return fail(SpawnStage::parent_death, ESRCH);
   // Last: the filter may deny what the steps above needed. A notifying
-  // one that got no listener above: its plain twin.
+  // one that got no listener above: its plain twin. no_new_privs is set
+  // already when the capability or Landlock step ran (each sets it).
   if (plan.seccomp && !filtered) {
     const SeccompProgram& prog = plan.seccomp->notifies() ? *plan.seccomp_fallback : *plan.seccomp;
-    if (int e = apply_seccomp_in_child(prog)) return fail(SpawnStage::seccomp, e);
+    int e = plan.capabilities || plan.landlock ? install_seccomp_in_child(prog) : apply_seccomp_in_child(prog);
+    if (e) return fail(SpawnStage::seccomp, e);
   }
 
   a->report->setup_ns = sys::monotonic_ns() - start;
@@ -238,6 +248,30 @@ Status make_child_pipe(UniqueFd& read_end, UniqueFd& write_end, const std::strin
   return {};
 }
 
+Spawner::Spawner(Spawner&&) noexcept = default;
+Spawner& Spawner::operator=(Spawner&&) noexcept = default;
+Spawner::~Spawner() = default;
+
+SpawnThread* Spawner::thread_for(const ChildPlan& plan) {
+  // Only a child that empties its bounding set: any other (tier none, a
+  // run without a uid of its own) must keep this thread's credentials.
+  if (!plan.capabilities || !plan.privilege || !plan.privilege->changes_identity()) return nullptr;
+  const bool ipc = (plan.clone_namespaces & CLONE_NEWIPC) != 0;
+  if (!thread_) {
+    if (thread_failed_ || ++thread_worthy_spawns_ < 2) return nullptr;
+    auto started = SpawnThread::start(*plan.capabilities, ipc);
+    if (!started) {
+      thread_failed_ = true;  // this thread clones them all, as it always could
+      return nullptr;
+    }
+    thread_ = std::move(*started);
+  }
+  // A namespace the plan did not ask for would be a guarantee the Result
+  // does not name: only a plan that asks for the thread's kind.
+  if (!thread_->ready() || thread_->fresh_ipc() != ipc) return nullptr;
+  return thread_.get();
+}
+
 Expected<Spawner> Spawner::create() {
   Spawner s;
   auto stack = ChildStack::allocate();
@@ -274,7 +308,9 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
     if (dup3(sources[i], slots_[i].get(), O_CLOEXEC) < 0) return Error::from_errno(errno, "spawn: fill fd slot");
 
   const int slot_fds[3] = {slots_[0].get(), slots_[1].get(), slots_[2].get()};
-  ChildArgs args{&plan, slot_fds, max_slot_, ignored_signals_, &child.report, static_cast<long>(::getpid())};
+  SpawnThread* via = thread_for(plan);
+  ChildArgs args{&plan, slot_fds, max_slot_, ignored_signals_, &child.report, static_cast<long>(::getpid()),
+                 via ? via->bounding_set() : ~std::uint64_t{0}};
   CloneSpec spec;
   spec.flags = CLONE_FILES | CLONE_CLEAR_SIGHAND | plan.clone_namespaces;
   spec.share_memory = true;
@@ -282,10 +318,21 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
   // CLONE_VFORK: we resume once the child has exec'd (or exited), so the
   // time we were away splits, by the child's own clock readings (the same
   // CLOCK_MONOTONIC), into clone (until its first instruction), its set-up
-  // (report.setup_ns) and the execve until the kernel released us.
-  const std::uint64_t t0 = sys::monotonic_ns();
-  auto pidfd = clone_child(spec, run_plan_in_child, &args);
-  const std::uint64_t resumed = sys::monotonic_ns();
+  // (report.setup_ns) and the execve until the kernel released us. From
+  // the spawn thread, the readings are its own around its clone.
+  std::uint64_t t0, resumed;
+  std::optional<Expected<Pidfd>> cloned;
+  if (via) {
+    auto c = via->clone(spec, run_plan_in_child, &args);
+    t0 = c.t0_ns;
+    resumed = c.resumed_ns;
+    cloned.emplace(std::move(c.pidfd));
+  } else {
+    t0 = sys::monotonic_ns();
+    cloned.emplace(clone_child(spec, run_plan_in_child, &args));
+    resumed = sys::monotonic_ns();
+  }
+  Expected<Pidfd>& pidfd = *cloned;
   const ChildReport& rep = child.report;
   if (rep.entry_ns >= t0) child.clone_seconds = static_cast<double>(rep.entry_ns - t0) / 1e9;
   if (pidfd && rep.stage == SpawnStage::none && rep.entry_ns && resumed >= rep.entry_ns + rep.setup_ns)

@@ -1,13 +1,21 @@
 // Integration tests of tier process's confinement through the supervisor,
 // as root: a uid of the run's own, no capabilities, no_new_privs, the
-// seccomp filter, an IPC namespace of the run's own. Helpers from
+// seccomp filter, an IPC namespace of the run's own; for one run, for runs
+// side by side, and for runs one after another (those the supervisor clones
+// from its spawn thread: spawn_thread.hpp). Helpers from
 // tests/helpers/hostile.c.
+#include <linux/capability.h>
 #include <mqueue.h>
 #include <sys/msg.h>
+#include <sys/prctl.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstring>
+#include <set>
 #include <sstream>
 
 #include "corral/supervisor.hpp"
@@ -120,4 +128,73 @@ Test(process_tier, ipc_is_the_runs_own_and_dies_with_it) {
   cr_expect(!after_shm, "the shm segment (key %d) outlived the run on the host", key);
   cr_expect(!after_msg, "the message queue (key %d) outlived the run on the host", key);
   cr_expect(!after_mq, "the POSIX queue /corral-%d outlived the run on the host", key);
+}
+
+// Runs one after another, as a loop of submits makes them: from the third
+// on, the supervisor clones them from its spawn thread (spawn_thread.hpp),
+// whose fresh IPC namespace each is born in. What a run leaves in its IPC
+// namespace (SysV shm, message queue, POSIX queue, never removed) is seen
+// by no later run, nor on the host: no namespace is given twice.
+Test(process_tier, runs_in_a_row_never_share_an_ipc_namespace) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  Harness h;
+  const key_t base = 0x43530000 | ((getpid() & 0xfff) << 4);
+  for (int i = 0; i < 5; ++i) {
+    const key_t key = base + i;
+    TempDir meet;
+    chmod(meet.path().c_str(), 0777);
+    corral_test::write_file(meet / "done", "");  // the maker leaves at once
+    Result made = h.run(req(Tier::os_process, {helper("hostile"), "ipc-make", std::to_string(key), meet.path()}));
+    cr_assert_str_eq(made.stdout_capture.text.c_str(), "shm=ok\nmsg=ok\nmq=ok\n", "maker %d: %s %s", i,
+                     made.detail.c_str(), made.stderr_capture.text.c_str());
+    Result looked = h.run(req(Tier::os_process, {helper("hostile"), "ipc-look", std::to_string(key), meet.path()}));
+    const bool on_host = host_ipc_has("shm", key) || host_ipc_has("msg", key) || host_mqueue_has(key);
+    remove_host_ipc(key);
+    cr_expect_str_eq(looked.stdout_capture.text.c_str(), "shm=ENOENT\nmsg=ENOENT\nmq=ENOENT\n",
+                     "run %d saw what the run before it left in its IPC namespace", 2 * i + 1);
+    cr_expect(!on_host, "the IPC objects of run %d are on the host", 2 * i);
+  }
+}
+
+// Runs one after another keep every drop, the ones cloned from the spawn
+// thread too: no capability in any set, no_new_privs, the filter, a uid of
+// their own. An ambient capability raised in the supervisor's thread (which
+// the spawn thread inherits) reaches none of them: the uid change and the
+// capset empty the ambient set, with no PR_CAP_AMBIENT call of the child's.
+Test(process_tier, runs_in_a_row_drop_every_capability) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  cr_assert_eq(syscall(SYS_capget, &hdr, data), 0);
+  data[CAP_TO_INDEX(CAP_NET_BIND_SERVICE)].inheritable |= CAP_TO_MASK(CAP_NET_BIND_SERVICE);
+  cr_assert_eq(syscall(SYS_capset, &hdr, data), 0, "capset: %s", strerror(errno));
+  cr_assert_eq(prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_NET_BIND_SERVICE, 0, 0), 0, "ambient raise: %s",
+               strerror(errno));
+  const std::string our_ambient = corral_test::proc_status_field("thread-self", "CapAmb");
+  const std::string our_bounding = corral_test::proc_status_field("thread-self", "CapBnd");
+  cr_assert_neq(our_ambient, "0000000000000000");
+  Harness h;
+  std::set<unsigned> uids;
+  for (int i = 0; i < 5; ++i) {
+    Result res = h.run(req(Tier::os_process, {"cat", "/proc/self/status"}));
+    cr_assert_eq(res.outcome, Outcome::exited, "run %d: %s", i, res.detail.c_str());
+    const std::string& s = res.stdout_capture.text;
+    auto field = [&](const std::string& key) {
+      auto pos = s.find("\n" + key + ":");
+      cr_assert(pos != std::string::npos, "run %d: no %s", i, key.c_str());
+      auto start = s.find_first_not_of(" \t", pos + key.size() + 2);
+      return s.substr(start, s.find('\n', start) - start);
+    };
+    for (const char* set : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"})
+      cr_expect_eq(field(set), "0000000000000000", "run %d: %s %s", i, set, field(set).c_str());
+    cr_expect_eq(field("NoNewPrivs"), "1", "run %d", i);
+    cr_expect_eq(field("Seccomp"), "2", "run %d", i);
+    unsigned uid = std::stoul(field("Uid"));
+    cr_expect_geq(uid, 200000u, "run %d: uid %u", i, uid);
+    uids.insert(uid);
+  }
+  // Ours are as they were: the drops were the children's (and the spawn
+  // thread's own).
+  cr_expect_eq(corral_test::proc_status_field("thread-self", "CapAmb"), our_ambient);
+  cr_expect_eq(corral_test::proc_status_field("thread-self", "CapBnd"), our_bounding);
 }

@@ -52,13 +52,28 @@ Expected<CapabilityDrop> prepare_capability_drop();
 // CAP_SETPCAP, e.g. it already dropped to a non-root uid.
 int drop_bounding_set_in_child(const CapabilityDrop& drop) noexcept;
 
-// Empties permitted, effective and inheritable (raw capset, version 3) and
-// sets PR_SET_NO_NEW_PRIVS, so no execve can give anything back (setuid
-// bits and file capabilities are ignored from now on).
+// The same drop for the capabilities in `present` only (bit n: capability
+// n): those the spawning thread's bounding set still held, which is all the
+// child's can hold (a child copies its creator's; a bounding set only
+// shrinks). 0: nothing to drop, no system call. The ambient set is left to
+// clear_capabilities_in_child, which empties it anyway.
+int drop_bounding_set_in_child(const CapabilityDrop& drop, std::uint64_t present) noexcept;
+
+// Empties permitted, effective and inheritable (raw capset, version 3), and
+// with them the ambient set (the kernel keeps it within permitted and
+// inheritable), and sets PR_SET_NO_NEW_PRIVS, so no execve can give
+// anything back (setuid bits and file capabilities are ignored from now on).
 int clear_capabilities_in_child(const CapabilityDrop& drop) noexcept;
 
 // drop_bounding_set_in_child, then clear_capabilities_in_child.
 int apply_capability_drop_in_child(const CapabilityDrop& drop) noexcept;
+
+// Parent side, in a thread of our own that spawns (spawn_thread.hpp): drops
+// every capability up to drop.last_cap() from the calling thread's bounding
+// set (the thread's alone: the process's other threads keep theirs), so its
+// children start with an empty one. Returns what is left (bits the kernel
+// refused, e.g. without CAP_SETPCAP); 0 when the set is empty.
+std::uint64_t empty_thread_bounding_set(const CapabilityDrop& drop) noexcept;
 
 // Parent side: whether `cap` (CAP_*) is in the calling thread's effective
 // set. Used by prepare functions to refuse what the child could not do.

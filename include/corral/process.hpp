@@ -108,6 +108,9 @@ struct CloneSpec {
   const ChildStack* stack = nullptr;
   // CLONE_INTO_CGROUP (cgroup v2, kernel 5.7): an O_DIRECTORY fd of the target.
   int cgroup_fd = -1;
+  // The calling thread blocks every signal already (a SpawnThread): the
+  // two sigprocmask calls around a share_memory clone are skipped.
+  bool signals_blocked = false;
 };
 
 // Child-side entry. Runs in the new process; its return value becomes the

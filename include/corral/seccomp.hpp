@@ -158,6 +158,11 @@ Expected<SeccompProgram> compile_with_libseccomp(const SeccompSpec& spec);
 // a listener (the kernel allows one per chain; corral itself runs under a
 // notifying sandbox) — apply a plain program instead.
 int apply_seccomp_in_child(const SeccompProgram& program, int* listener = nullptr) noexcept;
+// The seccomp(2) call alone, for a child that has set no_new_privs already
+// (clear_capabilities_in_child and apply_landlock_in_child set it): one
+// prctl fewer. Only after such a step: a caller holding CAP_SYS_ADMIN gets
+// its filter without no_new_privs (seccomp(2)), which nothing would notice.
+int install_seccomp_in_child(const SeccompProgram& program, int* listener = nullptr) noexcept;
 
 // Parent side, on a listener a notifying filter gave: receive one
 // notification and answer it with `err` (the call fails with it, as the

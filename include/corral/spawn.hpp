@@ -26,6 +26,8 @@
 
 namespace corral {
 
+class SpawnThread;  // spawn_thread.hpp
+
 // Steps of the child between clone and exec, in the order it takes them.
 enum class SpawnStage : std::uint8_t {
   none = 0,
@@ -125,11 +127,19 @@ struct ChildReport {
 // few reserved low fd slots: the child shares our fd table (CLONE_FILES),
 // copies only the slots (close_range CLOSE_RANGE_UNSHARE), so spawning stays
 // O(1) however many pipes and pidfds the supervisor holds.
+//
+// A process-tier child (one that drops the bounding set and changes its
+// uid) is cloned from the Spawner's SpawnThread (spawn_thread.hpp) once one
+// is running: its bounding set is empty and its IPC namespace fresh there
+// already, so the child skips both. The thread starts at the second such
+// spawn (a one-run CLI never pays for it); until it is set up, and for
+// every other child, this thread clones.
 class Spawner {
  public:
   static Expected<Spawner> create();
-  Spawner(Spawner&&) noexcept = default;
-  Spawner& operator=(Spawner&&) noexcept = default;
+  Spawner(Spawner&&) noexcept;
+  Spawner& operator=(Spawner&&) noexcept;
+  ~Spawner();
 
   struct Child {
     Pidfd pidfd;
@@ -155,11 +165,17 @@ class Spawner {
 
  private:
   Spawner() = default;
+  // The SpawnThread to clone `plan`'s child from, starting it when due;
+  // null: this thread clones.
+  SpawnThread* thread_for(const ChildPlan& plan);
   ChildStack stack_;
   UniqueFd devnull_;
   UniqueFd slots_[3];   // stdin, stdout, stderr sources, /dev/null between spawns
   int max_slot_ = -1;
   std::uint64_t ignored_signals_ = 0;
+  unsigned thread_worthy_spawns_ = 0;
+  bool thread_failed_ = false;
+  std::unique_ptr<SpawnThread> thread_;  // last: joined before the stack it clones on goes
 };
 
 }  // namespace corral
