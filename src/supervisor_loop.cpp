@@ -54,6 +54,13 @@ bool Supervisor::Impl::only_known_children() {
         }
       }
       if (!known) break;
+      // A short read was the end: seq_read_iter stops short of what was
+      // asked only when the records ran out or its buffer (a page, at least
+      // 4 KiB) overflowed with the next one, and then it holds at least a
+      // page less one record ("PID " is at most 11 bytes). One read a
+      // thread instead of two; the list always ends in a space, so no pid
+      // is cut here.
+      if (n < static_cast<ssize_t>(sizeof buf) - 64) break;
     }
     ::close(fd);
   }
