@@ -154,6 +154,7 @@ std::size_t Supervisor::capacity() const { return impl_->capacity; }
 
 Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) {
   Impl& s = *impl_;
+  if (s.closed) return Error::invalid("submit: the supervisor was closed");
   const bool session_exec = !request.session.empty();
   if (s.options.session_execs_only && !session_exec)
     return Error::invalid("submit: this supervisor runs execs into live sessions only (session_execs_only)");
@@ -286,6 +287,7 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
 
 Expected<bool> Supervisor::run_once(double timeout_seconds) {
   Impl& s = *impl_;
+  if (s.closed) return false;
   if (s.ring_error) return *s.ring_error;
   s.process_requests();
   s.free_retired();
@@ -329,6 +331,8 @@ Status Supervisor::run_until_idle() {
     if (!*more) return {};
   }
 }
+
+void Supervisor::close() { impl_->close(); }
 
 void Supervisor::cancel(std::uint64_t token) {
   if (impl_->lookup(token)) impl_->to_cancel.push_back(token);

@@ -233,6 +233,9 @@ struct Supervisor::Impl {
   void arm_signals();
   void on_signal_ready();
 
+  // Supervisor::close(); the destructor's first step.
+  void close();
+  bool closed = false;
   ~Impl();
 
 

@@ -10,7 +10,9 @@
 
 namespace corral {
 
-Supervisor::Impl::~Impl() {
+void Supervisor::Impl::close() {
+  if (closed) return;
+  closed = true;
   // Kill what is still running; results are not delivered any more.
   for (auto& run : slots)
     if (run && run->active && !run->exited && run->pidfd.valid()) {
@@ -18,8 +20,24 @@ Supervisor::Impl::~Impl() {
       kill_uid_of(*run, SIGKILL);
       (void)wait_exit(run->pidfd, true);
     }
-  slots.clear();  // leases not reaped yet are reaped as they go
+  // Each run's workspace is removed and its uid lease released as it goes
+  // (leases not reaped yet are reaped as they go). Nothing refers to a slot
+  // after this: completions still in the ring find none and are dropped.
+  slots.clear();
+  free_slots.clear();
+  by_pid.clear();
+  timer_heap.clear();
+  to_cancel.clear();
+  ready_pipes.clear();
+  to_deliver.clear();
+  retired.clear();
+  in_flight = active = held_fds = 0;
   guardian.reset();  // nothing of ours runs any more: it exits, killing nothing
+  owner.reset();     // our record goes before its lock does (leftovers.hpp)
+}
+
+Supervisor::Impl::~Impl() {
+  close();
   if (ring_ready) io_uring_queue_exit(&ring);
 }
 

@@ -172,3 +172,61 @@ Test(leftovers, artifacts_never_go_into_a_directory_the_run_did_not_make) {
   cr_assert_eq(again.artifact_notes.size(), 1u);
   cr_assert(again.artifact_notes[0].find("File exists") != std::string::npos, "%s", again.artifact_notes[0].c_str());
 }
+
+// Supervisor::close() does, before the supervisor is destroyed, all the
+// destructor does that the host can see: the run in flight (tier process
+// as root: a uid of its own) is killed and reaped, its workspace removed,
+// the owner record gone; submit() refuses afterwards and the destructor
+// has nothing left to do.
+Test(leftovers, close_ends_what_the_host_sees_before_the_supervisor_goes) {
+  if (!is_root_capable()) cr_skip_test("owner records are root's (/run/corral)");
+  corral_test::Harness h;
+  const std::string token = token_of(*h.sup);
+  const std::string record = std::string(kOwnersDir) + "/" + token;
+  cr_assert(exists(record), "no owner record at %s", record.c_str());
+  bool delivered = false;
+  RunCallbacks cb;
+  cb.on_result = [&](const Result&) { delivered = true; };
+  Request r;
+  r.tier = Tier::os_process;
+  r.argv = {"sh", "-c", "echo $$ > pid.tmp && mv pid.tmp pid && exec sleep 60"};
+  auto handle = h.sup->submit(std::move(r), cb);
+  cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+  std::string pid_text;
+  for (int i = 0; i < 200 && pid_text.empty(); ++i) {
+    (void)h.sup->run_once(0.05);
+    DIR* d = opendir(h.base.path().c_str());
+    while (dirent* e = d ? readdir(d) : nullptr)
+      if (e->d_name[0] != '.') pid_text = corral_test::read_file(h.base / (std::string(e->d_name) + "/pid"));
+    if (d) closedir(d);
+  }
+  cr_assert(!pid_text.empty(), "the program did not start");
+  const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+  h.sup->close();
+  cr_assert(!exists("/proc/" + std::to_string(pid)), "the run's program outlived close() (reaped: no /proc entry)");
+  cr_assert_eq(h.leftovers(), 0u, "the run's workspace outlived close()");
+  cr_assert(!exists(record), "the owner record outlived close()");
+  cr_assert(!delivered, "a result was delivered by close()");
+  Request again;
+  again.argv = {"true"};
+  cr_assert(!h.sup->submit(std::move(again)).ok(), "submit after close() was accepted");
+  auto more = h.sup->run_once(0);
+  cr_assert(more.ok() && !*more, "run_once after close() said there is more to do");
+  h.sup->close();  // idempotent; the destructor closes again
+}
+
+// `corral run` ends with _exit once Supervisor::close() is done: its
+// workspace and its owner record are gone when it has exited.
+Test(leftovers, a_cli_run_leaves_neither_its_workspace_nor_its_record) {
+  TempDir base;
+  chmod(base.path().c_str(), 0755);
+  auto cli = corral_test::run_cli({"run", "--json", "--tier", "process", "--", "true"},
+                                  {"CORRAL_WORKSPACE_BASE=" + base.path()});
+  cr_assert_eq(cli.code, 0, "%s", cli.err.c_str());
+  const auto at = cli.out.find("\"run_id\":\"r-");
+  cr_assert(at != std::string::npos, "no run_id in %s", cli.out.c_str());
+  const std::string token = cli.out.substr(at + 12, 12);
+  cr_assert_eq(entries(base.path()), 0u, "the run's workspace outlived the CLI");
+  if (is_root_capable())
+    cr_assert(!exists(std::string(kOwnersDir) + "/" + token), "the CLI's owner record (%s) outlived it", token.c_str());
+}

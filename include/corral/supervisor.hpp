@@ -175,6 +175,17 @@ class Supervisor {
   // Cancel every run in flight.
   void cancel_all();
 
+  // End what this supervisor does to the host, now, as its destructor
+  // would: runs still in flight are killed and reaped (their results are
+  // not delivered), every run's workspace is removed and its uid released,
+  // the guardian is told to stop and the owner record is removed. Left
+  // are memory, the ring and fds, which the destructor frees, or the
+  // process's exit: `corral run` (one run per process) ends with _exit
+  // after close(), since unmapping and freeing what the exit takes back
+  // anyway is work for nothing. Afterwards submit() refuses and run_once()
+  // returns false. Idempotent.
+  void close();
+
   std::size_t in_flight() const;
   // How many runs the fd limit allows in flight at once: (RLIMIT_NOFILE
   // soft limit, raised to the hard one, minus the fds open when the

@@ -102,6 +102,11 @@ bool RingWriter::flush(const int* interrupted) {
   return queued_ == 0 && error_ == 0;
 }
 
+void end_process(int code) {
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
 int exit_code_for_error(int err) {
   return (err == EINVAL || err == ENOTSUP || err == ERANGE) ? 2 : 125;
 }

@@ -20,6 +20,14 @@ void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // Exit status for a corral-side error: 2 when the request is refused or
 // malformed, 125 when corral itself failed.
 int exit_code_for_error(int err);
+// The end of a one-run process (corral run, session exec), after the
+// Result is out and Supervisor::close() did what the host must see (runs,
+// workspaces, uids, the guardian, the owner record): stdio is flushed and
+// the process exits without unwinding. What is left is memory, mappings
+// and fds, which the kernel takes back at exit either way; destructors
+// would first unmap the ring and the spawn stack, close each fd and free
+// every block, and exit() would run the static destructors.
+[[noreturn]] void end_process(int code);
 
 // corral's own output to one of its fds (stdout, stderr), written through
 // the supervisor's ring so that nothing written there blocks the loop

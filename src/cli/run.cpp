@@ -447,15 +447,18 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
   }
   report_end(r);
   if (!o.json) report_refusals(r);
+  int code = got_signal ? 128 + got_signal : cli_exit_code(r);
   if (o.json && !out_ok && !got_signal) {
     // The one thing --json promises is the Result on stdout: not written,
     // the run's exit status would say nothing about it.
     say("the Result of run %s was not written to stdout: %s (exit 125)", r.run_id.c_str(),
         out.error() ? std::strerror(out.error()) : "interrupted");
-    return 125;
+    code = 125;
   }
-  if (got_signal) return 128 + got_signal;
-  return cli_exit_code(r);
+  // One run per process: the cleanup the host sees, explicitly, then exit
+  // without tearing down memory the exit frees anyway (end_process).
+  s.close();
+  end_process(code);
 }
 
 }  // namespace corral::cli
