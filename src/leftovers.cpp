@@ -51,15 +51,20 @@ Expected<OwnerRecord> OwnerRecord::create(std::string_view token, const std::str
   const std::string who = "owner record in '" + dir + "'";
   if (!is_token(token)) return Error::invalid(who + ": token must be 12 hex digits");
   if (workspace_base.find('\n') != std::string::npos) return Error::invalid(who + ": workspace base holds a newline");
-  auto slash = dir.rfind('/');
-  if (slash != std::string::npos && slash > 0) (void)::mkdir(dir.substr(0, slash).c_str(), 0755);
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return Error::from_errno(errno, who + ": mkdir");
   OwnerRecord rec;
   rec.dir_ = dir;
   rec.token_ = std::string(token);
   // Unnamed until locked and filled: a sweeper never sees a live owner's
-  // record unlocked.
-  rec.fd_.reset(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  // record unlocked. The directory is made only when it is missing (the
+  // first start on this boot): two mkdir calls every start otherwise.
+  auto open_unnamed = [&] { rec.fd_.reset(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600)); };
+  open_unnamed();
+  if (!rec.fd_ && errno == ENOENT) {
+    auto slash = dir.rfind('/');
+    if (slash != std::string::npos && slash > 0) (void)::mkdir(dir.substr(0, slash).c_str(), 0755);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return Error::from_errno(errno, who + ": mkdir");
+    open_unnamed();
+  }
   if (!rec.fd_) return Error::from_errno(errno, who + ": open O_TMPFILE");
   if (::flock(rec.fd_.get(), LOCK_EX | LOCK_NB) != 0) return Error::from_errno(errno, who + ": flock");
   std::string text = "pid " + std::to_string(::getpid()) + "\nworkspace_base " + workspace_base + "\n";
