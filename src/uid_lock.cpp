@@ -14,15 +14,19 @@ namespace corral {
 
 Expected<UidLockFile> UidLockFile::open(const std::string& path) {
   const std::string who = "uid lock file '" + path + "'";
+  UidLockFile f;
+  f.path_ = path;
+  auto open_file = [&] { f.fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)); };
+  open_file();
+  // Its directory is made only when the open says it is missing (the first
+  // start on this boot), not with a mkdir answering EEXIST every start.
   auto slash = path.rfind('/');
-  if (slash != std::string::npos && slash > 0) {
+  if (!f.fd_ && errno == ENOENT && slash != std::string::npos && slash > 0) {
     // /run/corral (root-owned, 0755): the templates live there too.
     std::string dir = path.substr(0, slash);
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return Error::from_errno(errno, who + ": mkdir " + dir);
+    open_file();
   }
-  UidLockFile f;
-  f.path_ = path;
-  f.fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!f.fd_) return Error::from_errno(errno, who + ": open");
   return f;
 }

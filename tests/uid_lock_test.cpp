@@ -68,6 +68,20 @@ bool gone_within(pid_t pid, int ms) {
 
 }  // namespace
 
+// The lock file's directory is made when it is missing (the first start on
+// a boot), and an existing one is used as it is.
+Test(uid_lock, the_lock_files_directory_is_made_when_missing) {
+  TempDir dir;
+  const std::string sub = dir / "run-corral";
+  auto made = UidLockFile::open(sub + "/uids.lock");
+  cr_assert(made.ok(), "%s", made.ok() ? "" : made.error().message().c_str());
+  struct stat st {};
+  cr_assert_eq(::stat(sub.c_str(), &st), 0, "the directory was not made");
+  cr_assert(S_ISDIR(st.st_mode));
+  auto again = UidLockFile::open(sub + "/uids.lock");
+  cr_assert(again.ok(), "%s", again.ok() ? "" : again.error().message().c_str());
+}
+
 Test(uid_lock, one_byte_per_uid_excludes_other_descriptions_and_goes_with_them) {
   TempDir dir;
   auto a = UidLockFile::open(dir / "uids.lock");
