@@ -137,8 +137,8 @@ StepResult run_step(const PreparedMountTree& t, const MountStep& st) noexcept {
       ret = sys::call(SYS_unlinkat, AT_FDCWD, L(tgt), AT_REMOVEDIR);
       return fail(ret, MountCall::rmdir);
     case MountOp::chdir:
-      ret = sys::call(SYS_chdir, L(tgt));
-      return fail(ret, MountCall::chdir);
+      // The cwd may lie in a bind another run writes (syscalls.hpp).
+      return fail(-sys::chdir_no_magiclinks(tgt), MountCall::chdir);
     case MountOp::attach:
       ret = sys::call(SYS_move_mount, st.fd, L(""), AT_FDCWD, L(tgt), MOVE_MOUNT_F_EMPTY_PATH);
       return fail(ret, MountCall::move_mount);

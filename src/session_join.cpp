@@ -166,9 +166,10 @@ int session_exec_child(void* p) noexcept {
   if (int e = switch_ids_in_child(a->inside_gid, a->inside_uid, &f)) return fail_in_child(a, SpawnStage::privilege, e);
   // After the id switch, which clears it.
   if (int e = die_with_parent_in_child(a->parent_pidfd)) return fail_in_child(a, SpawnStage::parent_death, e);
-  if (int e = sys::error_of(sys::call(SYS_chdir, reinterpret_cast<long>(plan.cwd.c_str()))))
-    return fail_in_child(a, SpawnStage::chdir, e);
   if (int e = install_fds_in_child(a)) return fail_in_child(a, SpawnStage::fds, e);
+  // With only the program's fds left, and through no magic link: the
+  // session's /workspace is the programs' to fill with links.
+  if (int e = sys::chdir_no_magiclinks(plan.cwd.c_str())) return fail_in_child(a, SpawnStage::chdir, e);
   if (plan.rlimits)
     if (int e = apply_rlimits_in_child(*plan.rlimits)) return fail_in_child(a, SpawnStage::rlimits, e);
   // Caps in the session's user namespace: bounding and ambient emptied,

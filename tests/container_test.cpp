@@ -260,6 +260,33 @@ Test(container, files_it_writes_belong_to_an_unprivileged_host_uid) {
   cr_assert_eq(corral_test::read_file(shared / "out.txt"), "hello");
 }
 
+// A run's working directory (chdir) may lie in a bind that runs share and
+// write. A link one of them planted there as `/proc/self/fd/N` must not
+// take pid 1, which holds a copy of our fds until it has made the tree,
+// into a directory we have open on the host: the program would start
+// there, outside its root.
+Test(container, a_chdir_follows_no_magic_link_out_of_the_root) {
+  SKIP_UNLESS_CONTAINER();
+  CORRAL_SKIP_UNLESS_ROOT();
+  Harness h;
+  TempDir shared;
+  chmod(shared.path().c_str(), 0777);
+  const int host_root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  cr_assert_geq(host_root, 0);
+  Request plant = boxed({"/bin/ln", "-s", "/proc/self/fd/" + std::to_string(host_root), "/shared/escape"});
+  plant.binds.push_back(MountBind{shared.path(), "/shared", true});
+  Result planted = h.run(std::move(plant));
+  cr_assert_eq(planted.exit_code, 0, "%s %s", planted.detail.c_str(), planted.stderr_capture.text.c_str());
+  Request r = boxed({"/helpers/inside", "cwd-root"});
+  r.binds.push_back(MountBind{shared.path(), "/shared", true});
+  r.chdir = "/shared/escape";
+  Result res = h.run(std::move(r));
+  close(host_root);
+  cr_expect(!contains(res.stdout_capture.text, "cwd_in_root=no"), "the program started outside its root: %s",
+            res.stdout_capture.text.c_str());
+  cr_expect_eq(res.outcome, Outcome::spawn_failed, "a run into the link ran: %s", res.stdout_capture.text.c_str());
+}
+
 Test(container, user_names_the_uid_inside_and_root_is_refused) {
   SKIP_UNLESS_CONTAINER();
   Harness h;

@@ -265,3 +265,29 @@ Test(session_exec, an_idle_sessions_keeper_sleeps_between_execs) {
   cr_expect(process_alive(s.keeper));
   cr_expect_eq(exec(*sup, s.id, {"/bin/true"}).exit_code, 0, "the session does not serve after its sleep");
 }
+
+// The session's /workspace is the programs' to fill, and an exec's cwd is
+// a path there. A link planted as `/proc/self/fd/N` must not take the next
+// exec's child, which holds its caller's fds until just before its execve,
+// into a directory its caller has open on the host (every caller has some:
+// the exec group's lock is one); that exec's program would start outside
+// the session's root.
+Test(session_exec, an_execs_cwd_follows_no_magic_link_out_of_the_session) {
+  SKIP_UNLESS_SESSIONS();
+  WarmSession w("magiclink");
+  auto& [sc, s, sup] = w;
+  const int host_root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  cr_assert_geq(host_root, 0);
+  Result plant = exec(*sup, s.id, {"/bin/ln", "-s", "/proc/self/fd/" + std::to_string(host_root), "/workspace/escape"});
+  cr_assert_eq(plant.exit_code, 0, "%s %s", plant.detail.c_str(), plant.stderr_capture.text.c_str());
+  Request r;
+  r.argv = {"/helpers/inside", "cwd-root"};
+  r.cwd = "/workspace/escape";
+  auto res = sup->run(session_exec_request(s.id, r));
+  close(host_root);
+  cr_assert(res, "exec: %s", res ? "" : res.error().message().c_str());
+  cr_expect(!contains(res->stdout_capture.text, "cwd_in_root=no"), "the exec started outside the session's root: %s",
+            res->stdout_capture.text.c_str());
+  cr_expect(res->outcome == Outcome::spawn_failed, "an exec into the link ran: %s %s",
+            std::string(to_string(res->outcome)).c_str(), res->stdout_capture.text.c_str());
+}

@@ -128,6 +128,24 @@ inline int install_program_fds(const int sources[3], int& error_fd, int error_at
   return error_of(call(SYS_close_range, static_cast<unsigned>(error_at) + 1, ~0u, 0));
 }
 
+// chdir(2) that follows no magic link (/proc/<pid>/fd/N, cwd, root, exe).
+// A child between clone and exec may still hold its spawner's fds, and a
+// program may plant `/proc/self/fd/N` as a directory a later run or exec
+// starts in (a shared bind, a session's /workspace): chdir would follow it
+// to a host directory outside the sandbox's root, and the program would
+// start there. Plain symlinks resolve as chdir's do. Returns 0 or errno;
+// async-signal-safe.
+inline int chdir_no_magiclinks(const char* path) noexcept {
+  struct open_how how {};
+  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_MAGICLINKS;
+  long fd = call(SYS_openat2, AT_FDCWD, reinterpret_cast<long>(path), reinterpret_cast<long>(&how), sizeof how);
+  if (fd < 0) return error_of(fd);
+  long ret = call(SYS_fchdir, fd);
+  call(SYS_close, fd);
+  return error_of(ret);
+}
+
 }  // namespace corral::sys
 
 // ---- Landlock: ABI 2..7 constants (kernel 5.19 .. 6.15); the 6.1 headers stop at ABI 2.

@@ -16,6 +16,10 @@
  *                     connect to @NAME, retrying while nothing listens
  *                     (ECONNREFUSED) for up to SECONDS; "abstract_connect="
  *   ns                "netns=" and "mntns=": this process's namespaces
+ *   cwd-root          whether the working directory lies under this process's
+ *                     root: "cwd_in_root=yes" when walking ".." from it
+ *                     reaches "/", "no" when it reaches another top (a
+ *                     directory outside, whose ".." is itself)
  *   families          socket(2) for each family a sandbox may or may not
  *                     allow ("unix=ok", "vsock=EACCES", ...) and
  *                     socketpair(2) for AF_UNIX, AF_INET and AF_TIPC
@@ -255,6 +259,21 @@ static int families(void) {
   return 0;
 }
 
+static int cwd_root(void) {
+  struct stat root, here, up;
+  char path[4096] = ".";
+  if (stat("/", &root) != 0) return 1;
+  for (int depth = 0; depth < 256 && strlen(path) + 4 < sizeof path; depth++) {
+    if (stat(path, &here) != 0) break;
+    if (here.st_dev == root.st_dev && here.st_ino == root.st_ino) return printf("cwd_in_root=yes\n"), 0;
+    strcat(path, "/..");
+    if (stat(path, &up) != 0) break;
+    if (up.st_dev == here.st_dev && up.st_ino == here.st_ino) return printf("cwd_in_root=no\n"), 0;
+  }
+  printf("cwd_in_root=%s\n", err_name(errno));
+  return 0;
+}
+
 static void ns_link(const char *key, const char *path) {
   char buf[128];
   ssize_t n = readlink(path, buf, sizeof buf - 1);
@@ -273,6 +292,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "abstract-listen") && argc > 3) return abstract_listen(argv[2], atoi(argv[3]));
   if (!strcmp(m, "abstract-connect") && argc > 3) return abstract_connect(argv[2], atoi(argv[3]));
   if (!strcmp(m, "families")) return families();
+  if (!strcmp(m, "cwd-root")) return cwd_root();
   if (!strcmp(m, "ns")) {
     ns_link("netns", "/proc/self/ns/net");
     ns_link("mntns", "/proc/self/ns/mnt");
