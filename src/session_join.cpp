@@ -24,6 +24,7 @@
 
 #include "corral/container.hpp"
 #include "corral/host.hpp"
+#include "corral/landlock.hpp"
 #include "corral/run_setup.hpp"
 #include "corral/session_join.hpp"
 #include "corral/syscalls.hpp"
@@ -166,6 +167,12 @@ int session_exec_child(void* p) noexcept {
   if (int e = switch_ids_in_child(a->inside_gid, a->inside_uid, &f)) return fail_in_child(a, SpawnStage::privilege, e);
   // After the id switch, which clears it.
   if (int e = die_with_parent_in_child(a->parent_pidfd)) return fail_in_child(a, SpawnStage::parent_death, e);
+  // Other execs of the session run with our uid in our pid namespace: its
+  // signal scoping keeps them from stopping this child (the caller sleeps
+  // until it execs) and from any process of this exec. Before the fds go:
+  // the ruleset is one of them.
+  if (plan.landlock)
+    if (int e = apply_landlock_in_child(*plan.landlock)) return fail_in_child(a, SpawnStage::landlock, e);
   if (int e = install_fds_in_child(a)) return fail_in_child(a, SpawnStage::fds, e);
   // With only the program's fds left, and through no magic link: the
   // session's /workspace is the programs' to fill with links.
@@ -214,6 +221,22 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const Sessi
   join->inside_gid = info->inside_uid;
   c->session = std::move(join);
   run.plan->cwd = req.cwd.value_or(std::string(kContainerWorkspace));
+  // Every exec of a session has the session's uid in its pid namespace: an
+  // exec may signal only its own processes (Landlock's signal scoping, ABI
+  // 6), never another exec's, pid 1's, or an exec's child before its
+  // execve, which shares its caller's memory while the caller sleeps until
+  // it execs (a SIGSTOP there would hold the caller until the session ends).
+  if (host.landlock_abi >= 6) {
+    LandlockSpec scope;
+    scope.confine_writes(false).scope_signals(true);
+    auto ruleset = prepare(scope);
+    if (!ruleset) return std::move(ruleset).error().context("session exec: Landlock signal scoping");
+    run.plan->landlock.emplace(std::move(*ruleset));
+  } else {
+    run.warnings.push_back("session " + info->id + ": Landlock ABI " + std::to_string(host.landlock_abi) +
+                           " has no signal scoping (ABI 6): another exec of the session may signal this one's "
+                           "processes, and stop its child before the exec");
+  }
   touch_active(info->active_file);
   run.container = std::move(c);
   return {};

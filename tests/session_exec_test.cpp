@@ -266,6 +266,38 @@ Test(session_exec, an_idle_sessions_keeper_sleeps_between_execs) {
   cr_expect_eq(exec(*sup, s.id, {"/bin/true"}).exit_code, 0, "the session does not serve after its sleep");
 }
 
+// Every exec of a session has the session's uid in its pid namespace. An
+// exec's child shares its caller's memory until its execve
+// (CLONE_VM|CLONE_VFORK) and the caller sleeps until then: a program that
+// stops whatever it may signal, as soon as it may, must stop neither that
+// child (the caller, this test's thread, would sleep until the session
+// ends) nor another exec's program, nor the session's own processes.
+Test(session_exec, an_exec_stops_no_process_of_another_exec, .timeout = 90) {
+  SKIP_UNLESS_SESSIONS();
+  if (host().landlock_abi < 6) cr_skip_test("Landlock ABI %d has no signal scoping (6)", host().landlock_abi);
+  WarmSession w("stopper");
+  auto& [sc, s, sup] = w;
+  Request stop;
+  stop.argv = {"/helpers/hostile", "stop-all", "8000"};
+  stop.limits.set(Limit::wall_seconds, 40);
+  std::shared_ptr<Result> stopper;
+  auto h = sup->submit(session_exec_request(s.id, stop), RunCallbacks{nullptr, [&](const Result& res) {
+                                                                      stopper = std::make_shared<Result>(res);
+                                                                    }});
+  cr_assert(h, "submit: %s", h ? "" : h.error().message().c_str());
+  for (int i = 0; i < 5; ++i) (void)sup->run_once(0.1);  // under way
+  Limits bounded;
+  bounded.set(Limit::wall_seconds, 20);
+  for (int i = 0; i < 5 && !stopper; ++i) {
+    Result r = exec(*sup, s.id, {"/bin/true"}, bounded);
+    cr_expect_eq(r.outcome, Outcome::exited, "exec %d beside the stopper: %s", i, r.detail.c_str());
+  }
+  while (!stopper) (void)sup->run_once(1);
+  cr_expect(contains(stopper->stdout_capture.text, "stopped=0\n"), "the stopper stopped something: %s",
+            stopper->stdout_capture.text.c_str());
+  cr_expect_eq(exec(*sup, s.id, {"/bin/true"}).exit_code, 0, "the session does not serve after the stopper");
+}
+
 // The session's /workspace is the programs' to fill, and an exec's cwd is
 // a path there. A link planted as `/proc/self/fd/N` must not take the next
 // exec's child, which holds its caller's fds until just before its execve,

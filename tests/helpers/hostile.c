@@ -23,10 +23,16 @@
  *   term-marker DIR        fork a setsid child that writes DIR/child-ready, then on
  *                          SIGTERM writes DIR/child-termed and exits; the program
  *                          itself ignores SIGTERM and pauses (only a SIGKILL ends it)
+ *   stop-all MS            SIGSTOP to every process it may signal, as soon as it
+ *                          may (kill(-1), then each pid in /proc), in a loop for
+ *                          MS milliseconds; then "stopped=N" (the kills of one
+ *                          pid that were let through) and "refused=ERRNO" (the
+ *                          last refusal, or "none")
  *   ipc-look KEY DIR       wait (up to 20 s) for DIR/made; whether KEY's segment and
  *                          queue and /corral-KEY are visible ("shm=found" or the
  *                          errno, e.g. ENOENT); then DIR/done
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <mqueue.h>
@@ -247,6 +253,32 @@ static int ipc_look(key_t key, const char *dir) {
   return 0;
 }
 
+static int stop_all(long ms) {
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  long stopped = 0;
+  int refused = 0;
+  const pid_t self = getpid();
+  do {
+    /* kill(-1) is the fastest sweep, but says 0 even when every target
+       refused (EPERM): each pid /proc lists is asked on its own as well. */
+    (void)kill(-1, SIGSTOP);
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+      pid_t p = (pid_t)atoi(e->d_name);
+      if (p <= 1 || p == self) continue;
+      if (kill(p, SIGSTOP) == 0) stopped++;
+      else if (errno != ESRCH) refused = errno;
+    }
+    if (d) closedir(d);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 < ms);
+  const char *name = refused ? strerrorname_np(refused) : "none";
+  printf("stopped=%ld\nrefused=%s\n", stopped, name ? name : "?");
+  return 0;
+}
+
 static char g_termed[4096];
 
 static void on_term(int sig) {
@@ -297,6 +329,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "fork-bomb") && argc > 2) return fork_bomb(atoi(argv[2]));
   if (!strcmp(m, "ipc-make") && argc > 3) return ipc_make((key_t)atoi(argv[2]), argv[3]);
   if (!strcmp(m, "term-marker") && argc > 2) term_marker(argv[2]);
+  if (!strcmp(m, "stop-all") && argc > 2) return stop_all(atol(argv[2]));
   if (!strcmp(m, "ipc-look") && argc > 3) return ipc_look((key_t)atoi(argv[2]), argv[3]);
   return 2;
 }
