@@ -1,6 +1,7 @@
 // UidPool (privilege.hpp): one uid per run in flight, locally or host-wide.
 // Parent side only.
 #include <signal.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <mutex>
@@ -43,7 +44,13 @@ struct UidPool::Lease::State {
   bool host_wide = false;
   std::string lock_path;
   std::optional<UidLockFile> lock;
-  std::vector<std::uint8_t> marks;  // per offset: Mark
+  // Per offset: a Mark. Anonymous memory, not a vector: its zero pages are
+  // kNotOurs already, and a page is touched only once a scan reaches its
+  // offsets (filling a vector wrote all 64 KiB of the default 65,536-uid
+  // range: 13 page faults of every one-run `corral run --tier process`).
+  // marks_end: one past the highest offset ever marked.
+  std::uint8_t* marks = nullptr;
+  std::uint32_t marks_end = 0;
   std::uint32_t cursor = 0;         // where the next scan for a free uid starts
   // The kill helper's stack; kill_mu serialises its use (taken after mu
   // when both are held).
@@ -66,12 +73,13 @@ struct UidPool::Lease::State {
   // go, an idle one marked clean first (uid_lock.hpp) so the next holder,
   // in this process or another, need not reap it. A lost one stays dirty.
   ~State() {
-    if (!lock) return;
-    for (std::uint32_t off = 0; off < marks.size(); ++off) {
-      if (marks[off] == kNotOurs) continue;
-      if (marks[off] == kIdle) (void)lock->mark(first + off, true);
-      lock->unlock(first + off);
-    }
+    if (lock)
+      for (std::uint32_t off = 0; off < marks_end; ++off) {
+        if (marks[off] == kNotOurs) continue;
+        if (marks[off] == kIdle) (void)lock->mark(first + off, true);
+        lock->unlock(first + off);
+      }
+    if (marks) ::munmap(marks, count);
   }
 
   Status kill_uid(uid_t uid, int sig) {
@@ -158,7 +166,7 @@ Expected<UidPool::Lease> UidPool::acquire(Reap reap) {
   std::uint32_t offset;
   if (s.host_wide) {
     if (auto st = s.open_lock(); !st) return std::move(st).error();
-    if (s.marks.empty()) {
+    if (s.marks == nullptr) {
       // Allocated once, where failing is allowed: release (noexcept) then
       // never allocates. The scan starts at the range's first uid, not at
       // a random one: processes that run one after the other (a shell loop
@@ -167,11 +175,13 @@ Expected<UidPool::Lease> UidPool::acquire(Reap reap) {
       // (ns_template.hpp). Processes side by side skip each other's uids
       // at one fcntl each.
       try {
-        s.marks.assign(s.count, kNotOurs);
         s.free.reserve(s.count);
       } catch (const std::bad_alloc&) {
         return Error(ENOMEM, "uid pool " + s.range() + ": out of memory");
       }
+      void* map = ::mmap(nullptr, s.count, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (map == MAP_FAILED) return Error::from_errno(errno, "uid pool " + s.range() + ": map its marks");
+      s.marks = static_cast<std::uint8_t*>(map);
     }
     if (!s.free.empty()) {
       offset = s.free.back();  // idle: still locked by us, and clean
@@ -213,6 +223,7 @@ Expected<UidPool::Lease> UidPool::acquire(Reap reap) {
                                  " uids are held by runs on this host (" + s.lock_path + ")");
     }
     s.marks[offset] = kLeased;
+    s.marks_end = std::max(s.marks_end, offset + 1);
   } else if (!s.free.empty()) {
     offset = s.free.back();
     s.free.pop_back();
