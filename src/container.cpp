@@ -137,7 +137,10 @@ Status prepare_container(PreparedRun& run, const HostFacts& host, uid_t outside_
 
   if (c->ns.in_template()) {
     // Runs share the template's network namespace: an abstract unix socket
-    // of one must be out of another's reach.
+    // of one must be out of another's reach. The domain also keeps the
+    // program from pid 1, which runs on our memory with the program's host
+    // ids (pid1.cpp): Landlock refuses ptrace and /proc/<pid>/mem of any
+    // process outside the domain whatever the dumpable flag says.
     LandlockSpec scope;
     scope.confine_writes(false).scope_abstract_unix(true);
     auto ruleset = prepare(scope);

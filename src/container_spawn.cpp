@@ -223,9 +223,10 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c, std::
   CloneSpec spec;
   spec.flags = c.ns.clone_flags() | CLONE_CLEAR_SIGHAND;
   if (c.cgroup && !c.join_in_child) spec.cgroup_fd = c.cgroup->cgroup_fd();
-  // In a template pid 1 stays in the host's user namespace and the program
-  // enters the template's, which keeps it from pid 1's memory: the child
-  // may share ours (see spawn_container in container.hpp). Built per run,
+  // In a template the program's Landlock domain (the template's scoping)
+  // keeps it from pid 1, so from our memory, whatever our dumpable flag
+  // says (pid1.cpp): the child may share ours (see spawn_container in
+  // container.hpp). Built per run,
   // pid 1 and the program share one user namespace and one uid, and only
   // pid 1's own dumpable flag keeps the program out: a fork-like copy.
   const bool share = c.ns.in_template();

@@ -42,10 +42,12 @@ constexpr long kSigsetSize = 8;
 // the namespace; not dumpable, so the program (same uid) cannot ptrace it
 // or read its memory through /proc. A pid 1 on the spawner's memory
 // (Pid1UserNs::program_stack) leaves the flag alone: it is the address
-// space's (the kernel clears it anyway when a task on it changes ids, as
-// pid 1's drop does), and there pid 1 stays in the host's user namespace
-// while the program is in the template's, which keeps the program out
-// without it (ptrace needs CAP_SYS_PTRACE over pid 1's user namespace).
+// space's, so the spawner's, and not ours to keep. There the program's
+// ids map to pid 1's host uid and gid, so the kernel's ptrace check passes
+// its id test (it compares host ids; the user namespaces do not enter into
+// it) and falls to that flag and to the LSMs: the program's Landlock
+// domain (the template's scoping, container.cpp) refuses it any process
+// outside the domain, pid 1 included, whatever the flag says.
 void harden_pid1(int report_fd, bool own_memory) noexcept {
   if (report_fd > 0) sys::call(SYS_close_range, 0, report_fd - 1, 0);
   sys::call(SYS_close_range, report_fd < 0 ? 0 : report_fd + 1, ~0u, 0);

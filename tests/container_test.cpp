@@ -213,6 +213,25 @@ Test(container, the_program_cannot_read_pid_1s_memory) {
                                        {"read_pid1_mem", "EACCES"}}));
 }
 
+// A template run's pid 1 runs on our memory (CLONE_VM), so its dumpable
+// flag is ours: the kernel sets it to fs.suid_dumpable at every id change
+// of a task on our memory (1 there: dumpable), and a library user may set
+// it. The program's ids map to pid 1's host uid and gid, so only pid 1's
+// own ids may keep it out whatever the flag says. Set here once the
+// program runs (a template spawn returns after its exec); a run built per
+// run has a pid 1 of its own memory and holds either way.
+Test(container, pid_1_stays_out_of_reach_when_the_supervisor_is_dumpable) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  std::shared_ptr<Result> result;
+  RunHandle handle = submit_boxed(h, {"/helpers/inside", "pid1-reach", "3"}, &result);
+  const int was = prctl(PR_GET_DUMPABLE);
+  prctl(PR_SET_DUMPABLE, 1);
+  while (!result) (void)h.sup->run_once(1);
+  prctl(PR_SET_DUMPABLE, was);
+  EXPECT_EMPTY(mismatches(*result, {{"pid1_mem", "EACCES"}, {"pid1_environ", "EACCES"}}));
+}
+
 // A template run's pid 1 and program run on our memory (CLONE_VM) on
 // stacks the run maps: after the runs, none of them is left mapped.
 Test(container, runs_leave_no_child_stack_mapped_in_the_supervisor) {

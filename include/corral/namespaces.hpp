@@ -231,13 +231,14 @@ class PreparedNamespaces {
   }
   // Template mode only: pid 1 is cloned with CLONE_VM and runs on the
   // spawner's memory (container_spawn.cpp), the program on `stack` (mapped
-  // by the spawner, kept until pid 1 has exited). In the template pid 1
-  // stays in the host's user namespace, the program enters the template's,
-  // so the program cannot ptrace pid 1 whatever the address space's
-  // dumpable flag says (it holds no CAP_SYS_PTRACE over the host's user
-  // namespace), and pid 1 does not set that flag, the spawner's, itself
-  // (the kernel clears it when pid 1 drops its ids, as it does for the
-  // vfork Spawner's children).
+  // by the spawner, kept until pid 1 has exited). The program's ids map to
+  // pid 1's host uid and gid, and the kernel's ptrace check compares host
+  // ids, so the user namespaces do not keep the program out of pid 1 (nor
+  // of the spawner's memory): the address space's dumpable flag, which the
+  // kernel sets to fs.suid_dumpable at each id change of a task on it, and
+  // the program's Landlock domain (the template's scoping, which refuses
+  // it every process outside the domain whatever that flag says) do. pid 1
+  // does not set the flag, the spawner's, itself.
   void share_spawner_memory(void* stack, std::size_t size) noexcept {
     program_stack_ = stack;
     program_stack_size_ = size;

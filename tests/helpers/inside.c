@@ -16,6 +16,11 @@
  *                     connect to @NAME, retrying while nothing listens
  *                     (ECONNREFUSED) for up to SECONDS; "abstract_connect="
  *   ns                "netns=" and "mntns=": this process's namespaces
+ *   pid1-reach SECONDS
+ *                     open /proc/1/mem and /proc/1/environ, retrying every
+ *                     20 ms for up to SECONDS (the host changes pid 1's
+ *                     side meanwhile): "pid1_mem=ok" at the first open that
+ *                     succeeds, else the last errno; the same for environ
  *   cwd-root          whether the working directory lies under this process's
  *                     root: "cwd_in_root=yes" when walking ".." from it
  *                     reaches "/", "no" when it reaches another top (a
@@ -259,6 +264,29 @@ static int families(void) {
   return 0;
 }
 
+static int pid1_reach(double seconds) {
+  static const char *const keys[] = {"pid1_mem", "pid1_environ"};
+  static const char *const paths[] = {"/proc/1/mem", "/proc/1/environ"};
+  int err[2] = {0, 0}, opened[2] = {0, 0};
+  struct timespec start, now, nap = {0, 20 * 1000000L};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    for (int i = 0; i < 2; i++) {
+      if (opened[i]) continue;
+      int fd = open(paths[i], O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) close(fd), opened[i] = 1;
+      else err[i] = errno;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((opened[0] && opened[1]) ||
+        (double)(now.tv_sec - start.tv_sec) + (double)(now.tv_nsec - start.tv_nsec) / 1e9 >= seconds)
+      break;
+    nanosleep(&nap, NULL);
+  }
+  for (int i = 0; i < 2; i++) printf("%s=%s\n", keys[i], opened[i] ? "ok" : err_name(err[i]));
+  return 0;
+}
+
 static int cwd_root(void) {
   struct stat root, here, up;
   char path[4096] = ".";
@@ -293,6 +321,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "abstract-connect") && argc > 3) return abstract_connect(argv[2], atoi(argv[3]));
   if (!strcmp(m, "families")) return families();
   if (!strcmp(m, "cwd-root")) return cwd_root();
+  if (!strcmp(m, "pid1-reach") && argc > 2) return pid1_reach(atof(argv[2]));
   if (!strcmp(m, "ns")) {
     ns_link("netns", "/proc/self/ns/net");
     ns_link("mntns", "/proc/self/ns/mnt");
