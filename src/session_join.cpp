@@ -220,7 +220,8 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const Sessi
   join->inside_uid = info->inside_uid;
   join->inside_gid = info->inside_uid;
   c->session = std::move(join);
-  run.plan->cwd = req.cwd.value_or(std::string(kContainerWorkspace));
+  // cwd or chdir: either is a path inside here (nothing is bound for an exec).
+  run.plan->cwd = req.cwd ? *req.cwd : req.chdir ? *req.chdir : std::string(kContainerWorkspace);
   // Every exec of a session has the session's uid in its pid namespace: an
   // exec may signal only its own processes (Landlock's signal scoping, ABI
   // 6), never another exec's, pid 1's, or an exec's child before its

@@ -323,3 +323,17 @@ Test(session_exec, an_execs_cwd_follows_no_magic_link_out_of_the_session) {
   cr_expect(res->outcome == Outcome::spawn_failed, "an exec into the link ran: %s %s",
             std::string(to_string(res->outcome)).c_str(), res->stdout_capture.text.c_str());
 }
+
+// An exec's chdir (a path inside, as for a container run) is where it runs;
+// it was dropped without a word and the exec ran in /workspace.
+Test(session_exec, an_execs_chdir_is_where_it_runs) {
+  SKIP_UNLESS_SESSIONS();
+  WarmSession w("chdir");
+  auto& [sc, s, sup] = w;
+  Request r;
+  r.argv = {"/bin/pwd"};
+  r.chdir = "/tmp";
+  auto res = sup->run(session_exec_request(s.id, r));
+  cr_assert(res, "exec: %s", res ? "" : res.error().message().c_str());
+  cr_expect_eq(res->stdout_capture.text, std::string("/tmp\n"), "ran in %s", res->stdout_capture.text.c_str());
+}
