@@ -187,10 +187,16 @@ Expected<UniqueFd> open_detached_workspace(const std::string& host) {
 // per-run mounts in `run` and only their mount points in `b`.
 Status build_tree(const MountTreeSpec& spec, const EtcIdentity& who, Builder& b, Builder* run, UniqueFd* workspace_fd) {
   if (auto st = check_sizes(spec); !st) return st;
-  auto staging = canonical_host(spec.staging_dir(), "staging dir");
-  if (!staging) return std::move(staging).error();
-  if (host_kind(*staging) != HostKind::directory || *staging == "/")
-    return Error::invalid("mount tree: staging dir '" + spec.staging_dir() + "' must be a directory other than /");
+  // Without a host scan the staging dir is named as given (a key, never applied).
+  Expected<std::string> staging = spec.staging_dir();
+  if (b.scan_host) {
+    b.consult(spec.staging_dir());
+    staging = canonical_host(spec.staging_dir(), "staging dir");
+    if (!staging) return std::move(staging).error();
+    b.consult(*staging);
+    if (host_kind(*staging) != HostKind::directory || *staging == "/")
+      return Error::invalid("mount tree: staging dir '" + spec.staging_dir() + "' must be a directory other than /");
+  }
 
   const std::string old_root = *staging + std::string(kOldRoot);
   b.add(MountOp::make_private, "make every mount private", "/");
@@ -316,9 +322,15 @@ Expected<PreparedMountTree> prepare_mount_tree(const MountTreeSpec& spec, const 
   return std::move(b.tree);
 }
 
-Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, const EtcIdentity& who) {
+Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, const EtcIdentity& who,
+                                                  HostScan scan) {
   Builder base, run;
   SplitMountTree out;
+  if (scan == HostScan::skip) {
+    if (!spec.rootfs().empty())
+      return Error::invalid("mount tree: a rootfs tree is built from its entries: it cannot skip the host scan");
+    base.scan_host = false;
+  }
   if (auto st = build_tree(spec, who, base, &run, &out.workspace_fd); !st) return std::move(st).error();
   out.base = std::move(base.tree);
   out.per_run = std::move(run.tree);
@@ -342,12 +354,14 @@ Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, con
     if (host.empty()) host = "/";
     std::string id = base.identity_of(host);
     if (id.empty()) {
+      base.consult(host);
       struct stat sb;
       if (::stat(host.c_str(), &sb) != 0) return Error::from_errno(errno, "mount tree: stat '" + host + "'");
       id = std::to_string(sb.st_dev) + ":" + std::to_string(sb.st_ino);
     }
     out.fingerprint += host + " " + id + "\n";
   }
+  if (base.scan_host) out.scanned_dirs.assign(base.scanned().begin(), base.scanned().end());
   return out;
 }
 

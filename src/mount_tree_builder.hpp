@@ -141,6 +141,21 @@ class Builder {
     return it == identities_.end() ? std::string() : it->second;
   }
 
+  // Whether the host is looked at (HostScan::full); with skip only what
+  // the spec and the identity give goes into the steps.
+  bool scan_host = true;
+  // A host path the scan looked up: every directory above it is one whose
+  // change (an entry added, removed, renamed) could change what the scan
+  // finds (SplitMountTree::scanned_dirs). `listed`: `path` itself was read
+  // as a directory too.
+  void consult(const std::string& path, bool listed = false) {
+    if (listed) scanned_.insert(path);
+    for (std::size_t i = path.rfind('/'); i != std::string::npos && i > 0; i = path.rfind('/', i - 1))
+      scanned_.insert(path.substr(0, i));
+    if (!path.empty() && path[0] == '/') scanned_.insert("/");
+  }
+  const std::set<std::string>& scanned() const { return scanned_; }
+
   void setattr(const std::string& target, std::uint64_t attr, std::string_view what) {
     MountStep st{MountOp::setattr};
     st.what = s(what);
@@ -152,6 +167,7 @@ class Builder {
  private:
   std::set<std::string> made_;
   std::map<std::string, std::string> identities_;
+  std::set<std::string> scanned_;
 };
 
 // An operator's device (--dev-bind): its path and the identity it was opened with.

@@ -71,6 +71,7 @@ std::string etc_group(const EtcIdentity& who) {
 Status mirror_entry(Builder& b, const std::string& host, const std::string& inside, bool required,
                     bool in_canonical_dir) {
   struct stat st;
+  b.consult(host);
   const HostKind kind = host_kind(host, &st);
   switch (kind) {
     case HostKind::symlink: {
@@ -89,6 +90,7 @@ Status mirror_entry(Builder& b, const std::string& host, const std::string& insi
       }
       auto canon = canonical_host(host, "host entry");
       if (!canon) return std::move(canon).error();
+      b.consult(*canon);
       b.bind(*canon, inside, kReadOnly, host_kind(*canon) == HostKind::directory);
       return {};
     }
@@ -104,6 +106,7 @@ Status mirror_entry(Builder& b, const std::string& host, const std::string& insi
 
 Status add_host_system(Builder& b, const EtcIdentity& who) {
   for (auto name : kSystemEntries) {
+    if (!b.scan_host) break;
     std::string n(name);
     if (auto st = mirror_entry(b, "/" + n, "/" + n, name == "usr", true); !st) return st;
   }
@@ -116,7 +119,9 @@ Status add_host_system(Builder& b, const EtcIdentity& who) {
   b.write_file("/etc/nsswitch.conf",
                "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
                "protocols: files\nservices: files\n");
+  if (!b.scan_host) return {};
   std::vector<std::string> names(std::begin(kHostEtc), std::end(kHostEtc));
+  b.consult("/etc", /*listed=*/true);
   if (DIR* dir = ::opendir("/etc")) {
     std::vector<std::string> versioned;
     while (struct dirent* e = ::readdir(dir)) {
@@ -143,6 +148,8 @@ Status add_rootfs(Builder& b, const std::string& rootfs) {
   if (!canon) return std::move(canon).error();
   if (host_kind(*canon) != HostKind::directory)
     return Error(ENOTDIR, "mount tree: rootfs '" + rootfs + "' is not a directory");
+  b.consult(rootfs);
+  b.consult(*canon, /*listed=*/true);
   DIR* dir = ::opendir(canon->c_str());
   if (!dir) return Error::from_errno(errno, "mount tree: rootfs '" + rootfs + "'");
   std::vector<std::string> names;
@@ -168,7 +175,9 @@ void add_dev(Builder& b, const MountTreeSpec& spec, Builder& fresh, const std::v
   // empty files instead. The bind keeps the host devtmpfs superblock, whose
   // device nodes stay usable (no nodev on it).
   for (auto node : kDevNodes) {
+    if (!b.scan_host) break;
     std::string host = "/dev/" + std::string(node);
+    b.consult(host);
     struct stat st;
     if (host_kind(host, &st) != HostKind::chardev) continue;
     b.note_identity(host, st);

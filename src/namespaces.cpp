@@ -240,9 +240,23 @@ Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec) {
     who.hostname = spec.hostname();
     if (spec.use_template() && !p.rootless_ && spec.user() && spec.pid() && spec.net() && spec.mounts().binds().empty() &&
         spec.mounts().dev_binds().empty()) {
-      auto split = prepare_split_mount_tree(spec.mounts(), who);
+      // The per-run half and the spec's part of the base, without a look at
+      // the host; the host stamp then finds the template (ns_template.hpp).
+      // Without a record that holds, the host is scanned for the full base.
+      auto split = prepare_split_mount_tree(spec.mounts(), who,
+                                            spec.mounts().rootfs().empty() ? HostScan::skip : HostScan::full);
       if (!split) return split.error().context("namespaces");
-      auto tmpl = open_ns_template(split->base, split->fingerprint, spec.template_root());
+      std::optional<NsTemplate> stamped;
+      if (split->scanned_dirs.empty()) stamped = open_stamped_ns_template(split->fingerprint, spec.template_root());
+      Expected<NsTemplate> tmpl = stamped ? Expected<NsTemplate>(std::move(*stamped)) : Error(ENOENT, "");
+      if (!stamped) {
+        const std::string skeleton = split->scanned_dirs.empty() ? split->fingerprint : std::string();
+        const HostStampStart start = begin_host_stamp();
+        if (!skeleton.empty()) split = prepare_split_mount_tree(spec.mounts(), who);
+        if (!split) return split.error().context("namespaces");
+        tmpl = open_ns_template(split->base, split->fingerprint, spec.template_root());
+        if (tmpl && !skeleton.empty()) record_host_stamp(skeleton, split->scanned_dirs, start, *tmpl, spec.template_root());
+      }
       Expected<UniqueFd> user = tmpl ? open_userns_template(UserNsIds{p.map_.inside_uid, p.map_.outside_uid,
                                                                       p.map_.inside_gid, p.map_.outside_gid},
                                                             spec.template_root())

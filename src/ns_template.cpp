@@ -173,6 +173,8 @@ Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::
   return out;
 }
 
+bool open_ns_template_at(const std::string& dir, NsTemplate& out) { return open_existing(dir, out); }
+
 namespace {
 
 // The entries of `dir` but dot files and `skip`, as full paths, sorted; none
@@ -224,6 +226,7 @@ Expected<int> remove_ns_templates(std::string_view root) {
     unbind_and_unlink(file);
     if (::lstat(file.c_str(), &st) != 0) ++removed;
   }
+  remove_host_stamps(root);  // they name templates that are gone
   return removed;
 }
 

@@ -238,14 +238,27 @@ Expected<PreparedMountTree> prepare_mount_tree(const MountTreeSpec& spec, const 
 // `workspace_fd`, a detached mount made here, since the copy cannot see the
 // host), then the chdir. Refuses binds (they would become part of the shared
 // base). `fingerprint` names the base: its steps plus the device and inode
-// of every host entry it binds.
+// of every host entry it binds. `scanned_dirs` are the host directories
+// whose entries the scan looked up or listed, and their ancestors: while
+// none of them changes (and no mount comes or goes) a scan would find the
+// same entries (ns_template.hpp: the template's host stamp).
+//
+// HostScan::skip builds `per_run` (and `workspace_fd`) as usual but does
+// not look at the host at all: `base` then holds only what the spec and
+// `who` put there (the root, /etc's generated files, /dev's skeleton, the
+// mount points) and is never to be applied, and `fingerprint` names that
+// part alone: with the host stamp, the key that finds a template without a
+// scan. A rootfs tree is always scanned (skip is refused).
 struct SplitMountTree {
   PreparedMountTree base;
   PreparedMountTree per_run;
   UniqueFd workspace_fd;
   std::string fingerprint;
+  std::vector<std::string> scanned_dirs;  // sorted; empty with HostScan::skip
 };
-Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, const EtcIdentity& who);
+enum class HostScan { full, skip };
+Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, const EtcIdentity& who,
+                                                  HostScan scan = HostScan::full);
 
 // Either side, async-signal-safe: a detached, recursive copy of the mount
 // at `source` (opened with openat2 RESOLVE_NO_SYMLINKS) with the

@@ -25,6 +25,8 @@
 // (Request::loopback) and is built per run.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,6 +55,10 @@ struct NsTemplate {
 // the step ("namespace template: ... : mount tree: step 4 ...").
 Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::string& fingerprint,
                                       std::string_view root = kTemplateRoot);
+
+// dir/{mnt,net} into `out` (not its dir) when both are live nsfs files of
+// the right kind; false otherwise.
+bool open_ns_template_at(const std::string& dir, NsTemplate& out);
 
 // The mount/network template directories under `root` (intact or not),
 // sorted; root/users (the user namespaces) is not one of them.
@@ -83,6 +89,42 @@ Expected<UniqueFd> open_userns_template(const UserNsIds& ids, std::string_view r
 // The user namespace templates under root/users, sorted; the first live one.
 Expected<std::vector<std::string>> list_userns_templates(std::string_view root = kTemplateRoot);
 std::string live_userns_template(std::string_view root = kTemplateRoot);
+
+// ---- the host stamp: finding a template without scanning the host
+// Every run's template key is a hash of the base's full fingerprint, and
+// that takes a scan of the host (~70 calls: lstat of each system and /etc
+// entry, readdir of /etc, realpath, /dev nodes). The scan's answer only
+// changes when a directory it looked in changes (an entry added, removed,
+// renamed: the directory's mtime and ctime move) or a mount comes or goes
+// (one over an entry changes what a path names without touching a
+// directory). So the first run that scans records, in root/.stamp-<key>,
+// the template it opened, the scanned directories' identity and times
+// (statx) and the host's mount ids (listmount(2), Linux 6.8); a later run
+// with the same spec (its HostScan::skip fingerprint, and this binary's
+// build id, make <key>) checks those (~8 calls) and opens the template
+// directly. Any difference, a missing record, or a kernel without
+// listmount: the full scan, as before. Root only, like the templates.
+//
+// A record is written only when nothing it names changed during the scan
+// and every stamped time is over a second older than the scan's start, so
+// a change that lands in the same clock tick as a stamped one can never go
+// unseen (the "racy" case a timestamp cache must guard against).
+struct HostStampStart {
+  long long started_ns = 0;         // CLOCK_REALTIME before the scan
+  std::optional<std::uint64_t> mounts;  // hash of the mount ids before the scan (none: unavailable)
+};
+HostStampStart begin_host_stamp();
+// The template the record for `skeleton` (SplitMountTree::fingerprint with
+// HostScan::skip) names, when the record is there, its stamp matches the
+// host now, and the template opens; nullopt otherwise (then scan).
+std::optional<NsTemplate> open_stamped_ns_template(const std::string& skeleton, std::string_view root = kTemplateRoot);
+// After a full scan found (or made) `t`: record it for `skeleton` with the
+// stamp of `scanned_dirs`, unless the host moved since `start`. Best effort
+// (a record that cannot be written only costs the next run a scan).
+void record_host_stamp(const std::string& skeleton, const std::vector<std::string>& scanned_dirs,
+                       const HostStampStart& start, const NsTemplate& t, std::string_view root = kTemplateRoot);
+// Every record under `root` removed (remove_ns_templates does it too).
+void remove_host_stamps(std::string_view root = kTemplateRoot);
 
 // Unmount and remove every template under `root` (user namespaces too); the count removed.
 // Runs that already entered one keep it (a namespace lives while a
