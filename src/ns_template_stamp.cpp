@@ -120,12 +120,17 @@ std::string record_path(const std::string& skeleton, std::string_view root) {
 }
 
 // "dir <dev major>:<minor> <ino> <mtime ns> <ctime ns> <path>" for `path`
-// as lstat sees it now; "" when it cannot be stat'ed.
-std::string stamp_line(const std::string& path, long long* newest = nullptr) {
+// as lstat sees it now; "" when it cannot be stat'ed (*missing: because it
+// does not exist; *symlink: it is one).
+std::string stamp_line(const std::string& path, long long* newest = nullptr, bool* missing = nullptr,
+                       bool* symlink = nullptr) {
   struct statx sx;
   if (::statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW | AT_STATX_SYNC_AS_STAT,
-              STATX_TYPE | STATX_INO | STATX_MTIME | STATX_CTIME, &sx) != 0)
+              STATX_TYPE | STATX_INO | STATX_MTIME | STATX_CTIME, &sx) != 0) {
+    if (missing) *missing = errno == ENOENT || errno == ENOTDIR;
     return "";
+  }
+  if (symlink) *symlink = S_ISLNK(sx.stx_mode);
   auto ns = [](const struct statx_timestamp& t) { return static_cast<long long>(t.tv_sec) * 1000000000LL + t.tv_nsec; };
   if (newest) *newest = std::max(ns(sx.stx_mtime), ns(sx.stx_ctime));
   return "dir " + std::to_string(sx.stx_dev_major) + ":" + std::to_string(sx.stx_dev_minor) + " " +
@@ -232,15 +237,27 @@ void record_host_stamp(const std::string& skeleton, const std::vector<std::strin
   auto slash = t.dir.rfind('/');
   if (slash == std::string::npos || t.dir.substr(0, slash) != root || !is_template_name(t.dir.substr(slash + 1))) return;
   std::string text = std::string(kStampFormat) + "\ntemplate " + t.dir.substr(slash + 1) + "\n" + mounts_line(*start.mounts);
+  // A directory the scan looked for that does not exist (/etc/ssl on a
+  // host without it) has no times: its parent's, stamped too, move when
+  // it is made. That holds only when no stamped path is a symlink (a
+  // missing entry below one would be made in a directory not stamped).
+  bool any_missing = false, any_symlink = false;
   for (const auto& d : scanned_dirs) {
     if (d.find('\n') != std::string::npos) return;
     long long newest = 0;
-    std::string line = stamp_line(d, &newest);
+    bool missing = false, symlink = false;
+    std::string line = stamp_line(d, &newest, &missing, &symlink);
+    any_symlink = any_symlink || symlink;
+    if (line.empty() && missing) {
+      any_missing = true;
+      continue;
+    }
     // Changed during the scan, or so recently that a change in the same
     // clock tick would leave the same times: not recorded.
     if (line.empty() || newest > start.started_ns - kRacyNs) return;
     text += line;
   }
+  if (any_missing && any_symlink) return;
   auto now = mount_ids_hash();
   if (!now || *now != *start.mounts) return;
   if (text.size() >= 8192) return;  // more than a record is read as

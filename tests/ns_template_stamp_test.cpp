@@ -106,6 +106,29 @@ Test(ns_template_stamp, a_record_finds_the_template_until_a_scanned_directory_ch
   cr_assert(!open_stamped_ns_template(skip->fingerprint, r), "a record held after its directory changed");
 }
 
+Test(ns_template_stamp, a_scanned_directory_that_is_missing_is_stamped_by_its_parent, .fini = drop_private_roots) {
+  // A host without /etc/ssl: the scan looked for entries below it, so it
+  // is among the scanned directories, but has no times of its own. It may
+  // not keep the record from being written, and making it must undo it.
+  SKIP_UNLESS_TEMPLATE();
+  TempDir root, ws, watched;
+  const std::string r = private_root(root);
+  EtcIdentity who;
+  auto full = prepare_split_mount_tree(spec_for(ws.path()), who);
+  auto skip = prepare_split_mount_tree(spec_for(ws.path()), who, HostScan::skip);
+  cr_assert(full.ok() && skip.ok());
+  auto made = open_ns_template(full->base, full->fingerprint, r);
+  cr_assert(made.ok());
+  let_the_clock_pass();
+  HostStampStart start = begin_host_stamp();
+  if (!start.mounts) cr_skip_test("no listmount(2) (Linux 6.8): runs always scan");
+  const std::string absent = watched.path() + "/absent";
+  record_host_stamp(skip->fingerprint, {watched.path(), absent}, start, *made, r);
+  cr_assert(open_stamped_ns_template(skip->fingerprint, r), "a missing directory kept the record out");
+  cr_assert_eq(mkdir(absent.c_str(), 0755), 0);
+  cr_assert(!open_stamped_ns_template(skip->fingerprint, r), "a record held after the missing directory was made");
+}
+
 Test(ns_template_stamp, a_directory_changed_just_before_the_scan_is_not_recorded, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
   TempDir root, ws, watched;
