@@ -205,10 +205,16 @@ Expected<Pidfd> clone_child(const CloneSpec& spec, ChildFunction fn, void* arg) 
   }
   // Sharing our memory, the child runs on a borrowed stack: no handler of
   // ours may run there, so every signal is blocked around the clone (the
-  // child sets its own mask; ours comes back). A fork-like child inherits
-  // the caller's mask as fork(2) would.
+  // child sets its own mask; ours comes back). With CLONE_CLEAR_SIGHAND
+  // the kernel has reset every handler in the child at the clone itself
+  // (clone(2): what was caught is SIG_DFL there, what was ignored stays
+  // ignored), so none of ours can run there and the two sigprocmask calls
+  // a spawn are not needed; a signal that reaches the child before it
+  // execs gets the default action it would get once its own set-up
+  // unblocks it. A fork-like child inherits the caller's mask as fork(2)
+  // would.
+  const bool block = spec.share_memory && !spec.signals_blocked && (spec.flags & CLONE_CLEAR_SIGHAND) == 0;
   sigset_t all, old;
-  const bool block = spec.share_memory && !spec.signals_blocked;
   if (block) {
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);

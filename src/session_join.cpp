@@ -273,8 +273,9 @@ Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, st
     return Error::from_errno(errno, "session exec: enter the session's pid namespace");
   CloneSpec spec;
   spec.flags = CLONE_CLEAR_SIGHAND;
-  // Borrowing our memory (clone_child blocks every signal around it; the
-  // child sets its own mask); we resume once it has exec'd or failed.
+  // Borrowing our memory (CLONE_CLEAR_SIGHAND: no handler of ours can run
+  // in the child; it sets its own mask); we resume once it has exec'd or
+  // failed.
   spec.share_memory = true;
   spec.stack = &(*kit)->stack;
   if (!c.join_in_child) spec.cgroup_fd = c.cgroup->cgroup_fd();
