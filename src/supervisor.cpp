@@ -279,9 +279,14 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   if (auto wall = limits.seconds(Limit::wall_seconds))
     s.arm_timer(slot, run, TimerPhase::deadline, *wall);
   s.start_cpu_watch(slot, run);
-  // The run is in flight either way: a failure is in ring_error, and the
-  // next run_once returns it (the handle cancels the run when dropped).
-  (void)s.submit("arm a new run's polls and timers");
+  // The polls reach the kernel with the loop's next io_uring_enter (run_once
+  // submits before it waits), together with those of every run submitted
+  // meanwhile: one system call for a burst of submits, not one each. Until
+  // then nothing of the run is read or reaped, which is so until the loop
+  // runs anyway; a poll of a pipe or pidfd that is ready by then completes
+  // at once. A full submission queue is flushed by sqe(); a failure is in
+  // ring_error, and the next run_once returns it (the handle cancels the
+  // run when dropped).
   return RunHandle(this, Impl::token(slot, run.gen));
 }
 

@@ -108,6 +108,14 @@ void Supervisor::Impl::handle_cqe(io_uring_cqe* cqe) {
         if (!pipe.armed) pipe.fd.reset();
         break;
       }
+      // POLLHUP without POLLIN: the pipe is empty and every write end is
+      // closed (pipe_poll), which is what a read returning 0 would say: EOF,
+      // without the read (two system calls a run, at its end). Not while
+      // the output is paused: drain_pipe holds it.
+      if (!more && cqe->res > 0 && (cqe->res & (POLLIN | POLLHUP)) == POLLHUP && !(run.output_paused && !run.exited)) {
+        close_pipe(slot, run, pipe, op);  // no poll armed: the fd closes now
+        break;
+      }
       drain_pipe(slot, run, pipe, op);  // re-arms the poll once the pipe is empty
       if (pipe.eof && !pipe.armed) pipe.fd.reset();
       break;
