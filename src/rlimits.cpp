@@ -53,14 +53,15 @@ std::uint64_t nr_open() {
 
 // Whether this process (and so a child forked from this thread) may set
 // `resource` to `hard`. `who` names the entry in the message.
-Status check_one(int resource, rlim_t hard, const std::string& who) {
+Status check_one(int resource, rlim_t hard, const std::string& who, OwnHardLimits* ours = nullptr) {
   if (resource == RLIMIT_NOFILE && hard != RLIM_INFINITY && hard > nr_open())
     return Error(EPERM, "rlimits: " + who + "=" + show(hard) + " is above /proc/sys/fs/nr_open (" +
                             std::to_string(nr_open()) + "), which no process can exceed");
   if (resource == RLIMIT_NOFILE && hard == RLIM_INFINITY)
     return Error(EPERM, "rlimits: " + who + " cannot be unlimited (the kernel caps it at nr_open)");
   struct rlimit current {};
-  if (getrlimit(resource, &current) != 0) return Error::from_errno(errno, "rlimits: getrlimit " + who);
+  if (ours) current.rlim_max = ours->hard(resource);
+  else if (getrlimit(resource, &current) != 0) return Error::from_errno(errno, "rlimits: getrlimit " + who);
   if (hard <= current.rlim_max || has_effective_capability(CAP_SYS_RESOURCE)) return {};
   return Error(EPERM, "rlimits: " + who + "=" + show(hard) + " is above this process's hard " +
                           rlimit_resource_name(resource) + " (" + show(current.rlim_max) +
@@ -120,7 +121,19 @@ const RlimitEntry* RlimitSet::find(int resource) const noexcept {
   return nullptr;
 }
 
-Expected<RlimitSet> rlimits_from_limits(const Limits& limits) {
+rlim_t OwnHardLimits::hard(int resource) {
+  if (resource < 0 || static_cast<std::size_t>(resource) >= hard_.size()) return RLIM_INFINITY;
+  const auto i = static_cast<std::size_t>(resource);
+  if (!known_[i]) {
+    struct rlimit current {};
+    if (getrlimit(resource, &current) != 0) return RLIM_INFINITY;  // not remembered: asked again next time
+    hard_[i] = current.rlim_max;
+    known_[i] = true;
+  }
+  return hard_[i];
+}
+
+Expected<RlimitSet> rlimits_from_limits(const Limits& limits, OwnHardLimits* ours) {
   RlimitSet set;
   for (const LimitInfo& info : all_limits()) {
     if (info.rlimit_resource < 0) continue;  // enforced elsewhere (supervisor, workspace)
@@ -134,7 +147,7 @@ Expected<RlimitSet> rlimits_from_limits(const Limits& limits) {
     // SIGXCPU at the soft limit lets the outcome say "cpu"; the kernel
     // sends SIGKILL at the hard limit if the program ignores SIGXCPU.
     rlim_t hard = info.limit == Limit::cpu_seconds ? soft + 1 : soft;
-    if (auto ok = check_one(info.rlimit_resource, hard, who); !ok) return std::move(ok).error();
+    if (auto ok = check_one(info.rlimit_resource, hard, who, ours); !ok) return std::move(ok).error();
     set.set(info.rlimit_resource, soft, hard);
   }
   if (auto ok = set.status(); !ok) return std::move(ok).error();

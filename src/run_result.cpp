@@ -12,6 +12,7 @@
 
 #include "corral/names.hpp"
 #include "corral/output_collect.hpp"
+#include "corral/tier_limits.hpp"
 #include "corral/tier_runner.hpp"
 
 namespace corral {
@@ -189,6 +190,12 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
                           std::to_string(facts.oom_kills) + " process(es) OOM-killed), but the run ended otherwise");
 
   std::string detail = describe_end(r, run.program);
+  // The supervisor checked the rlimits against our hard limits as it
+  // remembered them (OwnHardLimits): one lowered since fails here, in the
+  // child. Checked again, uncached, to name the limit.
+  if (r.outcome == Outcome::spawn_failed && end.report.stage == SpawnStage::rlimits)
+    if (auto again = rlimits_from_limits(rlimit_limits(run.limits, run.request.tier)); !again)
+      detail += "; " + again.error().message();
   for (const auto& note : facts.notes) detail += "; " + note;
   r.refused_syscalls = end.refused_syscalls;
   for (const auto& [name, count] : r.refused_syscalls)

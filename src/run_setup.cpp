@@ -191,7 +191,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   }
 
   // Only the limits this tier enforces with an rlimit (tier_limits.hpp).
-  auto rl = rlimits_from_limits(rlimit_limits(run.limits, req.tier));
+  auto rl = rlimits_from_limits(rlimit_limits(run.limits, req.tier), ctx.cache ? &ctx.cache->hard_limits : nullptr);
   if (!rl) return who(std::move(rl).error());
   // rlimits_from_limits checked each entry it set against what this
   // process may set (check_rlimits_allowed); the one it adds, RLIMIT_CORE

@@ -1,8 +1,13 @@
 // What the supervisor does once instead of per run, and the per-run steps it
-// leaves out, still keep every promise of the run: end of output seen from
-// the poll alone.
+// leaves out, still keep every promise of the run: the hard limits it
+// remembers (OwnHardLimits), end of output seen from the poll alone.
+#include <sys/resource.h>
+
+#include <linux/capability.h>
+
 #include <string>
 
+#include "corral/capabilities.hpp"
 #include "supervisor_harness.hpp"
 
 using namespace corral;
@@ -17,6 +22,38 @@ Request sh(std::string script) {
 }
 
 }  // namespace
+
+// The supervisor checks a run's rlimits against our hard limits as it read
+// them once. Lowered since (this test process lowers its own, which it
+// cannot undo without CAP_SYS_RESOURCE: Criterion runs each test in a
+// process of its own), a run asking above the new one must not run with it
+// unenforced: it fails before exec (the child's prlimit64 gets EPERM), and
+// the detail names the limit and why.
+Test(supervisor_per_run, a_hard_limit_lowered_later_fails_the_run_closed_and_names_it) {
+  if (has_effective_capability(CAP_SYS_RESOURCE))
+    cr_skip_test("CAP_SYS_RESOURCE is effective: a lowered hard limit can be raised again by the child");
+  corral_test::Harness h;
+  Request first = sh("exit 0");
+  first.limits.set(Limit::file_bytes, 1 << 20);
+  Result ok = h.run(std::move(first));
+  cr_assert_eq(ok.outcome, Outcome::exited, "%s", ok.detail.c_str());
+
+  struct rlimit fsize {};
+  cr_assert_eq(getrlimit(RLIMIT_FSIZE, &fsize), 0);
+  fsize.rlim_cur = fsize.rlim_max = 4096;
+  cr_assert_eq(setrlimit(RLIMIT_FSIZE, &fsize), 0);
+
+  Request again = sh("echo ran >ran.txt");
+  again.limits.set(Limit::file_bytes, 1 << 20);
+  auto res = h.sup->run(std::move(again));
+  cr_assert(res.ok(), "%s", res.ok() ? "" : res.error().message().c_str());
+  cr_expect_eq(res->outcome, Outcome::spawn_failed, "%s", res->detail.c_str());
+  cr_expect_eq(res->spawn_stage, "rlimits");
+  cr_expect_eq(res->spawn_errno, EPERM);
+  cr_expect(res->detail.find("file_bytes=1048576 is above this process's hard RLIMIT_FSIZE (4096)") != std::string::npos,
+            "%s", res->detail.c_str());
+  cr_expect_eq(h.leftovers(), 0u, "the workspace was left behind");
+}
 
 // A pipe whose poll says POLLHUP without POLLIN is at its end: closed without
 // a read. Output written right before the exit still arrives whole.

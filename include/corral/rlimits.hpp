@@ -62,6 +62,24 @@ class RlimitSet {
 // "RLIMIT_NOFILE" for RLIMIT_NOFILE; "RLIMIT_?" for an unknown number.
 const char* rlimit_resource_name(int resource) noexcept;
 
+// This process's hard limits, each read (getrlimit) the first time it is
+// asked for and then remembered: a supervisor checks every run's entries
+// against them (rlimits_from_limits), two system calls a run otherwise.
+// Without CAP_SYS_RESOURCE a hard limit can only go down, and only this
+// process (setrlimit) or a privileged one (prlimit) can lower it: should
+// that happen after it was remembered, a run asking above the new one is
+// not refused up front but fails in the child (prlimit64 EPERM: its
+// Result is spawn_failed at stage rlimits, the program never runs), and
+// the run layer then names the limit with an uncached check.
+class OwnHardLimits {
+ public:
+  rlim_t hard(int resource);  // RLIM_INFINITY when it cannot be read (the child then finds out)
+
+ private:
+  std::array<rlim_t, RlimitSet::kCapacity> hard_{};
+  std::array<bool, RlimitSet::kCapacity> known_{};
+};
+
 // Parent side. Maps the rlimit-backed limits: cpu_seconds -> RLIMIT_CPU
 // (soft N, hard N+1: SIGXCPU at N seconds, the kernel's SIGKILL one second
 // later backs it up), memory_bytes -> RLIMIT_AS, process_count ->
@@ -70,8 +88,9 @@ const char* rlimit_resource_name(int resource) noexcept;
 // Limits without an rlimit (wall_seconds, stdout_bytes, ...) are ignored.
 // Refuses, naming the limit: 0 where the limit does not allow it, values of
 // 2^63 or more, and a hard limit this process could not set (see
-// check_rlimits_allowed).
-Expected<RlimitSet> rlimits_from_limits(const Limits& limits);
+// check_rlimits_allowed); with `ours`, against the hard limits it
+// remembers instead of a getrlimit per entry.
+Expected<RlimitSet> rlimits_from_limits(const Limits& limits, OwnHardLimits* ours = nullptr);
 
 // Parent side. Refuses an entry whose hard limit is above this process's
 // current hard limit while CAP_SYS_RESOURCE is not effective in the calling

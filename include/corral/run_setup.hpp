@@ -20,6 +20,7 @@
 #include "corral/process.hpp"
 #include "corral/request.hpp"
 #include "corral/result.hpp"
+#include "corral/rlimits.hpp"
 #include "corral/run_policy.hpp"
 #include "corral/spawn.hpp"
 #include "corral/workspace.hpp"
@@ -35,6 +36,7 @@ struct MechanismCache {
   std::optional<CapabilityDrop> capabilities;
   std::optional<PrivilegeFacts> privilege;  // our ids, maps and set*id capabilities
   std::map<Tier, std::shared_ptr<const std::map<std::string, std::string>>> enforcement;
+  OwnHardLimits hard_limits;  // what each run's rlimits are checked against (rlimits.hpp)
 };
 
 struct ContainerRun;  // container.hpp
