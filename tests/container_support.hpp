@@ -21,6 +21,7 @@
 #include "corral/container.hpp"
 #include "corral/enforcement.hpp"
 #include "corral/json.hpp"
+#include "corral/ns_template.hpp"
 #include "corral/supervisor.hpp"
 #include "corral/syscalls.hpp"
 #include "observe_support.hpp"
@@ -34,6 +35,17 @@ using corral_test::contains;
 using corral_test::Harness;
 using corral_test::kv;
 using corral_test::TempDir;
+
+// A template root of the test's own below `dir`, so it never touches the
+// host's templates; a test's .fini drops every root handed out.
+inline std::vector<std::string> g_template_roots;
+inline std::string private_root(const TempDir& dir) {
+  g_template_roots.push_back(dir.path() + "/templates");
+  return g_template_roots.back();
+}
+inline void drop_private_roots() {
+  for (const auto& r : g_template_roots) (void)remove_ns_templates(r);
+}
 
 // The host facts, probed once per test process.
 inline const HostFacts& host() {

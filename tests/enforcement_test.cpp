@@ -21,6 +21,7 @@ using namespace corral;
 using corral_test::contains;
 using corral_test::expect_text;
 using corral_test::Harness;
+using corral_test::req;
 using nlohmann::json;
 
 namespace {
@@ -48,13 +49,6 @@ void expect_how(const HostFacts& h, Tier tier, const char* name, const char* wan
 
 void need_root() {
   if (!is_root_capable()) cr_skip_test("needs root: the cells under test are root's");
-}
-
-Request req(Tier tier, std::vector<std::string> argv) {
-  Request r;
-  r.tier = tier;
-  r.argv = std::move(argv);
-  return r;
 }
 
 int forked(const Result& r) {

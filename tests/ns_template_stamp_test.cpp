@@ -21,14 +21,6 @@ namespace {
     if (geteuid() != 0) cr_skip_test("not root: rootless runs build their namespaces per run"); \
   } while (0)
 
-std::vector<std::string> g_roots;
-std::string private_root(const TempDir& dir) {
-  g_roots.push_back(dir.path() + "/templates");
-  return g_roots.back();
-}
-void drop_private_roots() {
-  for (const auto& r : g_roots) (void)remove_ns_templates(r);
-}
 
 std::size_t records_under(const std::string& root) {
   std::size_t n = 0;

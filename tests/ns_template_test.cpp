@@ -90,14 +90,6 @@ SplitMountTree split_for(const std::string& ws, uid_t uid) {
 
 // The private template roots a test made, unmounted in its .fini even when
 // an assertion ended the test early (else their nsfs mounts outlive it).
-std::vector<std::string> g_roots;
-std::string private_root(const TempDir& dir) {
-  g_roots.push_back(dir.path() + "/templates");
-  return g_roots.back();
-}
-void drop_private_roots() {
-  for (const auto& r : g_roots) (void)remove_ns_templates(r);
-}
 
 // A private template root that anyone may write to: refused as a root.
 std::string world_writable_root(const TempDir& dir) {

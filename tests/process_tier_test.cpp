@@ -24,17 +24,11 @@
 
 using namespace corral;
 using corral_test::Harness;
+using corral_test::req;
 using corral_test::helper;
 using corral_test::TempDir;
 
 namespace {
-
-Request req(Tier tier, std::vector<std::string> argv) {
-  Request r;
-  r.tier = tier;
-  r.argv = std::move(argv);
-  return r;
-}
 
 // Whether /proc/sysvipc/KIND ("shm", "msg") of our IPC namespace, the
 // host's, lists `key` (the first column).

@@ -22,18 +22,12 @@ using namespace corral;
 using corral_test::contains;
 using corral_test::expect_text;
 using corral_test::Harness;
+using corral_test::req;
 using corral_test::helper;
 using corral_test::TempDir;
 using corral_test::open_fd_count;
 
 namespace {
-
-Request req(Tier tier, std::vector<std::string> argv) {
-  Request r;
-  r.tier = tier;
-  r.argv = std::move(argv);
-  return r;
-}
 
 // Children other than the supervisor's guardian (guardian.hpp: a live child
 // for as long as the supervisor is, by design).

@@ -8,6 +8,8 @@
 
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "corral/supervisor.hpp"
 #include "support.hpp"
@@ -22,6 +24,14 @@ inline std::unique_ptr<corral::Supervisor> supervisor_over(const TempDir& base, 
   auto s = corral::Supervisor::create(std::move(o));
   cr_assert(s.ok(), "supervisor: %s", s.ok() ? "" : s.error().message().c_str());
   return std::move(*s);
+}
+
+// A request for `argv` in `tier`, every other field at its default.
+inline corral::Request req(corral::Tier tier, std::vector<std::string> argv) {
+  corral::Request r;
+  r.tier = tier;
+  r.argv = std::move(argv);
+  return r;
 }
 
 struct Harness {
