@@ -39,6 +39,26 @@ MountTreeSpec spec_for(const std::string& ws) {
 // A stamped time must be over a second older than the scan that records it.
 void let_the_clock_pass() { usleep(1100 * 1000); }
 
+// A template made from a full scan in a private root, and the key a run
+// that skips the scan looks it up by; `watched` stands in for a host
+// directory the test can change.
+struct MadeTemplate {
+  TempDir root, ws, watched;
+  std::string r = private_root(root);
+  std::string key;
+  NsTemplate made;
+  MadeTemplate() {
+    EtcIdentity who;
+    auto full = prepare_split_mount_tree(spec_for(ws.path()), who);
+    auto skip = prepare_split_mount_tree(spec_for(ws.path()), who, HostScan::skip);
+    cr_assert(full.ok() && skip.ok());
+    auto t = open_ns_template(full->base, full->fingerprint, r);
+    cr_assert(t.ok(), "%s", t.ok() ? "" : t.error().message().c_str());
+    key = skip->fingerprint;
+    made = std::move(*t);
+  }
+};
+
 }  // namespace
 
 Test(ns_template_stamp, the_skip_scan_names_the_spec_and_looks_at_no_host_entry) {
@@ -69,33 +89,30 @@ Test(ns_template_stamp, the_skip_scan_names_the_spec_and_looks_at_no_host_entry)
 
 Test(ns_template_stamp, a_record_finds_the_template_until_a_scanned_directory_changes, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
-  TempDir root, ws, watched;
-  const std::string r = private_root(root);
-  EtcIdentity who;
-  auto full = prepare_split_mount_tree(spec_for(ws.path()), who);
-  auto skip = prepare_split_mount_tree(spec_for(ws.path()), who, HostScan::skip);
-  cr_assert(full.ok() && skip.ok());
-  auto made = open_ns_template(full->base, full->fingerprint, r);
-  cr_assert(made.ok(), "%s", made.ok() ? "" : made.error().message().c_str());
-  cr_assert(!open_stamped_ns_template(skip->fingerprint, r), "a template found with no record");
+  MadeTemplate t;
+  const std::string& r = t.r;
+  const auto& watched = t.watched;
+  const std::string& key = t.key;
+  const NsTemplate& made = t.made;
+  cr_assert(!open_stamped_ns_template(key, r), "a template found with no record");
 
   // Stamped: a directory of the test's own instead of the host's, so the
   // test can change it.
   let_the_clock_pass();
   HostStampStart start = begin_host_stamp();
   if (!start.mounts) cr_skip_test("no listmount(2) (Linux 6.8): runs always scan");
-  record_host_stamp(skip->fingerprint, {watched.path()}, start, *made, r);
+  record_host_stamp(key, {watched.path()}, start, made, r);
   cr_assert_eq(records_under(r), 1u, "no record written");
-  auto found = open_stamped_ns_template(skip->fingerprint, r);
+  auto found = open_stamped_ns_template(key, r);
   cr_assert(found, "the record did not find the template");
-  cr_assert_eq(found->dir, made->dir);
+  cr_assert_eq(found->dir, made.dir);
   cr_assert(found->mnt && found->net);
 
   // An entry renamed into a scanned directory (as ldconfig replaces
   // ld.so.cache): the record no longer holds.
   corral_test::write_file(watched.path() + "/new.tmp", "x");
   cr_assert_eq(rename((watched.path() + "/new.tmp").c_str(), (watched.path() + "/new").c_str()), 0);
-  cr_assert(!open_stamped_ns_template(skip->fingerprint, r), "a record held after its directory changed");
+  cr_assert(!open_stamped_ns_template(key, r), "a record held after its directory changed");
 }
 
 Test(ns_template_stamp, a_scanned_directory_that_is_missing_is_stamped_by_its_parent, .fini = drop_private_roots) {
@@ -103,41 +120,35 @@ Test(ns_template_stamp, a_scanned_directory_that_is_missing_is_stamped_by_its_pa
   // is among the scanned directories, but has no times of its own. It may
   // not keep the record from being written, and making it must undo it.
   SKIP_UNLESS_TEMPLATE();
-  TempDir root, ws, watched;
-  const std::string r = private_root(root);
-  EtcIdentity who;
-  auto full = prepare_split_mount_tree(spec_for(ws.path()), who);
-  auto skip = prepare_split_mount_tree(spec_for(ws.path()), who, HostScan::skip);
-  cr_assert(full.ok() && skip.ok());
-  auto made = open_ns_template(full->base, full->fingerprint, r);
-  cr_assert(made.ok());
+  MadeTemplate t;
+  const std::string& r = t.r;
+  const auto& watched = t.watched;
+  const std::string& key = t.key;
+  const NsTemplate& made = t.made;
   let_the_clock_pass();
   HostStampStart start = begin_host_stamp();
   if (!start.mounts) cr_skip_test("no listmount(2) (Linux 6.8): runs always scan");
   const std::string absent = watched.path() + "/absent";
-  record_host_stamp(skip->fingerprint, {watched.path(), absent}, start, *made, r);
-  cr_assert(open_stamped_ns_template(skip->fingerprint, r), "a missing directory kept the record out");
+  record_host_stamp(key, {watched.path(), absent}, start, made, r);
+  cr_assert(open_stamped_ns_template(key, r), "a missing directory kept the record out");
   cr_assert_eq(mkdir(absent.c_str(), 0755), 0);
-  cr_assert(!open_stamped_ns_template(skip->fingerprint, r), "a record held after the missing directory was made");
+  cr_assert(!open_stamped_ns_template(key, r), "a record held after the missing directory was made");
 }
 
 Test(ns_template_stamp, a_directory_changed_just_before_the_scan_is_not_recorded, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
-  TempDir root, ws, watched;
-  const std::string r = private_root(root);
-  EtcIdentity who;
-  auto full = prepare_split_mount_tree(spec_for(ws.path()), who);
-  auto skip = prepare_split_mount_tree(spec_for(ws.path()), who, HostScan::skip);
-  cr_assert(full.ok() && skip.ok());
-  auto made = open_ns_template(full->base, full->fingerprint, r);
-  cr_assert(made.ok());
+  MadeTemplate t;
+  const std::string& r = t.r;
+  const auto& watched = t.watched;
+  const std::string& key = t.key;
+  const NsTemplate& made = t.made;
   // Changed within the second before the scan: a later change in the same
   // clock tick could leave the same times, so nothing is recorded.
   corral_test::write_file(watched.path() + "/fresh", "x");
   HostStampStart start = begin_host_stamp();
-  record_host_stamp(skip->fingerprint, {watched.path()}, start, *made, r);
+  record_host_stamp(key, {watched.path()}, start, made, r);
   cr_assert_eq(records_under(r), 0u, "a racy stamp was recorded");
-  cr_assert(!open_stamped_ns_template(skip->fingerprint, r));
+  cr_assert(!open_stamped_ns_template(key, r));
 }
 
 Test(ns_template_stamp, a_replaced_host_entry_gives_the_next_run_a_new_base, .fini = drop_private_roots) {
