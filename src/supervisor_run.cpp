@@ -279,9 +279,13 @@ void Supervisor::Impl::deliver(Run& run) {
   // A masker's held-back tail may be what passes the cap.
   check_output_limit(0, run, *run.out_capture, Limit::stdout_bytes);
   if (run.err_capture) check_output_limit(0, run, *run.err_capture, Limit::stderr_bytes);
-  // Found again by name below the shared base; a failure (the directory
-  // was moved or replaced) shows in the result's detail via remove().
-  if (run.prep.workspace) (void)run.prep.workspace->reacquire();
+  // Found again by name below the shared base for the outputs to be read
+  // through its fd; a failure (the directory was moved or replaced) shows
+  // in the result's detail via remove(). Without outputs nothing reads it:
+  // remove() reopens it only when the child left more than home/ and tmp/.
+  const Request& req = run.prep.request;
+  if (run.prep.workspace && (!req.outputs.empty() || !req.declared_outputs.empty()))
+    (void)run.prep.workspace->reacquire();
   // Not const, and not used after the callback: run() moves from it.
   Result result = finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get());
   // The audit line (the policy's: run_policy.hpp), with the secrets scrubbed.

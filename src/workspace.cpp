@@ -3,7 +3,7 @@
 // (base_, dir_) or by a WorkspaceBase shared by many workspaces; none is
 // passed to a child.
 //
-// This file: the fd helpers, life cycle and staging.
+// This file: life cycle and staging. workspace_fs.cpp: the fd helpers;
 // workspace_remove.cpp: the removal walk. Outputs are read out by
 // output_collect.cpp (the one collector) through the workspace fd.
 #include "corral/workspace.hpp"
@@ -29,141 +29,6 @@
 #include <utility>
 
 #include "workspace_fs.hpp"
-
-namespace corral::wsfs {
-
-// openat2(2), Linux 5.6; glibc 2.36 has no wrapper. Parent-side, so the
-// errno-setting syscall(3) is fine here.
-int openat2_fd(int dirfd, const std::string& path, std::uint64_t flags, std::uint64_t mode,
-               std::uint64_t resolve) {
-  struct open_how how {};
-  how.flags = flags;
-  how.mode = mode;
-  how.resolve = resolve;
-  long fd;
-  do {
-    fd = ::syscall(SYS_openat2, dirfd, path.c_str(), &how, sizeof how);
-  } while (fd < 0 && (errno == EINTR || errno == EAGAIN));  // EAGAIN: RESOLVE_CACHED only, or a rename race
-  return static_cast<int>(fd);
-}
-
-std::string quoted(std::string_view s) { return quote_input(s); }
-
-Error errno_error(std::string_view what) { return Error::from_errno(errno, what); }
-
-std::vector<std::string> split_segments(std::string_view path) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
-    std::size_t slash = path.find('/', start);
-    out.emplace_back(path.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start));
-    if (slash == std::string_view::npos) return out;
-    start = slash + 1;
-  }
-}
-
-Status write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno_error("write");
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return {};
-}
-
-bool same_inode(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
-
-// Walks (and creates, 0755) the parent directories of `segs[0..n-1]` below
-// root, never following a symlink, chown'ing what it creates to owner.
-// Returns an O_PATH fd of the innermost parent. `label` is "input 'a/b'".
-Expected<UniqueFd> open_parents(int root, const std::vector<std::string>& segs, const std::string& label,
-                                const std::optional<WorkspaceOwner>& owner) {
-  UniqueFd cur(::fcntl(root, F_DUPFD_CLOEXEC, 0));
-  if (!cur) return errno_error(label + ": dup");
-  std::string so_far;
-  for (std::size_t i = 0; i + 1 < segs.size(); ++i) {
-    so_far += (i ? "/" : "") + segs[i];
-    bool created = ::mkdirat(cur.get(), segs[i].c_str(), 0755) == 0;
-    if (!created && errno != EEXIST) return errno_error(label + ": create directory " + quoted(so_far));
-    UniqueFd next(openat2_fd(cur.get(), segs[i], O_PATH | O_DIRECTORY | O_CLOEXEC, 0, kResolve));
-    if (!next && errno == ELOOP)
-      return Error(ELOOP, label + ": " + quoted(so_far) + " is a symlink; refusing to follow it");
-    if (!next) return errno_error(label + ": open directory " + quoted(so_far));
-    if (created && owner && ::fchownat(next.get(), "", owner->uid, owner->gid, AT_EMPTY_PATH) != 0)
-      return errno_error(label + ": chown directory " + quoted(so_far));
-    cur = std::move(next);
-  }
-  return cur;
-}
-
-// Creates `leaf` below parent exclusively (never through a symlink, never
-// truncating an existing file, so a planted hard link is not written through).
-Expected<UniqueFd> create_exclusive(int parent, const std::string& leaf, mode_t mode, const std::string& label) {
-  UniqueFd fd(openat2_fd(parent, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode, kResolve));
-  if (fd) return fd;
-  int err = errno;
-  struct stat st {};
-  if (err == EEXIST && ::fstatat(parent, leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
-    return Error(EEXIST, label + ": destination is a symlink; refusing to follow it");
-  if (err == EEXIST) return Error(EEXIST, label + ": destination already exists");
-  return Error::from_errno(err, label + ": create");
-}
-
-Status for_each_entry(int fd, const std::function<bool(const char*, unsigned char)>& fn) {
-  // readdir needs its own open file description: a dup, rewound.
-  int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (dup < 0) return errno_error("dup");
-  DIR* d = ::fdopendir(dup);
-  if (!d) {
-    int err = errno;
-    ::close(dup);
-    return Error::from_errno(err, "fdopendir");
-  }
-  ::rewinddir(d);
-  errno = 0;
-  while (struct dirent* e = ::readdir(d)) {
-    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0 && !fn(e->d_name, e->d_type)) break;
-    errno = 0;
-  }
-  int err = errno;
-  ::closedir(d);
-  if (err) return Error::from_errno(err, "readdir");
-  return {};
-}
-
-Expected<std::vector<Entry>> list_dir(int fd, std::size_t max) {
-  std::vector<Entry> out;
-  auto st = for_each_entry(fd, [&](const char* name, unsigned char type) {
-    out.push_back({name, type});
-    return out.size() < max;
-  });
-  if (!st) return std::move(st).error();
-  std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.name < b.name; });
-  return out;
-}
-
-// d_type, or lstat's answer when the filesystem does not fill it in.
-unsigned char entry_type(int dirfd, const Entry& e) {
-  if (e.type != DT_UNKNOWN) return e.type;
-  struct stat st {};
-  if (::fstatat(dirfd, e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return DT_UNKNOWN;
-  return IFTODT(st.st_mode);
-}
-
-const char* dt_name(unsigned char type) {
-  switch (type) {
-    case DT_FIFO: return "fifo";
-    case DT_SOCK: return "socket";
-    case DT_CHR: return "character device";
-    case DT_BLK: return "block device";
-    case DT_DIR: return "directory";
-    case DT_LNK: return "symlink";
-    default: return "unknown type";
-  }
-}
-
-}  // namespace corral::wsfs
 
 namespace corral {
 
@@ -345,17 +210,19 @@ Expected<Workspace> Workspace::create(const WorkspaceOptions& options) {
     if (*options.tmpfs_bytes == 0) return Error::invalid("workspace: a tmpfs workspace needs a size above 0");
     return create_tmpfs(options);
   }
+  const std::string prefix = options.name_tag.empty() ? "corral-" : "corral-" + options.name_tag + "-";
+  if (options.by_name && options.base) return create_by_name(options, prefix);
   std::string base = options.base ? options.base->path() : default_base(options.base_dir);
   std::string who = "workspace: base directory " + quoted(base);
   Workspace ws;
   ws.owner_ = options.owner;
+  ws.has_tmp_ = options.make_tmp;
   if (options.base) {
     ws.shared_base_ = options.base;
   } else {
     ws.base_.reset(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!ws.base_) return errno_error(who);
   }
-  const std::string prefix = options.name_tag.empty() ? "corral-" : "corral-" + options.name_tag + "-";
   auto name = make_unique_dir(ws.base_fd(), prefix.c_str(), 0700, who);
   if (!name) return std::move(name).error();
   ws.name_ = std::move(*name);
@@ -397,6 +264,52 @@ Expected<Workspace> Workspace::create(const WorkspaceOptions& options) {
   return ws;
 }
 
+// The tree made by name below the shared base (WorkspaceOptions::by_name),
+// released from the start. The base is our euid's and nobody else can
+// write in it (WorkspaceBase::open), so the name we just made is ours to
+// reach by path: the root's identity (fstatat, no link followed) is kept
+// for reacquire() and remove() to check, and home/ and tmp/ are made and
+// chown'ed through "<name>/home", before any program of the run exists.
+Expected<Workspace> Workspace::create_by_name(const WorkspaceOptions& options, const std::string& prefix) {
+  Workspace ws;
+  ws.owner_ = options.owner;
+  ws.shared_base_ = options.base;
+  ws.by_name_ = true;
+  ws.has_tmp_ = options.make_tmp;
+  const int base = ws.base_fd();
+  auto name = make_unique_dir(base, prefix.c_str(), 0700, "workspace: base directory " + quoted(options.base->path()));
+  if (!name) return std::move(name).error();
+  ws.name_ = std::move(*name);
+  ws.path_ = join(options.base->path(), ws.name_);
+  struct stat st {};
+  if (::fstatat(base, ws.name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) {
+    Error e = errno_error("workspace: stat " + quoted(ws.path_));
+    (void)::unlinkat(base, ws.name_.c_str(), AT_REMOVEDIR);
+    return e;  // ws holds nothing: removed() already
+  }
+  // From here on `ws` owns the directory (released, found by name): an
+  // early return removes it.
+  ws.dev_ = st.st_dev;
+  ws.ino_ = st.st_ino;
+  ws.released_ = true;
+  // The umask can only take bits away: as in create(), when the root came
+  // out 0700 the subdirectories do too, and no chmod is made.
+  const bool umask_spared = (st.st_mode & 07777) == 0700;
+  if (!umask_spared && ::fchmodat(base, ws.name_.c_str(), 0700, 0) != 0)
+    return errno_error("workspace: chmod " + quoted(ws.path_));
+  for (const char* sub : {"home", "tmp"}) {
+    if (!ws.has_tmp_ && std::strcmp(sub, "tmp") == 0) continue;
+    const std::string rel = ws.name_ + "/" + sub;
+    if (::mkdirat(base, rel.c_str(), 0700) != 0 || (!umask_spared && ::fchmodat(base, rel.c_str(), 0700, 0) != 0))
+      return errno_error("workspace: create " + quoted(ws.path_ + "/" + sub));
+    if (ws.owner_ && ::fchownat(base, rel.c_str(), ws.owner_->uid, ws.owner_->gid, AT_SYMLINK_NOFOLLOW) != 0)
+      return errno_error("workspace: chown " + quoted(ws.path_ + "/" + sub));
+  }
+  if (ws.owner_ && ::fchownat(base, ws.name_.c_str(), ws.owner_->uid, ws.owner_->gid, AT_SYMLINK_NOFOLLOW) != 0)
+    return errno_error("workspace: chown " + quoted(ws.path_));
+  return ws;
+}
+
 Workspace::Workspace(Workspace&& other) noexcept
     : path_(std::move(other.path_)),
       name_(std::move(other.name_)),
@@ -407,7 +320,9 @@ Workspace::Workspace(Workspace&& other) noexcept
       ino_(other.ino_),
       released_(std::exchange(other.released_, false)),
       owner_(other.owner_),
-      tmpfs_bytes_(other.tmpfs_bytes_) {}
+      tmpfs_bytes_(other.tmpfs_bytes_),
+      by_name_(other.by_name_),
+      has_tmp_(other.has_tmp_) {}
 
 Workspace& Workspace::operator=(Workspace&& other) noexcept {
   if (this != &other) {
@@ -422,6 +337,8 @@ Workspace& Workspace::operator=(Workspace&& other) noexcept {
     released_ = std::exchange(other.released_, false);
     owner_ = other.owner_;
     tmpfs_bytes_ = other.tmpfs_bytes_;
+    by_name_ = other.by_name_;
+    has_tmp_ = other.has_tmp_;
   }
   return *this;
 }
@@ -453,6 +370,7 @@ Workspace::~Workspace() {
 
 Status Workspace::remove() {
   if (removed()) return {};
+  if (released_ && by_name_ && remove_by_name()) return {};
   if (auto st = reacquire(); !st) return st;
   if (!on_tmpfs() && remove_if_empty()) return {};
   Errors errors;
@@ -493,12 +411,38 @@ Status Workspace::remove() {
 // point, so anything else the child left makes this return false and the
 // walk removes it.
 bool Workspace::remove_if_empty() {
-  for (const char* sub : {"home", "tmp"}) (void)::unlinkat(dir_.get(), sub, AT_REMOVEDIR);
+  for (const char* sub : {"home", "tmp"})
+    if (has_tmp_ || std::strcmp(sub, "tmp") != 0) (void)::unlinkat(dir_.get(), sub, AT_REMOVEDIR);
   struct stat mine {}, entry {};
   if (::fstat(dir_.get(), &mine) != 0 || ::fstatat(base_fd(), name_.c_str(), &entry, AT_SYMLINK_NOFOLLOW) != 0 ||
       !same_inode(mine, entry) || ::unlinkat(base_fd(), name_.c_str(), AT_REMOVEDIR) != 0)
     return false;
   dir_.reset();
+  base_.reset();
+  shared_base_.reset();
+  return true;
+}
+
+// remove_if_empty for a released workspace made by name: the root is still
+// the inode create_by_name made (fstatat, no link followed; only our euid
+// can rename in the base), then home/, tmp/ and the root go by name. The
+// root's rmdir refuses whatever else the child left (a file, a symlink in
+// place of home/, a 000 directory it made) and remove() goes on with the
+// walk through fds; a root moved or replaced fails the check and
+// reacquire() says so. A path through the root is walked only in the
+// base, where no one with fewer rights than ours can swap the root for a
+// link between the check and the rmdir.
+bool Workspace::remove_by_name() {
+  const int base = base_fd();
+  struct stat entry {};
+  if (::fstatat(base, name_.c_str(), &entry, AT_SYMLINK_NOFOLLOW) != 0 || entry.st_dev != dev_ ||
+      entry.st_ino != ino_)
+    return false;
+  for (const char* sub : {"home", "tmp"})
+    if (has_tmp_ || std::strcmp(sub, "tmp") != 0)
+      (void)::unlinkat(base, (name_ + "/" + sub).c_str(), AT_REMOVEDIR);
+  if (::unlinkat(base, name_.c_str(), AT_REMOVEDIR) != 0) return false;
+  released_ = false;
   base_.reset();
   shared_base_.reset();
   return true;
@@ -559,6 +503,7 @@ Status copy_fd(int src, int dst) {
 
 Status Workspace::stage_bytes(std::string_view name, std::string_view bytes, mode_t mode) {
   std::string label = "workspace: input " + quoted(name);
+  if (auto st = reacquire(); !st) return st;  // a workspace made by name holds no fd yet
   return explain_full(stage_into(dir_.get(), owner_, name, mode, label, [&](int fd) -> Status {
     if (auto w = write_all(fd, bytes); !w) return w.error().context(label);
     return {};
@@ -581,6 +526,7 @@ Status Workspace::stage_file(const std::string& host_path, std::string_view name
 }
 
 Status Workspace::stage_copy(int src, std::string_view name, mode_t mode, const std::string& label) {
+  if (auto st = reacquire(); !st) return st;
   return explain_full(stage_into(dir_.get(), owner_, name, mode, label, [&](int fd) -> Status {
     if (auto c = copy_fd(src, fd); !c) return c.error().context(label);
     return {};
@@ -589,6 +535,7 @@ Status Workspace::stage_copy(int src, std::string_view name, mode_t mode, const 
 
 Status Workspace::stage_dir(std::string_view name, const std::string& label) {
   if (auto ok = validate_relative_name(name, "workspace: input"); !ok) return ok;
+  if (auto st = reacquire(); !st) return st;
   if (dir_.get() < 0) return Error(EBADF, label + ": workspace already removed");
   auto segs = split_segments(std::string(name) + "/.");
   auto parent = open_parents(dir_.get(), segs, label, owner_);

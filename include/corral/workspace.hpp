@@ -102,6 +102,17 @@ struct WorkspaceOptions {
   // frees it once the workspace's fd and the last mount of it are gone, so
   // a killed supervisor leaves none behind. The base is not used.
   std::optional<std::uint64_t> tmpfs_bytes = std::nullopt;
+  // Make the tree and remove it by its name below `base`, holding no fd of
+  // it in between: the workspace starts released (dirfd() is -1 until
+  // reacquire(), which staging calls itself) and remove() takes the empty
+  // tree a run usually leaves by name. 4 calls to make (mkdirat, fstatat,
+  // mkdirat home/ and tmp/) and 4 to remove (fstatat, three rmdir) instead
+  // of 14 through fds. Safe because a shared base is a directory of our
+  // euid that nobody else can write (WorkspaceBase): no one with fewer
+  // rights than ours can plant or swap a name there, and rmdir never
+  // follows a symlink in its last component. Ignored without `base` and
+  // for a tmpfs workspace.
+  bool by_name = false;
   // Names the workspace corral-<tag>-<16 hex> instead of corral-<16 hex>:
   // a supervisor puts its token here, so that what it leaves when it dies
   // is found again by it (remove_leftovers; leftovers.hpp). [0-9a-z] only.
@@ -129,6 +140,7 @@ class Workspace {
   std::string home() const { return path_ + "/home"; }
   std::string tmp() const { return path_ + "/tmp"; }
   // O_PATH|O_DIRECTORY|O_CLOEXEC fd of the root; owned by the workspace.
+  // -1 while released (WorkspaceOptions::by_name: from the start).
   int dirfd() const noexcept { return dir_.get(); }
   bool removed() const noexcept { return !dir_.valid() && !released_; }
 
@@ -182,6 +194,8 @@ class Workspace {
 
  private:
   bool remove_if_empty();  // remove()'s fast path: an emptied root goes without the walk
+  bool remove_by_name();   // the same for a released workspace, by name (by_name)
+  static Expected<Workspace> create_by_name(const WorkspaceOptions& options, const std::string& prefix);
   Workspace() = default;
 
   int base_fd() const noexcept { return shared_base_ ? shared_base_->fd() : base_.get(); }
@@ -207,6 +221,8 @@ class Workspace {
   bool released_ = false;
   std::optional<WorkspaceOwner> owner_;
   std::uint64_t tmpfs_bytes_ = 0;  // > 0: a tmpfs of this size, dir_ its fsmount fd
+  bool by_name_ = false;           // made by name (WorkspaceOptions::by_name)
+  bool has_tmp_ = true;            // tmp/ was made (WorkspaceOptions::make_tmp)
 };
 
 }  // namespace corral
