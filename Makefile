@@ -100,7 +100,7 @@ $(SHARED_LIB): $(LIB_OBJS) src/corral.map
 # bitmap instead of 135 KiB of Elf64_Rela for the start-up to read. The
 # pages they write (.data.rel.ro: vtables, tables of pointers) are the same
 # either way: 16 copy-on-write faults per start, the price of a PIE (ASLR).
-CLI_LINK ?= $(if $(SANITIZE),$(PKG_LIBS),-static-pie -Wl,-z,pack-relative-relocs $(PKG_STATIC_LIBS))
+CLI_LINK ?= $(if $(SANITIZE),$(PKG_LIBS),-static-pie -Wl,-z,pack-relative-relocs -Wl,-e,corral_cli_entry $(PKG_STATIC_LIBS))
 $(CLI): $(CLI_OBJS) $(STATIC_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $(CLI_OBJS) $(STATIC_LIB) $(LDFLAGS) $(CLI_LINK)
