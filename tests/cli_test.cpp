@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "corral/sha256.hpp"
 #include "support.hpp"
 
 using namespace corral_test;
@@ -285,6 +286,32 @@ Test(cli, the_cli_start_reads_no_link) {
               *tier ? "run --tier none -- /bin/true" : "--version", WIFEXITED(status) ? "exit" : "signal",
               WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), SIGSYS);
   }
+}
+
+// The static CLI fills OpenSSL's CPU capability words from glibc's answers
+// instead of letting libcrypto run CPUID again (src/cli/start.cpp): its
+// SHA-256 of a run's output must be the library's, over many blocks and a
+// partial one, and of "abc" (FIPS 180-2's example).
+Test(cli, the_clis_sha256_is_the_librarys) {
+  TempDir dir;
+  std::string data;
+  for (int i = 0; data.size() < (3u << 20) + 17; ++i) data += "line " + std::to_string(i * 7919) + "\n";
+  {
+    FILE* f = std::fopen((dir / "data").c_str(), "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(std::fwrite(data.data(), 1, data.size(), f), data.size());
+    std::fclose(f);
+  }
+  corral::Sha256 h;
+  h.update(data);
+  Ran r = run_corral("run --tier none --json --limit stdout_bytes=8MiB -- /bin/cat " + (dir / "data"));
+  cr_assert_eq(r.code, 0, "%s", r.err.c_str());
+  auto j = nlohmann::json::parse(r.out);
+  cr_assert_eq(j["stdout_sha256"].get<std::string>(), h.hex_digest(), "the CLI's digest differs from the library's");
+  Ran abc = run_corral("run --tier none --json -- /usr/bin/printf abc");
+  cr_assert_eq(abc.code, 0, "%s", abc.err.c_str());
+  cr_assert_eq(nlohmann::json::parse(abc.out)["stdout_sha256"].get<std::string>(),
+               "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 // getopt_long in every verb: both spellings of a value, short forms, `--`

@@ -1,5 +1,5 @@
-// The static CLI's start-up: two things glibc's static start does dearly
-// on a VM, done cheaply. Both only in the static link (Makefile: CLI_LINK).
+// The static CLI's start-up: three things a static start does dearly on a
+// VM, done cheaply. Both only in the static link (Makefile: CLI_LINK).
 //
 // 1. The ELF entry (-Wl,-e,corral_cli_entry): map the binary's pages in two
 // madvise calls, then glibc's _start as usual.
@@ -23,6 +23,8 @@
 #include <elf.h>
 #include <link.h>
 #include <sys/syscall.h>
+
+#include <sys/platform/x86.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -102,3 +104,33 @@ corral_cli_entry:
 // is not mounted: origin unknown, (char *) -1, and a $ORIGIN path element is
 // then dropped. A glibc that no longer calls it at start ignores it.
 extern "C" const char* _dl_get_origin() { return reinterpret_cast<const char*>(-1); }
+
+// 3. No CPUID of OpenSSL's. libcrypto (linked for SHA-256: sha256.cpp) runs
+// OPENSSL_cpuid_setup from .init, and its OPENSSL_ia32_cpuid executes CPUID
+// ~6 times: each one traps to the hypervisor (6-13 us here; the whole call
+// 38 us at best). glibc has already asked the CPU, once, before .init
+// runs. This definition takes the place of libcrypto's (its cpuid.o
+// defines nothing else) and fills OPENSSL_ia32cap_P from glibc's answers
+// with only what SHA-256's code chooses by: SHA-NI, AVX2 with BMI1/2, AVX,
+// SSSE3, each only where glibc calls it active (the CPU has it and the
+// kernel saves its registers), plus the x86-64 baseline (SSE, SSE2, FXSR)
+// and bit 10, OpenSSL's "filled" mark. Every other bit is 0: any other
+// OpenSSL code takes its generic path, which computes the same result. The
+// CLI's digests are the same; the library and the tests keep libcrypto's
+// own set-up. OPENSSL_ia32cap in the environment is not read.
+// Weak: a sanitizer build links the CLI against libcrypto.so, which does
+// not export the words (nor call this); there the address is null.
+extern "C" {
+extern unsigned int OPENSSL_ia32cap_P[4] __attribute__((weak));
+void OPENSSL_cpuid_setup() {
+  if (OPENSSL_ia32cap_P == nullptr) return;
+  unsigned int cap[4] = {1u << 10 | 1u << 24 | 1u << 25 | 1u << 26, 0, 0, 0};
+  if (CPU_FEATURE_ACTIVE(SSSE3)) cap[1] |= 1u << 9;
+  if (CPU_FEATURE_ACTIVE(AVX)) cap[1] |= 1u << 28;
+  if (CPU_FEATURE_ACTIVE(BMI1)) cap[2] |= 1u << 3;
+  if (CPU_FEATURE_ACTIVE(AVX2)) cap[2] |= 1u << 5;
+  if (CPU_FEATURE_ACTIVE(BMI2)) cap[2] |= 1u << 8;
+  if (CPU_FEATURE_ACTIVE(SHA)) cap[2] |= 1u << 29;
+  for (int i = 0; i < 4; ++i) OPENSSL_ia32cap_P[i] = cap[i];
+}
+}
