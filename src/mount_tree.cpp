@@ -222,8 +222,15 @@ Status build_tree(const MountTreeSpec& spec, const EtcIdentity& who, Builder& b,
     // already fully visible (mount_too_revealing). A split tree's per-run
     // proc is mounted by a child still in the host's user namespace, where
     // that rule does not apply.
+    // hidepid=ptraceable (proc(5), Linux 5.8; the binds need 5.12): a
+    // process is listed only to those that may ptrace it. pid 1 of a
+    // template run shares the supervisor's memory, so its cmdline is the
+    // supervisor's argv; a session exec's child shows its caller's until it
+    // execs; other execs of a session share the uid. None of those passes
+    // the ptrace check (another Landlock domain or user namespace), and
+    // /proc/PID/cmdline is readable by anyone who sees the PID.
     b.mkdir("/proc", 0555);
-    fresh.mount("mount proc on /proc", "proc", "/proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, {});
+    fresh.mount("mount proc on /proc", "proc", "/proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=ptraceable");
   }
   b.mkdir("/tmp", 01777);
   fresh.tmpfs("/tmp", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.tmp_bytes()) + ",mode=1777");

@@ -44,10 +44,18 @@ constexpr long kSigsetSize = 8;
 // (Pid1UserNs::program_stack) leaves the flag alone: it is the address
 // space's, so the spawner's, and not ours to keep. There the program's
 // ids map to pid 1's host uid and gid, so the kernel's ptrace check passes
-// its id test (it compares host ids; the user namespaces do not enter into
-// it) and falls to that flag and to the LSMs: the program's Landlock
-// domain (the template's scoping, container.cpp) refuses it any process
-// outside the domain, pid 1 included, whatever the flag says.
+// its id test (it compares host ids) and falls to that flag, which the
+// kernel sets to fs.suid_dumpable at each id change of a task on that
+// memory (1: dumpable; a PR_SET_DUMPABLE 0 here would be undone by the
+// next run's pid 1), and to the LSMs. Two of those refuse the program
+// whatever the flag says: the capability check (the program is in a user
+// namespace below pid 1's and holds no CAP_SYS_PTRACE over pid 1's;
+// measured with suid_dumpable=1 and no Landlock: /proc/PID/mem and environ
+// EACCES, process_vm_readv, ptrace and pidfd_getfd EPERM, where a tracer
+// of the same uid in pid 1's namespace got all five), and the program's
+// Landlock domain (the template's scoping, container.cpp), which refuses
+// it any process outside the domain. The program's /proc does not list
+// pid 1 (hidepid=ptraceable, mount_tree.cpp).
 void harden_pid1(int report_fd, bool own_memory) noexcept {
   if (report_fd > 0) sys::call(SYS_close_range, 0, report_fd - 1, 0);
   sys::call(SYS_close_range, report_fd < 0 ? 0 : report_fd + 1, ~0u, 0);

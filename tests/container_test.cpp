@@ -2,6 +2,7 @@
 // from inside the sandbox by tests/helpers/inside.c (bound read-only at
 // /helpers) through real Supervisor runs, and how runs end (OOM, signals,
 // rlimits, pids, escapees, deadlines, cancel, a killed supervisor).
+#include "cmdline_mark.hpp"
 #include "container_support.hpp"
 
 using namespace corral;
@@ -155,7 +156,7 @@ Test(container, runs_as_a_non_root_uid_in_its_own_pid_and_uts_namespaces) {
   Harness h;
   EXPECT_EMPTY(mismatches(observe(h), {{"uid", "65534"},
                                        {"gid", "65534"},
-                                       {"proc_pids", "1,2"},
+                                       {"proc_pids", "2"},  // pid 1 is not the program's to see
                                        {"hostname", "corral"},
                                        {"cwd", "/workspace"}}));
 }
@@ -205,19 +206,42 @@ Test(container, the_root_is_read_only_and_the_host_is_invisible) {
 // pid 1 shares the supervisor's memory in the template (container.hpp,
 // spawn_container): the program, same host uid as pid 1, must not reach it
 // through the ptrace access check /proc/1/{maps,environ,mem} go through.
+// The same check decides what the program's /proc lists
+// (hidepid=ptraceable): pid 1 is not found there.
 Test(container, the_program_cannot_read_pid_1s_memory) {
   SKIP_UNLESS_CONTAINER();
   Harness h;
-  EXPECT_EMPTY(mismatches(observe(h), {{"read_pid1_maps", "EACCES"},
-                                       {"read_pid1_environ", "EACCES"},
-                                       {"read_pid1_mem", "EACCES"}}));
+  EXPECT_EMPTY(mismatches(observe(h), {{"read_pid1_maps", "ENOENT"},
+                                       {"read_pid1_environ", "ENOENT"},
+                                       {"read_pid1_mem", "ENOENT"}}));
+}
+
+// pid 1 of a template run shares our memory, argv strings included, and a
+// run built per run has a copy of them: /proc/1/cmdline is our command
+// line, which a library user's program may have called with a secret. The
+// program's /proc lists only what it may ptrace (hidepid=ptraceable), and
+// pid 1 is not that.
+Test(container, the_program_sees_no_command_line_of_its_supervisor) {
+  SKIP_UNLESS_CONTAINER();
+  Harness h;
+  corral_test::CmdlineMark mark("mark-5e1d7a");
+  cr_assert(mark.ok(), "our argv is too short to mark");
+  for (bool loopback : {false, true}) {
+    Request r = boxed({"/helpers/inside", "cmdline-watch", "mark-5e1d7a", "0"});
+    r.loopback = loopback;  // with it, a run built per run (pid 1 on a copy of our memory)
+    Result res = h.run(std::move(r));
+    cr_expect(contains(res.stdout_capture.text, "cmdline_seen=none\n"), "loopback=%d: %s %s", loopback,
+              res.stdout_capture.text.c_str(), res.detail.c_str());
+  }
 }
 
 // A template run's pid 1 runs on our memory (CLONE_VM), so its dumpable
 // flag is ours: the kernel sets it to fs.suid_dumpable at every id change
-// of a task on our memory (1 there: dumpable), and a library user may set
-// it. The program's ids map to pid 1's host uid and gid, so only pid 1's
-// own ids may keep it out whatever the flag says. Set here once the
+// of a task on our memory (1 there: dumpable; a PR_SET_DUMPABLE 0 made
+// after one is undone by the next run's), and a library user may set it.
+// The program's ids map to pid 1's host uid and gid; what keeps it out
+// whatever the flag says is its Landlock domain and its user namespace
+// (pid1.cpp), and /proc does not list pid 1 to it. Set here once the
 // program runs (a template spawn returns after its exec); a run built per
 // run has a pid 1 of its own memory and holds either way.
 Test(container, pid_1_stays_out_of_reach_when_the_supervisor_is_dumpable) {
@@ -229,7 +253,7 @@ Test(container, pid_1_stays_out_of_reach_when_the_supervisor_is_dumpable) {
   prctl(PR_SET_DUMPABLE, 1);
   while (!result) (void)h.sup->run_once(1);
   prctl(PR_SET_DUMPABLE, was);
-  EXPECT_EMPTY(mismatches(*result, {{"pid1_mem", "EACCES"}, {"pid1_environ", "EACCES"}}));
+  EXPECT_EMPTY(mismatches(*result, {{"pid1_mem", "ENOENT"}, {"pid1_environ", "ENOENT"}}));
 }
 
 // A template run's pid 1 and program run on our memory (CLONE_VM) on

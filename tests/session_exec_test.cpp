@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "corral/session.hpp"
+#include "cmdline_mark.hpp"
 #include "session_support.hpp"
 
 using namespace corral;
@@ -336,4 +337,34 @@ Test(session_exec, an_execs_chdir_is_where_it_runs) {
   auto res = sup->run(session_exec_request(s.id, r));
   cr_assert(res, "exec: %s", res ? "" : res.error().message().c_str());
   cr_expect_eq(res->stdout_capture.text, std::string("/tmp\n"), "ran in %s", res->stdout_capture.text.c_str());
+}
+
+// An exec's child shares its caller's memory until its execve
+// (CLONE_VM|CLONE_VFORK), argv strings included: its /proc/PID/cmdline is
+// the caller's command line, which may hold a secret. Another exec of the
+// session (same uid, same pid namespace) watching /proc while execs start
+// must read none of it, nor list any process that is not its own.
+Test(session_exec, an_exec_reads_no_command_line_of_another_execs_caller, .timeout = 90) {
+  SKIP_UNLESS_SESSIONS();
+  WarmSession w("cmdline");
+  auto& [sc, s, sup] = w;
+  corral_test::CmdlineMark mark("mark-9b2c4e");
+  cr_assert(mark.ok(), "our argv is too short to mark");
+  Request watch;
+  watch.argv = {"/helpers/inside", "cmdline-watch", "mark-9b2c4e", "5"};
+  watch.limits.set(Limit::wall_seconds, 40);
+  std::shared_ptr<Result> watcher;
+  auto h = sup->submit(session_exec_request(s.id, watch), RunCallbacks{nullptr, [&](const Result& res) {
+                                                                       watcher = std::make_shared<Result>(res);
+                                                                     }});
+  cr_assert(h, "submit: %s", h ? "" : h.error().message().c_str());
+  for (int i = 0; i < 5; ++i) (void)sup->run_once(0.1);  // under way
+  for (int i = 0; i < 60 && !watcher; ++i) {
+    Result r = exec(*sup, s.id, {"/bin/true"});
+    cr_expect_eq(r.outcome, Outcome::exited, "exec %d beside the watcher: %s", i, r.detail.c_str());
+  }
+  while (!watcher) (void)sup->run_once(1);
+  cr_expect(contains(watcher->stdout_capture.text, "cmdline_seen=none\n"), "%s %s",
+            watcher->stdout_capture.text.c_str(), watcher->detail.c_str());
+  cr_expect(contains(watcher->stdout_capture.text, "pids_listed=0\n"), "%s", watcher->stdout_capture.text.c_str());
 }

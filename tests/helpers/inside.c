@@ -21,6 +21,12 @@
  *                     20 ms for up to SECONDS (the host changes pid 1's
  *                     side meanwhile): "pid1_mem=ok" at the first open that
  *                     succeeds, else the last errno; the same for environ
+ *   cmdline-watch MARK SECONDS
+ *                     read /proc/PID/cmdline of every other process listed
+ *                     in /proc, again and again for up to SECONDS:
+ *                     "cmdline_seen=PID" at the first that holds MARK, else
+ *                     "cmdline_seen=none"; "pids_listed=N" the most other
+ *                     pids one scan listed
  *   cwd-root          whether the working directory lies under this process's
  *                     root: "cwd_in_root=yes" when walking ".." from it
  *                     reaches "/", "no" when it reaches another top (a
@@ -287,6 +293,44 @@ static int pid1_reach(double seconds) {
   return 0;
 }
 
+static int cmdline_has(int pid, const char *mark) {
+  char path[64], buf[8192];
+  snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf);
+  close(fd);
+  return n > 0 && memmem(buf, (size_t)n, mark, strlen(mark)) != NULL;
+}
+
+static int cmdline_watch(const char *mark, double seconds) {
+  struct timespec start, now;
+  int most = 0, self = getpid();
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int listed = 0;
+    while (d && (e = readdir(d))) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      int pid = atoi(e->d_name);
+      if (pid == self) continue;
+      listed++;
+      if (cmdline_has(pid, mark)) {
+        closedir(d);
+        printf("cmdline_seen=%d\npids_listed=%d\n", pid, listed > most ? listed : most);
+        return 0;
+      }
+    }
+    if (d) closedir(d);
+    if (listed > most) most = listed;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((double)(now.tv_sec - start.tv_sec) + (double)(now.tv_nsec - start.tv_nsec) / 1e9 >= seconds) break;
+  }
+  printf("cmdline_seen=none\npids_listed=%d\n", most);
+  return 0;
+}
+
 static int cwd_root(void) {
   struct stat root, here, up;
   char path[4096] = ".";
@@ -321,6 +365,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "abstract-connect") && argc > 3) return abstract_connect(argv[2], atoi(argv[3]));
   if (!strcmp(m, "families")) return families();
   if (!strcmp(m, "cwd-root")) return cwd_root();
+  if (!strcmp(m, "cmdline-watch") && argc > 3) return cmdline_watch(argv[2], atof(argv[3]));
   if (!strcmp(m, "pid1-reach") && argc > 2) return pid1_reach(atof(argv[2]));
   if (!strcmp(m, "ns")) {
     ns_link("netns", "/proc/self/ns/net");
