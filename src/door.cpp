@@ -1,5 +1,6 @@
 #include "corral/door.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -80,6 +81,12 @@ Expected<std::string> resolve_allowed_path(std::string_view what, const std::str
 
 Expected<Request> admit(Request request, const Ask& ask, const DoorPolicy& policy) {
   if (Status st = validate_request(request); !st) return st.error();
+  if (!ask.session_scope.empty() &&
+      std::find(policy.allow_session_scopes.begin(), policy.allow_session_scopes.end(), ask.session_scope) ==
+          policy.allow_session_scopes.end())
+    return Error::invalid("session: scope " + q(ask.session_scope) +
+                          " is not one the operator lets job lines use (corral batch --allow-session-scope " +
+                          q(ask.session_scope) + ")");
   std::vector<std::string> allowed = policy.allow_host_paths;
   std::optional<Provenance> provenance = ask.provenance;
   if (!ask.route.empty()) {

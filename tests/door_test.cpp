@@ -157,3 +157,23 @@ Test(door, a_routes_allow_host_paths_add_to_the_operators) {
   cr_assert(!refused.ok());
   assert_mentions(refused.error().message(), {"bad.toml:1:", "allow_host_paths entry 'relative'"});
 }
+
+// A batch job line's session key joins the live session of that key,
+// whoever opened it: the gate lets a job name only a scope the operator
+// listed, and a request that names none is not asked.
+Test(door, a_session_scope_is_refused_unless_the_operator_allowed_it) {
+  auto job = job_from_json(R"({"argv":["true"],"tier":"container"})");
+  cr_assert(job.ok());
+  Ask ask = job->ask;
+  ask.session_scope = "agents";
+  DoorPolicy policy;
+  auto none = admit(job->request, ask, policy);
+  cr_assert(!none.ok(), "a session scope passed a gate that allows none");
+  assert_mentions(none.error().message(), {"'agents'", "--allow-session-scope"});
+  policy.allow_session_scopes = {"other"};
+  cr_assert(!admit(job->request, ask, policy).ok(), "a scope passed that was not the one allowed");
+  policy.allow_session_scopes = {"other", "agents"};
+  auto allowed = admit(job->request, ask, policy);
+  cr_assert(allowed.ok(), "%s", allowed.ok() ? "" : allowed.error().message().c_str());
+  cr_assert(admit(job->request, job->ask, DoorPolicy{}).ok(), "a request without a session was refused");
+}

@@ -101,15 +101,42 @@ Test(session_cli, batch_serializes_a_sessions_jobs_and_disposes_it) {
                                      " $n >> log");
   job("last", "cat log");
   corral_test::write_file(dir / "jobs.jsonl", jobs);
-  auto run = run_cli({"batch", "--parallel", "8", dir / "jobs.jsonl"});
+  auto run = run_cli({"batch", "--parallel", "8", "--allow-session-scope", scope, dir / "jobs.jsonl"});
   cr_assert_eq(run.code, 0, "%s", run.err.c_str());
   cr_expect(contains(run.out, "1 0\\n2 1\\n3 2\\n4 3\\n"), "jobs of one session overlapped or reordered: %s",
             run.out.c_str());
   cr_expect_eq(sessions_of(scope), 0u, "the batch left its session open");
 
-  auto kept = run_cli({"batch", "--keep-sessions", dir / "jobs.jsonl"});
+  auto kept = run_cli({"batch", "--keep-sessions", "--allow-session-scope", scope, dir / "jobs.jsonl"});
   cr_assert_eq(kept.code, 0, "%s", kept.err.c_str());
   cr_expect_eq(sessions_of(scope), 1u, "--keep-sessions did not keep it");
+  cr_expect_eq(dispose_scope(scope), 1);
+}
+
+// A job file may be someone else's, and a session key joins the live
+// session of that key, whoever opened it: its files and its processes. A
+// job line naming a scope the operator did not allow is refused at the
+// gate, by line, and reaches no session; one the operator allowed runs.
+Test(session_cli, a_batch_job_joins_no_session_of_a_scope_the_operator_did_not_allow) {
+  SKIP_UNLESS_SESSIONS();
+  const std::string scope = scope_for("victim");
+  auto open = run_cli({"session", "open", "--scope", scope, "--thread", "t"});
+  cr_assert_eq(open.code, 0, "%s", open.err.c_str());
+  const std::string id = trim(open.out);
+  cr_assert_eq(run_cli({"session", "put", id, "secret.txt", "--text", "the victim's"}).code, 0);
+  corral_test::TempDir dir;
+  corral_test::write_file(dir / "jobs.jsonl",
+                          "{\"id\":\"steal\",\"tier\":\"container\",\"argv\":[\"/bin/cat\",\"secret.txt\"],"
+                          "\"session\":{\"scope\":\"" + scope + "\",\"thread\":\"t\"}}\n");
+  auto refused = run_cli({"batch", "--keep-sessions", dir / "jobs.jsonl"});
+  cr_expect(!contains(refused.out, "the victim's"), "a job line read another's session: %s", refused.out.c_str());
+  cr_expect(contains(refused.out, "\"line\":1") && contains(refused.out, "--allow-session-scope"),
+            "the refusal names neither the line nor the option: %s", refused.out.c_str());
+  auto other = run_cli({"batch", "--keep-sessions", "--allow-session-scope", "another", dir / "jobs.jsonl"});
+  cr_expect(!contains(other.out, "the victim's"), "a job line read another's session: %s", other.out.c_str());
+  auto allowed = run_cli({"batch", "--keep-sessions", "--allow-session-scope", scope, dir / "jobs.jsonl"});
+  cr_expect(contains(allowed.out, "the victim's"), "an allowed scope did not run: %s %s", allowed.out.c_str(),
+            allowed.err.c_str());
   cr_expect_eq(dispose_scope(scope), 1);
 }
 
@@ -136,7 +163,7 @@ Test(session_cli, cpu_limited_session_jobs_wait_for_a_cpu) {
       break;
     }
   cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);  // the batch inherits it
-  auto run = run_cli({"batch", dir / "jobs.jsonl"});
+  auto run = run_cli({"batch", "--allow-session-scope", scope, dir / "jobs.jsonl"});
   sched_setaffinity(0, sizeof saved, &saved);
   cr_assert_eq(run.code, 0, "%s", run.err.c_str());
   std::vector<std::pair<double, double>> spans;
@@ -229,7 +256,8 @@ Test(session_cli, a_stopped_batch_reports_the_session_jobs_still_waiting) {
     dup2(out[1], 1);
     int devnull = open_devnull();
     dup2(devnull, 2);
-    execl(cli.c_str(), cli.c_str(), "batch", "--parallel", "8", static_cast<char*>(nullptr));
+    execl(cli.c_str(), cli.c_str(), "batch", "--parallel", "8", "--allow-session-scope", scope.c_str(),
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   cr_assert_gt(pid, 0);

@@ -40,6 +40,12 @@ struct DoorPolicy {
   std::vector<std::string> allow_host_paths;
   // The lowest tier a request may run in (corral batch --min-tier).
   std::optional<Tier> min_tier;
+  // The session scopes a batch job line may name (corral batch
+  // --allow-session-scope). A line with a session key joins the live
+  // session of that key, whoever opened it (its files, its processes), or
+  // opens one that the key's owner would join later: a job file someone
+  // else may have written does so only in a scope the operator listed.
+  std::vector<std::string> allow_session_scopes;
   // The routes a request may name (corral run/batch --routes FILE).
   std::shared_ptr<const Router> routes;
   std::string routes_file;  // names the routes in messages
@@ -53,6 +59,8 @@ struct Ask {
   // pass_env): a route checks them; without a route, `net` host is refused
   // in tier container.
   RouteOverrides given;
+  // The scope of the session a batch job line names ("": none).
+  std::string session_scope;
 };
 
 // A batch job line: the Request and what it asks of the door.
@@ -65,6 +73,7 @@ struct Job {
 };
 
 // Applies `ask.route` (request_for_route), then refuses, in this order:
+// a session scope outside policy.allow_session_scopes;
 // untrusted provenance below tier container; a tier below policy.min_tier;
 // net host in tier container; a host path outside the allowed prefixes
 // (which it rewrites to its resolved form, and marks inputs so staging

@@ -206,6 +206,7 @@ class Batch {
       return;
     }
     if (options_.untrusted) job->ask.provenance = Provenance::untrusted;
+    if (*session_key) job->ask.session_scope = (*session_key)->scope;
     std::string job_id = job->request.id;
     auto req = admit(std::move(job->request), job->ask, options_.policy);
     if (!req) {

@@ -49,6 +49,10 @@ const char kBatchOptionsHelp[] =
     "                           \"thread\"[, \"agent\"]} opened (a job with it runs in that\n"
     "                           warm session, its jobs one at a time in order; default:\n"
     "                           disposed at the end of the batch)\n"
+    "      --allow-session-scope S\n"
+    "                           jobs may name sessions of scope S (repeatable;\n"
+    "                           default: none): a session key joins the live\n"
+    "                           session of that key, whoever opened it\n"
     "  -j, --json               accepted for symmetry: the output is always JSON lines\n"
     "      --max-line-bytes N   longest job line read (default: 16 MiB, at most 4 GiB);\n"
     "                           a longer line is an error result naming its line\n"
@@ -81,7 +85,9 @@ const char kBatchOptionsHelp[] =
 // --max-line-bytes at most.
 constexpr unsigned long long kMaxLineBytesCeiling = 1ull << 32;  // 4 GiB
 
-enum : int { kRoutes = 256, kAllowHostPath, kMinTier, kUntrusted, kAudit, kMaxLineBytes, kShard, kKeepSessions };
+enum : int {
+  kRoutes = 256, kAllowHostPath, kMinTier, kUntrusted, kAudit, kMaxLineBytes, kShard, kKeepSessions, kAllowSessionScope
+};
 
 const option kBatchOptions[] = {
     {"help", no_argument, nullptr, 'h'},
@@ -95,6 +101,7 @@ const option kBatchOptions[] = {
     {"max-line-bytes", required_argument, nullptr, kMaxLineBytes},
     {"shard", required_argument, nullptr, kShard},
     {"keep-sessions", no_argument, nullptr, kKeepSessions},
+    {"allow-session-scope", required_argument, nullptr, kAllowSessionScope},
     {nullptr, 0, nullptr, 0},
 };
 
@@ -126,6 +133,7 @@ int parse_batch_options(int argc, char** argv, BatchOptions& o) {
       }
       case kUntrusted: o.untrusted = true; return -1;
       case kKeepSessions: o.keep_sessions = true; return -1;
+      case kAllowSessionScope: o.policy.allow_session_scopes.push_back(v); return -1;
       case kAudit: o.audit = v; return -1;
       case kMaxLineBytes: {
         auto n = parse_limit_value("--max-line-bytes", v);
