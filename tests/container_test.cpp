@@ -3,6 +3,7 @@
 // /helpers) through real Supervisor runs, and how runs end (OOM, signals,
 // rlimits, pids, escapees, deadlines, cancel, a killed supervisor).
 #include "cmdline_mark.hpp"
+#include "host_view.hpp"
 #include "container_support.hpp"
 
 using namespace corral;
@@ -324,10 +325,32 @@ Test(container, a_chdir_follows_no_magic_link_out_of_the_root) {
   r.binds.push_back(MountBind{shared.path(), "/shared", true});
   r.chdir = "/shared/escape";
   Result res = h.run(std::move(r));
-  close(host_root);
   cr_expect(!contains(res.stdout_capture.text, "cwd_in_root=no"), "the program started outside its root: %s",
             res.stdout_capture.text.c_str());
   cr_expect_eq(res.outcome, Outcome::spawn_failed, "a run into the link ran: %s", res.stdout_capture.text.c_str());
+
+  // From the host, not from what the program says: the working directory
+  // of a program whose chdir is the link, read at /proc/PID/cwd. It never
+  // runs; one whose chdir is the shared directory itself is seen there, so
+  // the watch is not blind.
+  struct stat host_root_st, shared_st;
+  cr_assert_eq(fstat(host_root, &host_root_st), 0);
+  cr_assert_eq(stat(shared.path().c_str(), &shared_st), 0);
+  const std::vector<std::string> sleeper = {"/bin/sleep", "30.4721"};
+  Request plain = boxed(sleeper);
+  plain.binds.push_back(MountBind{shared.path(), "/shared", true});
+  plain.chdir = "/shared";
+  auto control = corral_test::see_from_host(*h.sup, std::move(plain));
+  cr_assert(control.pid && control.cwd_ok, "the host never saw the program run: %s", control.result->detail.c_str());
+  cr_expect(corral_test::same_file(control.cwd, shared_st), "the program in /shared is not in the shared directory");
+  Request escape = boxed(sleeper);
+  escape.binds.push_back(MountBind{shared.path(), "/shared", true});
+  escape.chdir = "/shared/escape";
+  auto seen = corral_test::see_from_host(*h.sup, std::move(escape));
+  close(host_root);
+  cr_expect(!(seen.cwd_ok && corral_test::same_file(seen.cwd, host_root_st)),
+            "the host saw the program (pid %d) run in the host's /", static_cast<int>(seen.pid));
+  cr_expect_eq(seen.pid, 0, "a program whose chdir is the link ran (pid %d)", static_cast<int>(seen.pid));
 }
 
 Test(container, user_names_the_uid_inside_and_root_is_refused) {

@@ -12,6 +12,7 @@
 
 #include "corral/session.hpp"
 #include "cmdline_mark.hpp"
+#include "host_view.hpp"
 #include "session_support.hpp"
 
 using namespace corral;
@@ -286,14 +287,46 @@ Test(session_exec, an_exec_stops_no_process_of_another_exec, .timeout = 90) {
                                                                       stopper = std::make_shared<Result>(res);
                                                                     }});
   cr_assert(h, "submit: %s", h ? "" : h.error().message().c_str());
-  for (int i = 0; i < 5; ++i) (void)sup->run_once(0.1);  // under way
+  // A neighbour that runs as long as the stopper, watched from the host
+  // with the session's pid 1: their State in the host's /proc while the
+  // stopper runs, not what their Results say afterwards.
+  Request sleeper;
+  sleeper.argv = {"/bin/sleep", "20.5173"};
+  sleeper.limits.set(Limit::wall_seconds, 40);
+  std::shared_ptr<Result> neighbour;
+  auto n = sup->submit(session_exec_request(s.id, sleeper), RunCallbacks{nullptr, [&](const Result& res) {
+                                                                         neighbour = std::make_shared<Result>(res);
+                                                                       }});
+  cr_assert(n, "submit: %s", n ? "" : n.error().message().c_str());
+  pid_t neighbour_pid = 0;
+  for (int i = 0; i < 500 && !neighbour_pid && !neighbour; ++i) {
+    (void)sup->run_once(0.02);
+    neighbour_pid = corral_test::host_pid_with_argv(sleeper.argv);
+  }
+  cr_assert(neighbour_pid, "the host never saw the neighbour run");
+  std::string stopped_seen;
+  int looks = 0;
+  auto look = [&] {
+    for (pid_t pid : {neighbour_pid, s.pid1}) {
+      std::string state = corral_test::proc_status_field(std::to_string(pid), "State");
+      ++looks;
+      if (!state.empty() && (state[0] == 'T' || state[0] == 't'))
+        stopped_seen += std::to_string(pid) + " " + state + "; ";
+    }
+  };
+  for (int i = 0; i < 5; ++i) (void)sup->run_once(0.1), look();  // under way
   Limits bounded;
   bounded.set(Limit::wall_seconds, 20);
   for (int i = 0; i < 5 && !stopper; ++i) {
     Result r = exec(*sup, s.id, {"/bin/true"}, bounded);
     cr_expect_eq(r.outcome, Outcome::exited, "exec %d beside the stopper: %s", i, r.detail.c_str());
+    look();
   }
-  while (!stopper) (void)sup->run_once(1);
+  while (!stopper) (void)sup->run_once(0.05), look();
+  cr_expect(stopped_seen.empty(), "the host saw stopped processes while the stopper ran (%d looks): %s", looks,
+            stopped_seen.c_str());
+  n->cancel();
+  while (!neighbour) (void)sup->run_once(1);
   cr_expect(contains(stopper->stdout_capture.text, "stopped=0\n"), "the stopper stopped something: %s",
             stopper->stdout_capture.text.c_str());
   cr_expect_eq(exec(*sup, s.id, {"/bin/true"}).exit_code, 0, "the session does not serve after the stopper");
@@ -317,12 +350,30 @@ Test(session_exec, an_execs_cwd_follows_no_magic_link_out_of_the_session) {
   r.argv = {"/helpers/inside", "cwd-root"};
   r.cwd = "/workspace/escape";
   auto res = sup->run(session_exec_request(s.id, r));
-  close(host_root);
   cr_assert(res, "exec: %s", res ? "" : res.error().message().c_str());
   cr_expect(!contains(res->stdout_capture.text, "cwd_in_root=no"), "the exec started outside the session's root: %s",
             res->stdout_capture.text.c_str());
   cr_expect(res->outcome == Outcome::spawn_failed, "an exec into the link ran: %s %s",
             std::string(to_string(res->outcome)).c_str(), res->stdout_capture.text.c_str());
+
+  // From the host: /proc/PID/cwd of an exec whose cwd is the link. It never
+  // runs; one whose cwd is /workspace is seen in the session's work dir, so
+  // the watch is not blind.
+  struct stat host_root_st;
+  cr_assert_eq(fstat(host_root, &host_root_st), 0);
+  Request plain;
+  plain.argv = {"/bin/sleep", "30.6183"};
+  plain.cwd = "/workspace";
+  auto control = corral_test::see_from_host(*sup, session_exec_request(s.id, plain));
+  cr_assert(control.pid && control.cwd_ok, "the host never saw the exec run: %s", control.result->detail.c_str());
+  cr_expect(!corral_test::same_file(control.cwd, host_root_st), "an exec in /workspace runs in the host's /");
+  Request escape = plain;
+  escape.cwd = "/workspace/escape";
+  auto seen = corral_test::see_from_host(*sup, session_exec_request(s.id, escape));
+  close(host_root);
+  cr_expect(!(seen.cwd_ok && corral_test::same_file(seen.cwd, host_root_st)),
+            "the host saw the exec (pid %d) run in the host's /", static_cast<int>(seen.pid));
+  cr_expect_eq(seen.pid, 0, "an exec whose cwd is the link ran (pid %d)", static_cast<int>(seen.pid));
 }
 
 // An exec's chdir (a path inside, as for a container run) is where it runs;
