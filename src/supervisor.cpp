@@ -109,12 +109,23 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
     (void)sweep_dead_supervisors(impl->owner_token);
   }
 
-  // The fd budget: what is open now (the host's fds, the ring, the
-  // spawner's slots, the base) plus the reserve, then kFdsPerRun per run.
-  std::size_t used = count_open_fds() + kFdReserve;
-  impl->fd_budget = soft > used ? soft - used : 0;
-  impl->capacity = impl->fd_budget / kFdsPerRun;
+  // The fd budget (what is open then, plus the reserve, off the soft limit;
+  // kFdsPerRun per run) is counted when first needed: by capacity(), or by
+  // a submit that would take the runs past half the soft limit. Below that
+  // no count is needed to know a run fits, unless the host already holds
+  // over half of the limit itself; then a run's pipe2 or clone3 says
+  // EMFILE instead, and the submit is refused whole just the same.
+  impl->soft_nofile = soft;
   return std::unique_ptr<Supervisor>(new Supervisor(std::move(impl)));
+}
+
+void Supervisor::Impl::count_fd_budget() {
+  if (budget_counted) return;
+  budget_counted = true;
+  const std::size_t open = count_open_fds();
+  const std::size_t used = (open > held_fds ? open - held_fds : 0) + kFdReserve;
+  fd_budget = soft_nofile > used ? soft_nofile - used : 0;
+  capacity = fd_budget / kFdsPerRun;
 }
 
 Status CheckMemo::check(const HostFacts& host, const Request& request, const Limits& defaults,
@@ -150,7 +161,10 @@ std::string Supervisor::next_run_id() {
 
 std::size_t Supervisor::in_flight() const { return impl_->in_flight; }
 
-std::size_t Supervisor::capacity() const { return impl_->capacity; }
+std::size_t Supervisor::capacity() const {
+  impl_->count_fd_budget();
+  return impl_->capacity;
+}
 
 Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) {
   Impl& s = *impl_;
@@ -166,8 +180,9 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
     s.check_memo.forget();
   }
   const std::size_t weight = fds_per_run(request);
-  if (s.held_fds + weight > s.fd_budget) s.free_retired();  // runs already over give their fds back first
-  if (s.held_fds + weight > s.fd_budget)
+  if (s.held_fds + weight > s.soft_nofile / 2) s.count_fd_budget();
+  if (s.budget_counted && s.held_fds + weight > s.fd_budget) s.free_retired();  // runs already over give their fds back first
+  if (s.budget_counted && s.held_fds + weight > s.fd_budget)
     return Error(EMFILE, "submit: " + std::to_string(s.active) + " runs in flight already hold " +
                              std::to_string(s.held_fds) + " of the " + std::to_string(s.fd_budget) +
                              " fds the fd limit (RLIMIT_NOFILE) leaves for runs (" +

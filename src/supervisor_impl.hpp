@@ -208,6 +208,11 @@ struct Supervisor::Impl {
   std::vector<std::uint32_t> to_deliver;
   std::size_t in_flight = 0;
   std::size_t active = 0;    // slots holding a run's fds (in flight, or finishing)
+  // The fd budget, counted when first needed (count_fd_budget): listing
+  // /proc/self/fd cost a one-run CLI 50-80 us for a budget its one run
+  // never came near.
+  std::size_t soft_nofile = 0;  // RLIMIT_NOFILE's soft limit, raised at create
+  bool budget_counted = false;
   std::size_t capacity = 0;  // runs of kFdsPerRun fds the budget allows
   std::size_t fd_budget = 0; // fds the runs may hold in all
   std::size_t held_fds = 0;  // what the active runs hold (fds_per_run of each)
@@ -368,6 +373,12 @@ struct Supervisor::Impl {
   std::vector<std::uint32_t> retired;
 
   void retire(std::uint32_t slot, Run& run);
+
+  // The budget from what is open now: every fd but those the active runs
+
+  // hold (held_fds), plus kFdReserve, off soft_nofile. Once.
+
+  void count_fd_budget();
 
   void free_retired();
 

@@ -2,6 +2,7 @@
 // through one supervisor, children that misbehave toward their pipes and
 // signals, the fd budget, and watch_fd.
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -271,6 +272,36 @@ Test(supervisor, a_run_in_flight_holds_at_most_three_fds) {
   handles.clear();  // cancels
   cr_assert(h.sup->run_until_idle().ok());
   cr_assert_eq(h.leftovers(), 0u);
+}
+
+// The fd budget is counted when first needed (capacity(), or a submit near
+// half the soft limit), not at create: a one-run CLI never lists
+// /proc/self/fd (50-80 us of its start). So fds opened after create and
+// before the first capacity() count against it. On the old code the budget
+// was fixed at create: 300 fds opened in between left it unchanged.
+Test(supervisor, the_fd_budget_is_counted_when_first_needed) {
+  auto rep = corral_test::run_in_child_reporting([](int report_fd) {
+    TempDir base;
+    chmod(base.path().c_str(), 0755);
+    SupervisorOptions o;
+    o.workspace_base = base.path();
+    auto first = Supervisor::create(o);
+    if (!first) return 10;
+    std::vector<UniqueFd> held;
+    for (int i = 0; i < 300; ++i) held.emplace_back(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    const std::size_t with_300 = (*first)->capacity();
+    held.clear();
+    auto second = Supervisor::create(o);
+    if (!second) return 11;
+    const std::size_t without = (*second)->capacity();
+    corral_test::report(report_fd, std::to_string(with_300) + " runs with 300 more fds open, " +
+                                       std::to_string(without) + " without");
+    // 300 fds are 100 runs of kFdsPerRun (3); the first supervisor's own
+    // fds, open for the second's count, take a few back.
+    return without >= with_300 + 90 ? 0 : 12;
+  });
+  cr_assert(rep.end.exited, "child killed by signal %d", rep.end.signal);
+  cr_assert_eq(rep.end.code, 0, "step %d failed: %s", rep.end.code, rep.output.c_str());
 }
 
 Test(supervisor, submit_past_the_fd_limit_is_refused_whole) {
