@@ -99,7 +99,11 @@ $(SHARED_LIB): $(LIB_OBJS) src/corral.map
 # (~5,700, nearly all of them) are packed (DT_RELR, glibc 2.36): a 1 KiB
 # bitmap instead of 135 KiB of Elf64_Rela for the start-up to read. The
 # pages they write (.data.rel.ro: vtables, tables of pointers) are the same
-# either way: 16 copy-on-write faults per start, the price of a PIE (ASLR).
+# either way: the price of a PIE (ASLR). The entry is corral_cli_entry
+# (src/cli/start.cpp): it maps the text and makes those data pages in two
+# madvise calls before glibc's _start, instead of ~65 faults (the text's
+# and the copy-on-writes); that file also keeps glibc's start from reading
+# /proc/self/exe and libcrypto's from running CPUID.
 CLI_LINK ?= $(if $(SANITIZE),$(PKG_LIBS),-static-pie -Wl,-z,pack-relative-relocs -Wl,-e,corral_cli_entry $(PKG_STATIC_LIBS))
 $(CLI): $(CLI_OBJS) $(STATIC_LIB)
 	@mkdir -p $(dir $@)
