@@ -24,6 +24,10 @@ void Supervisor::Impl::close() {
   // (leases not reaped yet are reaped as they go). Nothing refers to a slot
   // after this: completions still in the ring find none and are dropped.
   slots.clear();
+  // The uids those runs had are idle now, each known clean: say so in the
+  // lock file, so that a process ending with _exit (the CLI) spares the next
+  // holder of its uid the reap (kill(-1) walks every process on the host).
+  uids.mark_idle_clean();
   free_slots.clear();
   by_pid.clear();
   timer_heap.clear();

@@ -25,6 +25,7 @@ enum Mark : std::uint8_t {
   kLeased = 1,   // locked, handed out
   kIdle = 2,     // locked, clean, on the free list
   kLost = 3,     // locked, could not be made clean: kept, never handed out
+  kIdleMarked = 4,  // kIdle, and its byte already says clean (mark_idle_clean)
 };
 }  // namespace
 
@@ -76,7 +77,7 @@ struct UidPool::Lease::State {
     if (lock)
       for (std::uint32_t off = 0; off < marks_end; ++off) {
         if (marks[off] == kNotOurs) continue;
-        if (marks[off] == kIdle) (void)lock->mark(first + off, true);
+        if (marks[off] == kIdle) (void)lock->mark(first + off, true);  // kIdleMarked: written already
         lock->unlock(first + off);
       }
     if (marks) ::munmap(marks, count);
@@ -185,6 +186,12 @@ Expected<UidPool::Lease> UidPool::acquire(Reap reap) {
     }
     if (!s.free.empty()) {
       offset = s.free.back();  // idle: still locked by us, and clean
+      // A byte that says clean goes back to dirty before the uid is a run's
+      // again, or our death would leave its processes to a holder that
+      // trusts the byte.
+      if (s.marks[offset] == kIdleMarked && !s.lock->mark(s.first + offset, false))
+        return Error::from_errno(errno, "uid pool " + s.range() + ": mark uid " + std::to_string(s.first + offset) +
+                                            " in use in " + s.lock_path);
       s.free.pop_back();
     } else {
       bool found = false;
@@ -247,6 +254,20 @@ Expected<UidPool::Lease> UidPool::acquire(Reap reap) {
   lease.gid_ = lease.uid_;
   lease.state_ = state_;
   return lease;
+}
+
+std::uint32_t UidPool::mark_idle_clean() noexcept {
+  Lease::State& s = *state_;
+  std::lock_guard lock(s.mu);
+  if (!s.host_wide || s.pinned || !s.lock) return 0;
+  std::uint32_t marked = 0;
+  for (std::uint32_t off : s.free) {
+    if (s.marks[off] != kIdle) continue;
+    if (!s.lock->mark(s.first + off, true)) continue;  // stays dirty: the next holder reaps
+    s.marks[off] = kIdleMarked;
+    ++marked;
+  }
+  return marked;
 }
 
 bool UidPool::Lease::host_wide() const noexcept { return held_ && state_ && state_->host_wide; }

@@ -379,3 +379,65 @@ Test(uid_lock, a_uid_is_marked_clean_only_when_let_go_with_nothing_of_it_alive) 
   // released by a kill: release() reaps it, then the pool marks it clean.
   cr_assert_eq(lock_byte(lock, kUid), kUidClean);
 }
+
+// A pool can say its idle uids are clean before it ends (a CLI ends with
+// _exit, and its pool's end never runs): the byte reads clean while the pool
+// still holds the uid, and dirty again as soon as the uid is handed out.
+Test(uid_lock, idle_uids_are_marked_clean_while_held_and_dirty_again_when_reused) {
+  need_root();
+  TempDir dir;
+  const std::string lock = dir / "uids.lock";
+  constexpr uid_t kUid = 299601;
+  UidPool pool(kUid, 1);
+  pool.lock_host_wide(lock);
+  cr_assert_eq(pool.mark_idle_clean(), 0u, "nothing is idle before the first lease");
+  auto lease = pool.acquire();
+  cr_assert(lease.ok(), "%s", lease.ok() ? "" : lease.error().message().c_str());
+  cr_assert_eq(pool.mark_idle_clean(), 0u, "a leased uid is not idle");
+  cr_assert_eq(lock_byte(lock, kUid), kUidDirty);
+  lease->release();  // reaped (a SIGKILL to the uid): idle and clean
+  cr_assert_eq(lock_byte(lock, kUid), kUidDirty, "idle but not yet said: dirty");
+  cr_assert_eq(pool.mark_idle_clean(), 1u);
+  cr_assert_eq(lock_byte(lock, kUid), kUidClean);
+  auto other = UidLockFile::open(lock);
+  cr_assert(other.ok());
+  auto held = other->held_elsewhere(kUid);
+  cr_assert(held.ok() && *held, "marking clean must not let go of the uid");
+  auto again = pool.acquire();
+  cr_assert(again.ok(), "%s", again.ok() ? "" : again.error().message().c_str());
+  cr_assert_eq(again->uid(), kUid);
+  cr_assert_eq(lock_byte(lock, kUid), kUidDirty, "a uid handed out again must read dirty");
+}
+
+// The one-shot CLI's end: Supervisor::close(), then _exit. The uid of its run
+// reads clean afterwards, so the next `corral run` that takes it kills
+// nothing (the first process's kill(-1), which walks every process on the
+// host). Before, only the pool's destructor wrote it, which _exit skips.
+Test(uid_lock, a_supervisor_closed_then_exited_at_once_leaves_its_uid_clean) {
+  need_root();
+  TempDir base;
+  chmod(base.path().c_str(), 0755);
+  constexpr uid_t kUid = 299602;
+  SupervisorOptions o;
+  o.workspace_base = base.path();
+  o.uid_range_first = kUid;
+  o.uid_range_count = 1;
+  pid_t p = fork();
+  cr_assert_geq(p, 0);
+  if (p == 0) {
+    auto sup = Supervisor::create(o);
+    if (!sup.ok()) _exit(1);
+    Request r;
+    r.tier = Tier::os_process;
+    r.argv = {"/bin/true"};
+    auto res = (*sup)->run(std::move(r));
+    if (!res.ok() || res->outcome != Outcome::exited) _exit(2);
+    (*sup)->close();
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(p, &status, 0);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+  cr_assert_eq(lock_byte(std::string(kUidLockPath), kUid), kUidClean,
+               "a run reaped clean, its supervisor closed: the uid must read clean");
+}

@@ -205,6 +205,14 @@ class UidPool {
   Expected<Lease> acquire(Reap reap = Reap::now);
   Status status() const;
   std::uint32_t in_use() const noexcept;
+  // Host-wide: records in the lock file that each idle uid (released
+  // clean, still locked by this pool) is clean, as the pool's end does, but
+  // keeps holding them. For a process that ends with _exit once its runs
+  // are over (the CLI after Supervisor::close()): the kernel drops the
+  // locks, and the next holder of those uids, in any process, needs no reap
+  // (uid_lock.hpp). An idle uid handed out again is marked dirty first.
+  // Returns how many were marked.
+  std::uint32_t mark_idle_clean() noexcept;
 
  private:
   std::shared_ptr<Lease::State> state_;
