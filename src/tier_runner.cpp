@@ -72,13 +72,19 @@ std::string tried_program(const ChildPlan& plan) {
 // not); a file that is not ELF is the kernel's to judge. The first
 // candidate that opens is the file execve would run (PATH order).
 Status refuse_32bit_program(const std::vector<std::string>& candidates) {
-  std::string path = candidates.front();
-  for (const auto& c : candidates)
-    if (::access(c.c_str(), F_OK) == 0) {
+  // The first candidate that exists (access F_OK) is the one looked at.
+  // Each is opened straight away: one that opens exists, so the access(2)
+  // is asked only of one that does not open (one call a run instead of two);
+  // one that exists but cannot be read stops the search unchecked.
+  std::string path;
+  UniqueFd fd;
+  for (const auto& c : candidates) {
+    fd.reset(::open(c.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    if (fd || ::access(c.c_str(), F_OK) == 0) {
       path = c;
       break;
     }
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  }
   unsigned char ident[5] = {0};
   if (!fd || ::read(fd.get(), ident, sizeof ident) != static_cast<ssize_t>(sizeof ident)) return {};
   if (std::memcmp(ident, "\x7f" "ELF", 4) != 0 || ident[4] != 1 /* ELFCLASS32 */) return {};
