@@ -202,9 +202,11 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c, std::
   if (c.session) return spawn_session_exec(plan, c, ignored_signals);  // joins a live session (session_join.hpp)
   Spawner::Child child;
   UniqueFd out_write, err_write, error_read, error_write, report_write;
-  if (auto st = make_child_pipe(child.stdout_read, out_write, "stdout", true); !st) return std::move(st).error();
+  // Our read ends stay blocking: the supervisor reads them with RWF_NOWAIT
+  // (and makes them O_NONBLOCK itself where the kernel lacks it).
+  if (auto st = make_child_pipe(child.stdout_read, out_write, "stdout", false); !st) return std::move(st).error();
   if (!plan.merge_output)
-    if (auto st = make_child_pipe(child.stderr_read, err_write, "stderr", true); !st) return std::move(st).error();
+    if (auto st = make_child_pipe(child.stderr_read, err_write, "stderr", false); !st) return std::move(st).error();
   if (auto st = make_child_pipe(error_read, error_write, "the exec report", false); !st) return std::move(st).error();
   if (auto st = make_child_pipe(c.pid1_report, report_write, "pid 1's report", true); !st) return std::move(st).error();
 
@@ -269,9 +271,10 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c, std::
   }
 
   // Our copies of the child's ends: holding them would keep EOF from ever
-  // coming on stdout, the error pipe and pid 1's report.
-  out_write.reset();
-  err_write.reset();
+  // coming on stdout, the error pipe and pid 1's report. Those of stdout
+  // and stderr go back to the caller, whose ring closes them (Spawner::Child).
+  child.stdout_write = std::move(out_write);
+  child.stderr_write = std::move(err_write);
   error_write.reset();
   report_write.reset();
   plan.stdin_fd.reset();

@@ -247,9 +247,11 @@ Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, st
   SessionJoin& join = *c.session;
   Spawner::Child child;
   UniqueFd out_write, err_write, error_read, error_write;
-  if (auto st = make_child_pipe(child.stdout_read, out_write, "stdout", true); !st) return std::move(st).error();
+  // Our read ends stay blocking: the supervisor reads them with RWF_NOWAIT
+  // (and makes them O_NONBLOCK itself where the kernel lacks it).
+  if (auto st = make_child_pipe(child.stdout_read, out_write, "stdout", false); !st) return std::move(st).error();
   if (!plan.merge_output)
-    if (auto st = make_child_pipe(child.stderr_read, err_write, "stderr", true); !st) return std::move(st).error();
+    if (auto st = make_child_pipe(child.stderr_read, err_write, "stderr", false); !st) return std::move(st).error();
   if (auto st = make_child_pipe(error_read, error_write, "the exec report", false); !st) return std::move(st).error();
   auto kit = thread_kit();
   if (!kit) return std::move(kit).error();
@@ -284,8 +286,8 @@ Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, st
   child.clone_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int back = ::setns((*kit)->own_pidns.get(), CLONE_NEWPID) == 0 ? 0 : errno;
 
-  out_write.reset();
-  err_write.reset();
+  child.stdout_write = std::move(out_write);  // closed by the caller's ring (Spawner::Child)
+  child.stderr_write = std::move(err_write);
   error_write.reset();
   plan.stdin_fd.reset();
   if (!pidfd) return std::move(pidfd).error().context("session exec: spawn");

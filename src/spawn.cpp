@@ -303,7 +303,8 @@ void Spawner::refresh_ignored_signals() { ignored_signals_ = ignored_signal_mask
 
 Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
   Child child;
-  UniqueFd out_write, err_write;
+  UniqueFd& out_write = child.stdout_write;
+  UniqueFd& err_write = child.stderr_write;
   if (auto st = make_child_pipe(child.stdout_read, out_write, "stdout", false); !st) return std::move(st).error();
   if (!plan.merge_output)
     if (auto st = make_child_pipe(child.stderr_read, err_write, "stderr", false); !st) return std::move(st).error();

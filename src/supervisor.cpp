@@ -123,7 +123,8 @@ void Supervisor::Impl::count_fd_budget() {
   if (budget_counted) return;
   budget_counted = true;
   const std::size_t open = count_open_fds();
-  const std::size_t used = (open > held_fds ? open - held_fds : 0) + kFdReserve;
+  const std::size_t ours = held_fds + closing_fds;  // the runs' fds, and those queued for closing
+  const std::size_t used = (open > ours ? open - ours : 0) + kFdReserve;
   fd_budget = soft_nofile > used ? soft_nofile - used : 0;
   capacity = fd_budget / kFdsPerRun;
 }
@@ -180,9 +181,13 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
     s.check_memo.forget();
   }
   const std::size_t weight = fds_per_run(request);
-  if (s.held_fds + weight > s.soft_nofile / 2) s.count_fd_budget();
-  if (s.budget_counted && s.held_fds + weight > s.fd_budget) s.free_retired();  // runs already over give their fds back first
-  if (s.budget_counted && s.held_fds + weight > s.fd_budget)
+  if (s.held_fds + s.closing_fds + weight > s.soft_nofile / 2) s.count_fd_budget();
+  if (s.budget_counted && s.held_fds + s.closing_fds + weight > s.fd_budget) {
+    // Runs already over give their fds back first (closed through the ring).
+    s.free_retired();
+    if (s.closing_fds > 0) (void)s.submit("close the fds of finished runs");
+  }
+  if (s.budget_counted && s.held_fds + s.closing_fds + weight > s.fd_budget)
     return Error(EMFILE, "submit: " + std::to_string(s.active) + " runs in flight already hold " +
                              std::to_string(s.held_fds) + " of the " + std::to_string(s.fd_budget) +
                              " fds the fd limit (RLIMIT_NOFILE) leaves for runs (" +
@@ -253,6 +258,10 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
     s.free_slot(slot, run);
     return std::move(child).error();
   }
+  // Our copies of the write ends go with the next submit, queued before
+  // the polls of the read ends below (a tier's spawn may have closed them).
+  s.close_later(child->stdout_write.release());
+  s.close_later(child->stderr_write.release());
   run.end.clone_seconds = child->clone_seconds;
   run.end.exec_seconds = child->exec_seconds;
   run.end.spawned = std::chrono::steady_clock::now();
@@ -317,6 +326,7 @@ Expected<bool> Supervisor::run_once(double timeout_seconds) {
   __kernel_timespec ts = to_timespec(urgent ? 0 : timeout_seconds);
   bool wait_forever = !urgent && timeout_seconds < 0;
   int rc = io_uring_submit_and_wait_timeout(&s.ring, &cqe, 1, wait_forever ? nullptr : &ts, nullptr);
+  if (io_uring_sq_ready(&s.ring) == 0) s.closing_fds = 0;  // what close_later queued is closed
   if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
     return Error::from_errno(-rc, "supervisor: io_uring wait");
   // One completion at a time, each off the CQ ring before it is handled:
@@ -337,8 +347,10 @@ Expected<bool> Supervisor::run_once(double timeout_seconds) {
     s.handle_cqe(&next);
   }
   s.process_requests();
-  (void)s.submit("the loop turn's new operations");
+  // The finished runs' fds are queued for closing behind their removals,
+  // and all of it goes now: nothing of a delivered run stays open.
   s.free_retired();
+  (void)s.submit("the loop turn's new operations");
   if (s.ring_error) return *s.ring_error;
   if (s.in_flight == 0) s.maybe_reap_orphans(true);  // idle: no zombie left behind
   return s.in_flight > 0 || s.armed_watches > 0 || s.pending_writes > 0;

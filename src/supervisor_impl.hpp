@@ -216,6 +216,7 @@ struct Supervisor::Impl {
   std::size_t capacity = 0;  // runs of kFdsPerRun fds the budget allows
   std::size_t fd_budget = 0; // fds the runs may hold in all
   std::size_t held_fds = 0;  // what the active runs hold (fds_per_run of each)
+  std::size_t closing_fds = 0;  // queued for close_later, not submitted yet: still open
   std::shared_ptr<const WorkspaceBase> base;
   std::vector<FdWatch> watches;
   std::size_t armed_watches = 0;
@@ -282,6 +283,11 @@ struct Supervisor::Impl {
   // should that fail, ring_error says why and a spare SQE no submit ever
   // reads is handed out, so the caller's prep lands nowhere.
   io_uring_sqe* sqe();
+  // Closes fd with the ring's next submit (IORING_OP_CLOSE, Linux 5.6),
+  // among the loop turn's other operations, not with a close(2) of its
+  // own; after any operation queued on it before. Counted in closing_fds
+  // until then. Taking ownership; -1 is nothing.
+  void close_later(int fd);
   io_uring_sqe spare_sqe{};
 
   // Every io_uring_submit of the loop (ring_submit.hpp): retried on EINTR,

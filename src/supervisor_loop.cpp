@@ -105,7 +105,7 @@ void Supervisor::Impl::handle_cqe(io_uring_cqe* cqe) {
       Pipe& pipe = (op == kOpOut) ? run.out : run.err;
       if (!more) pipe.armed = false;
       if (pipe.eof) {
-        if (!pipe.armed) pipe.fd.reset();
+        if (!pipe.armed) close_later(pipe.fd.release());
         break;
       }
       // POLLHUP without POLLIN: the pipe is empty and every write end is
@@ -117,7 +117,7 @@ void Supervisor::Impl::handle_cqe(io_uring_cqe* cqe) {
         break;
       }
       drain_pipe(slot, run, pipe, op);  // re-arms the poll once the pipe is empty
-      if (pipe.eof && !pipe.armed) pipe.fd.reset();
+      if (pipe.eof && !pipe.armed) close_later(pipe.fd.release());
       break;
     }
     case kOpCpu:

@@ -36,6 +36,8 @@ void Supervisor::Impl::close() {
   to_deliver.clear();
   retired.clear();
   in_flight = active = held_fds = 0;
+  // What close_later queued is closed now: unsubmitted entries die with the ring.
+  if (ring_ready && io_uring_sq_ready(&ring) > 0) (void)submit("close the fds of finished runs");
   guardian.reset();  // nothing of ours runs any more: it exits, killing nothing
   owner.reset();     // our record goes before its lock does (leftovers.hpp)
 }
@@ -84,7 +86,22 @@ Status Supervisor::Impl::submit(std::string_view step) {
     return seen > 0;
   });
   if (!st && !ring_error) ring_error = st.error();
+  if (st) closing_fds = 0;  // everything queued reached the kernel
   return st;
+}
+
+void Supervisor::Impl::close_later(int fd) {
+  if (fd < 0) return;
+  io_uring_sqe* e = sqe();
+  if (e == &spare_sqe) {
+    ::close(fd);  // the ring is failing (ring_error): now, the plain way
+    return;
+  }
+  // Closed inline as the kernel takes the entry (a pipe or a pidfd has no
+  // flush to punt to a worker for); its completion is ignored (data 0).
+  io_uring_prep_close(e, fd);
+  io_uring_sqe_set_data64(e, 0);
+  ++closing_fds;
 }
 
 io_uring_sqe* Supervisor::Impl::sqe() {
@@ -131,7 +148,7 @@ void Supervisor::Impl::close_pipe(std::uint32_t slot, Run& run, Pipe& pipe, Op o
     }
     return;
   }
-  pipe.fd.reset();
+  close_later(pipe.fd.release());
 }
 
 void Supervisor::Impl::emit(Run& run, StreamId id, std::string_view masked) {
@@ -268,9 +285,9 @@ void Supervisor::Impl::retire(std::uint32_t slot, Run& run) {
 
 void Supervisor::Impl::free_retired() {
   if (retired.empty()) return;
-  // The removals must reach the kernel before the fds close; if they could
-  // not, ring_error ends the loop and the slots stay as they are.
-  if (!submit("remove a finished run's operations")) return;
+  // The removals reach the kernel before the fds close: the closes are
+  // queued behind them (close_later), both go with the next submit.
+  if (ring_error) return;  // the loop ends; the slots stay as they are
   for (std::uint32_t slot : retired) free_slot(slot, *slots[slot]);
   retired.clear();
 }
@@ -307,10 +324,10 @@ void Supervisor::Impl::free_slot(std::uint32_t slot, Run& run) {
   run.retiring = false;
   --active;
   held_fds -= run.fd_weight;
-  run.pidfd.reset();
-  run.out.fd.reset();
-  run.err.fd.reset();
-  run.listener.reset();
+  close_later(run.pidfd.release());
+  close_later(run.out.fd.release());
+  close_later(run.err.fd.release());
+  close_later(run.listener.release());
   run.prep = PreparedRun{};
   run.callbacks = RunCallbacks{};
   run.out_capture.reset();

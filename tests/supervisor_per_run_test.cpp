@@ -1,6 +1,7 @@
 // What the supervisor does once instead of per run, and the per-run steps it
 // leaves out, still keep every promise of the run: the hard limits it
-// remembers (OwnHardLimits), end of output seen from the poll alone.
+// remembers (OwnHardLimits), end of output seen from the poll alone, fds
+// closed through the ring.
 #include <sys/resource.h>
 
 #include <linux/capability.h>
@@ -65,5 +66,29 @@ Test(supervisor_per_run, output_up_to_the_end_arrives_whole) {
     cr_assert_eq(r.stdout_capture.text, "last words", "round %d", round);
     cr_assert_eq(r.stderr_capture.text, "to stderr", "round %d", round);
   }
+  cr_expect_eq(h.leftovers(), 0u);
+}
+
+// A run's fds (pidfd, pipes, our copies of the write ends) are closed
+// through the ring (close_later): by the time its result is delivered and
+// the loop is idle, none is open any more, one run or many.
+Test(supervisor_per_run, a_delivered_run_leaves_no_fd_of_its_own) {
+  corral_test::Harness h;
+  (void)h.run(sh("exit 0"));  // what the first run opens once (probes, the spawner)
+  const std::size_t before = corral_test::open_fd_count();
+  Result r = h.run(sh("echo out; echo err >&2"));
+  cr_assert_eq(r.stdout_capture.text, "out\n", "%s", r.detail.c_str());
+  cr_assert_eq(corral_test::open_fd_count(), before, "run(): fds left open after the result");
+  int delivered = 0;
+  for (int i = 0; i < 20; ++i) {
+    RunCallbacks cb;
+    cb.on_result = [&delivered](const Result& res) { delivered += res.outcome == Outcome::exited; };
+    auto handle = h.sup->submit(sh("echo $$"), std::move(cb));
+    cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+    handle->detach();
+  }
+  cr_assert(h.sup->run_until_idle().ok());
+  cr_assert_eq(delivered, 20);
+  cr_assert_eq(corral_test::open_fd_count(), before, "run_until_idle(): fds left open after 20 results");
   cr_expect_eq(h.leftovers(), 0u);
 }

@@ -30,6 +30,11 @@ class Pidfd {
   int fd() const noexcept { return fd_.get(); }
   bool valid() const noexcept { return fd_.valid(); }
   void reset() noexcept { fd_.reset(); pid_ = -1; }
+  // Gives up the fd (the caller closes it) and forgets the pid.
+  int release() noexcept {
+    pid_ = -1;
+    return fd_.release();
+  }
 
   // pidfd_send_signal(2): reaches exactly this process even if its pid was
   // reused. Returns 0 or errno (ESRCH once it has been reaped).

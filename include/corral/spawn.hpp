@@ -143,8 +143,13 @@ class Spawner {
 
   struct Child {
     Pidfd pidfd;
-    UniqueFd stdout_read;   // non-blocking, CLOEXEC
+    UniqueFd stdout_read;   // CLOEXEC; blocking (the supervisor reads with RWF_NOWAIT)
     UniqueFd stderr_read;   // invalid when merge_output
+    // Our copies of the pipes' write ends, still open: the program's EOF
+    // waits for them to close. Handed back so that a caller with an
+    // io_uring closes them with its next submit (no close(2) each); they
+    // close with the Child otherwise.
+    UniqueFd stdout_write, stderr_write;
     ChildReport report;     // stage != none: exec never happened
     UniqueFd seccomp_listener;  // a notifying filter's listener (CLOEXEC); whoever holds it must answer
     double clone_seconds = 0;          // our clone3 call → the child's first instruction
