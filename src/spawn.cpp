@@ -1,12 +1,14 @@
 #include "corral/spawn.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "corral/spawn_thread.hpp"
@@ -48,6 +50,25 @@ void ChildPlan::finalize() {
 }
 
 namespace {
+
+// Our pid, for the child's check that we still live (getppid), without a
+// getpid(2) a spawn: read once, and forgotten in the child of a fork (an
+// atfork handler). glibc runs it for fork(), not for _Fork() or a raw
+// clone; a process made so that spawns with a stale value fails closed,
+// never the other way: its children see another parent and stop at stage
+// parent_death (ESRCH).
+std::atomic<pid_t> g_self_pid{0};
+
+pid_t self_pid() {
+  pid_t pid = g_self_pid.load(std::memory_order_relaxed);
+  if (pid != 0) return pid;
+  static const bool registered = [] {
+    return ::pthread_atfork(nullptr, nullptr, [] { g_self_pid.store(0, std::memory_order_relaxed); }) == 0;
+  }();
+  pid = ::getpid();
+  if (registered) g_self_pid.store(pid, std::memory_order_relaxed);
+  return pid;
+}
 
 // What the child reads. Lives on the parent's stack during spawn; the
 // CLONE_VM child sees it directly.
@@ -319,7 +340,7 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
 
   const int slot_fds[3] = {slots_[0].get(), slots_[1].get(), slots_[2].get()};
   SpawnThread* via = thread_for(plan);
-  ChildArgs args{&plan, slot_fds, max_slot_, ignored_signals_, &child.report, static_cast<long>(::getpid()),
+  ChildArgs args{&plan, slot_fds, max_slot_, ignored_signals_, &child.report, static_cast<long>(self_pid()),
                  via ? via->bounding_set() : ~std::uint64_t{0}};
   CloneSpec spec;
   spec.flags = CLONE_FILES | CLONE_CLEAR_SIGHAND | plan.clone_namespaces;

@@ -1,7 +1,7 @@
 // What the supervisor does once instead of per run, and the per-run steps it
 // leaves out, still keep every promise of the run: the hard limits it
 // remembers (OwnHardLimits), end of output seen from the poll alone, fds
-// closed through the ring.
+// closed through the ring, our pid read once.
 #include <sys/resource.h>
 
 #include <linux/capability.h>
@@ -91,4 +91,27 @@ Test(supervisor_per_run, a_delivered_run_leaves_no_fd_of_its_own) {
   cr_assert_eq(delivered, 20);
   cr_assert_eq(corral_test::open_fd_count(), before, "run_until_idle(): fds left open after 20 results");
   cr_expect_eq(h.leftovers(), 0u);
+}
+
+// The pid each child checks its parent against is read once. A process
+// forked after that (and a fresh supervisor in it) runs with its own: the
+// children of the fork must not find a stale one and stop at parent_death.
+Test(supervisor_per_run, a_forked_process_spawns_with_its_own_pid) {
+  corral_test::Harness h;
+  Result first = h.run(sh("exit 0"));
+  cr_assert_eq(first.outcome, Outcome::exited, "%s", first.detail.c_str());
+  corral_test::TempDir base;
+  cr_assert_eq(chmod(base.path().c_str(), 0755), 0);
+  auto end = corral_test::run_in_child([&] {
+    SupervisorOptions o;
+    o.workspace_base = base.path();
+    auto sup = Supervisor::create(o);
+    if (!sup) return 2;
+    auto r = (*sup)->run(sh("exit 7"));
+    if (!r) return 3;
+    return r->outcome == Outcome::exited && r->exit_code == 7 ? 0 : 4;
+  });
+  cr_assert(end.exited && end.code == 0, "the forked supervisor's run: exit %d (4: not exited 7)", end.code);
+  Result again = h.run(sh("exit 0"));  // and the parent's own still runs
+  cr_assert_eq(again.outcome, Outcome::exited, "%s", again.detail.c_str());
 }
