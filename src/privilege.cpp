@@ -32,11 +32,17 @@ bool read_map(const char* map_file, std::vector<std::pair<std::uint64_t, std::ui
   char buf[4096];
   std::size_t len = 0;
   for (;;) {
-    ssize_t n = ::read(fd, buf + len, sizeof buf - 1 - len);
+    const std::size_t asked = sizeof buf - 1 - len;
+    ssize_t n = ::read(fd, buf + len, asked);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     len += static_cast<std::size_t>(n);
     if (len == sizeof buf - 1) break;  // a map has at most 340 lines of ~33 bytes; more is not ours to parse
+    // A short read was the end (one read a map instead of two): the
+    // kernel's seq_file stops short of what was asked only when its lines
+    // ran out or its page-sized buffer could not take the next line, and
+    // then it holds at least a page less one line (at most 33 bytes).
+    if (asked > 64 && static_cast<std::size_t>(n) < asked - 64) break;
   }
   ::close(fd);
   buf[len] = '\0';
