@@ -160,11 +160,12 @@ Expected<CgroupStats> read_stats(CgroupVersion version, const StatDirs& dirs) {
     keyed(dirs.memory, "memory.oom_control", {{"oom_kill", &st.oom_kills}, {"under_oom", &under_oom}});
     st.under_oom = under_oom.value_or(0) != 0;
     single(dirs.memory, "memory.max_usage_in_bytes", st.memory_peak_bytes);
-    single(dirs.memory, "memory.limit_in_bytes", memory_limit);
+    const std::string ceiling_dir = dirs.memory_ceiling ? dirs.memory : std::string();
+    single(ceiling_dir, "memory.limit_in_bytes", memory_limit);
     // With swap accounting a charge must fit under both limits (memsw is
     // tried first); either one can be the ceiling that was hit.
-    single(dirs.memory, "memory.memsw.limit_in_bytes", memsw_limit);
-    single(dirs.memory, "memory.memsw.max_usage_in_bytes", memsw_peak);
+    single(ceiling_dir, "memory.memsw.limit_in_bytes", memsw_limit);
+    single(ceiling_dir, "memory.memsw.max_usage_in_bytes", memsw_peak);
     const std::uint64_t slack = kOomChargePages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
     auto at_limit = [&](const std::optional<std::uint64_t>& peak, const std::optional<std::uint64_t>& limit) {
       return peak && limit && *limit < (std::uint64_t{1} << 62) && *peak + slack >= *limit;
@@ -196,6 +197,14 @@ Expected<std::string> read_text(std::string_view who, const std::string& path) {
     if (n < 0) return Error::from_errno(errno, std::string(who) + ": read " + path);
     if (n == 0) return out;
     out.append(buf, static_cast<std::size_t>(n));
+    // Only cgroup files come here (the probe reads /proc with a loop of its
+    // own). They are seq_files: a read takes records until the next one
+    // would not fit in the kernel's page-sized buffer, or none is left
+    // (fs/seq_file.c, seq_read_iter). Each is made of short lines (a
+    // number, "key value", a pid), so a read that stopped with over half a
+    // page to spare ran out of records: the 0 that asking again would get
+    // is skipped. Short of that, read on.
+    if (n < static_cast<ssize_t>(sizeof buf / 2)) return out;
   }
 }
 
@@ -296,6 +305,26 @@ Status CgroupBackend::add_process(pid_t pid) {
 
 Status CgroupBackend::remove() {
   if (removed) return {};
+  if (rmdir_first()) {
+    // Most groups are empty by now (a container's pid 1 reaped its whole
+    // namespace before its own exit was seen), and an rmdir is the kernel's
+    // own emptiness check: v1 and v2 both refuse a populated group with
+    // EBUSY. So a group that goes at once held nothing of the run, and
+    // nothing was left to kill; reading cgroup.procs first (an open, a read
+    // and a close per hierarchy) would only say so again. The first group
+    // that refuses sends us the long way, where the ones already gone read
+    // as empty. (Every process joins the first placement first, so a group
+    // that holds anything refuses there, before any other is gone.)
+    std::size_t gone = 0;
+    for (; gone < placements.size(); ++gone)
+      if (::rmdir(placements[gone].dir.c_str()) != 0 && errno != ENOENT) break;
+    if (gone == placements.size()) {
+      join_fds.clear();
+      hold.reset();
+      removed = true;
+      return {};
+    }
+  }
   Status first = kill_all();
   if (first && left_for_reuse()) {
     join_fds.clear();

@@ -69,6 +69,11 @@ class CgroupBackend {
   // Whether remove() leaves the (killed, empty) directories for another
   // run (CgroupSpec::reusable) instead of removing them.
   virtual bool left_for_reuse() const { return false; }
+  // Whether remove() may try the rmdirs before any kill (see remove()): not
+  // for a group that may be left for reuse (that needs its counters read
+  // first), nor for one with groups below it, nor where kill_all() writes
+  // a file of a directory an rmdir may already have taken (v1's freezer).
+  virtual bool rmdir_first() const { return !nested; }
   // RunCgroup::hold_processes_in. v1 has nothing to do.
   virtual Status hold_processes_in(const std::string& leaf) {
     (void)leaf;
@@ -80,8 +85,8 @@ class CgroupBackend {
   // Parent side of placement: the pid into every cgroup.procs (opened by
   // path, so a removed group fails loudly with ENOENT).
   Status add_process(pid_t pid);
-  // kill_all, rmdir each run dir (retrying while EBUSY), then each parent
-  // group when empty. Idempotent.
+  // rmdir each run dir, killing what is left first when a group refuses
+  // (kill_all, then rmdir retrying while EBUSY). Idempotent.
   Status remove();
 
   std::string name;

@@ -116,9 +116,19 @@ std::pair<int, int> kernel_version(const std::string& release_in) {
   return {major, minor};
 }
 
+// Read to the 0 (not detail::read_text's early end, which holds for cgroup
+// files only: a mountinfo line can be longer than half a page).
 std::string read_or_empty(const std::string& path) {
-  auto r = detail::read_text("cgroup", path);
-  return r ? *r : std::string();
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return {};
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? std::string() : out;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
 }
 
 const char* const kV1Roles[] = {"memory", "pids", "cpuacct", "freezer", "devices"};

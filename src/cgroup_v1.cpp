@@ -31,7 +31,7 @@ class V1Backend final : public CgroupBackend {
 
   Expected<CgroupStats> stats() const override {
     if (removed) return Error(ENOENT, std::string(kWho) + ": run cgroup " + name + " was removed");
-    cgroupfs::StatDirs d{dir_of(memory), dir_of(pids), dir_of(cpuacct)};
+    cgroupfs::StatDirs d{dir_of(memory), dir_of(pids), dir_of(cpuacct), limit_bytes.has_value()};
     return cgroupfs::read_stats(CgroupVersion::v1, d);
   }
 
@@ -84,6 +84,10 @@ class V1Backend final : public CgroupBackend {
     return below(value("memory.max_usage_in_bytes")) &&
            (!swap_capped || below(value("memory.memsw.max_usage_in_bytes")));
   }
+
+  // No freezer: kill_all() would write freezer.state of a group the rmdirs
+  // may have taken already.
+  bool rmdir_first() const override { return !reusable && freezer < 0 && !nested; }
 
   // Why the counters no reset clears say this group's run was not clean:
   // an OOM kill (or one under way), a fork pids.max refused. "" when none.
@@ -206,10 +210,13 @@ Status write_pids_max(V1Backend& b, const CgroupSpec& spec, bool reused, std::ve
 
 // The ceilings into the run's groups; `reused`: a group that had another
 // run's (an absent ceiling is written as none). Appends what is in force.
-Status write_ceilings(V1Backend& b, const CgroupSpec& spec, bool reused, std::vector<std::string>& in_force) {
+Status write_ceilings(const CgroupProbe& probe, V1Backend& b, const CgroupSpec& spec, bool reused,
+                      std::vector<std::string>& in_force) {
   if (b.memory >= 0) {
     const std::string dir = b.placements[b.memory].dir;
-    const bool memsw = file_exists(dir + "/memory.memsw.limit_in_bytes");
+    // Swap accounting is the host's (a boot option): the probe saw it in
+    // our own memory group, so every group has the file or none does.
+    const bool memsw = probe.v1_memsw;
     if (spec.memory_bytes || reused) {
       const std::string value = spec.memory_bytes ? std::to_string(*spec.memory_bytes) : "-1";
       // A reused group whose limit is already the one wanted (memsw is
@@ -285,11 +292,13 @@ Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, con
     Placement p = placement_in(probe.v1[h], spec, name);
     // The parent is kept, but an operator (or an older corral) may remove it
     // between our steps: ENOENT means make it again.
-    Status made;
-    for (int attempt = 0; attempt < 5; ++attempt) {
+    // The run's directory first: the parent is there on every run but a
+    // host's first, so making it (an EEXIST mkdir per hierarchy) waits for
+    // the ENOENT that says it is missing.
+    Status made = make_dir(kWho, p.dir, false);
+    for (int attempt = 0; attempt < 5 && !made && made.error().code() == ENOENT; ++attempt) {
       made = make_parent_chain(kWho, p.base, spec.parent, [](const std::string&) { return Status{}; });
       if (made) made = make_dir(kWho, p.dir, false);
-      if (made || made.error().code() != ENOENT) break;
     }
     if (!made) return fail(std::move(made).error());
     b->placements.push_back(std::move(p));
@@ -303,7 +312,7 @@ Expected<std::unique_ptr<CgroupBackend>> create_v1(const CgroupProbe& probe, con
   }
 
   std::vector<std::string> in_force;
-  if (Status s = write_ceilings(*b, spec, false, in_force); !s) return fail(std::move(s).error());
+  if (Status s = write_ceilings(probe, *b, spec, false, in_force); !s) return fail(std::move(s).error());
   if (b->devices >= 0 && spec.devices) {
     // Deny all first (a new group inherits its parent's list), then allow
     // each rule; the kernel checks at open(2) of a device node.
@@ -361,7 +370,7 @@ Expected<std::unique_ptr<CgroupBackend>> reuse_v1(const CgroupProbe& probe, cons
     return unfit(why);
   }
   std::vector<std::string> in_force;
-  if (Status s = write_ceilings(*b, spec, true, in_force); !s) return unfit(s.error().message());
+  if (Status s = write_ceilings(probe, *b, spec, true, in_force); !s) return unfit(s.error().message());
   if (b->memory >= 0) {
     const std::string dir = b->placements[b->memory].dir;
     // "0" resets a high-water mark to the current usage (the failcnts are

@@ -391,6 +391,11 @@ std::optional<std::uint64_t> single_value(std::string_view text);
 // three are the run's directory.
 struct StatDirs {
   std::string memory, pids, cpu;
+  // v1: whether a memory ceiling was written to the group. Without one its
+  // limits are the kernel's "none" and no peak can be at them, so the limit
+  // files and the memory+swap peak (three reads) are not read and
+  // hit_ceiling is false, as it would be.
+  bool memory_ceiling = true;
 };
 // Read CgroupStats from the files of `version`. A file that is missing is
 // an absent value; a file that exists but does not parse is an error naming it.
