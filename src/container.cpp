@@ -54,6 +54,16 @@ Status add_cgroup(PreparedRun& run, const HostFacts& host, ContainerRun& c) {
   // pids hierarchy unless there is a ceiling to keep.
   spec.freezer_kill = false;
   spec.pids_accounting = false;
+  // v1: nor a cpuacct hierarchy (v2's one group has cpu.stat anyway) unless
+  // a cpu_seconds limit is watched through it
+  // (ContainerRunner::cpu_seconds; the CPU watch and the Result's count of a
+  // limited run). Without a limit the Result's cpu_seconds is pid 1's
+  // rusage, which counts the same processes: pid 1 reaps every process of
+  // its pid namespace, and its exit kills and reaps whatever is left before
+  // the supervisor reaps it (kernel/pid_namespace.c, zap_pid_ns_processes),
+  // so their times are in its children's. Saves a mkdir, a join, a read and
+  // an rmdir per run.
+  spec.cpu_accounting = run.limits.has(Limit::cpu_seconds);
   if (!run.request.dev_binds.empty() && host.cgroups.has("devices")) {
     // Exactly the standard nodes (the mount tree binds null, zero, full,
     // random, urandom; tty, ptmx and pts for a terminal) and the operator's.

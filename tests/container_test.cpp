@@ -422,6 +422,45 @@ Test(container, rlimit_kills_are_mapped_through_pid_1) {
   cr_assert_eq(f.resource, "file_bytes");
 }
 
+// v1: a run joins a cpuacct group only when a cpu_seconds limit is read
+// through it; without one its cpu_seconds is pid 1's rusage, which holds the
+// CPU of the program's children as well (seen from the host: the groups
+// are made by submit(), before it returns).
+Test(container, a_cpuacct_group_is_made_only_for_a_cpu_limit_and_cpu_is_counted_without) {
+  SKIP_UNLESS_CONTAINER();
+  const CgroupProbe& p = host().cgroups;
+  if (p.backend != CgroupVersion::v1 || p.v1_cpuacct < 0 || !p.v1[p.v1_cpuacct].writable)
+    cr_skip_test("no writable v1 cpuacct hierarchy: %s", host().cgroup_summary.c_str());
+  auto groups_in = [&](int hier) {
+    std::size_t n = 0;
+    const std::string mine = "-" + std::to_string(getpid()) + "-";
+    DIR* d = opendir((p.v1[hier].own_dir + "/corral").c_str());
+    while (dirent* e = d ? readdir(d) : nullptr) n += contains(e->d_name, mine);
+    if (d) closedir(d);
+    return n;
+  };
+  Harness h;
+  // The work is a child's, which the shell waits for: a fixed amount of CPU.
+  const std::string work = "( i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done ) & wait";
+  for (bool limited : {false, true}) {
+    Request r = boxed({"/bin/sh", "-c", work});
+    if (limited) r.limits.set(Limit::cpu_seconds, 100);
+    std::shared_ptr<Result> result;
+    RunCallbacks cb;
+    cb.on_result = [&result](const Result& res) { result = std::make_shared<Result>(res); };
+    auto handle = h.sup->submit(std::move(r), cb);
+    cr_assert(handle.ok(), "%s", handle ? "" : handle.error().message().c_str());
+    const std::size_t cpuacct = groups_in(p.v1_cpuacct);
+    if (p.v1_memory >= 0) cr_assert_eq(groups_in(p.v1_memory), 1u, "no memory group of the run");
+    cr_assert(h.sup->run_until_idle().ok());
+    cr_assert(result);
+    cr_assert_eq(result->outcome, Outcome::exited, "%s", result->detail.c_str());
+    cr_assert_eq(cpuacct, limited ? 1u : 0u, "%s: %zu cpuacct group(s) of the run",
+                 limited ? "cpu_seconds=100" : "no cpu limit", cpuacct);
+    cr_assert_gt(result->cpu_seconds, 0.02, "%s: cpu %.3f", limited ? "limited" : "unlimited", result->cpu_seconds);
+  }
+}
+
 Test(container, a_fork_bomb_is_contained_by_the_pids_ceiling) {
   SKIP_UNLESS_CONTAINER();
   SKIP_UNLESS_CGROUP(pids);
