@@ -195,6 +195,31 @@ Expected<std::vector<std::string>> list_entries(const std::string& dir, std::str
   return out;
 }
 
+// The first entry of `dir` (dot files and `skip` aside) that `live` takes,
+// as a full path, in directory order; "" when none. For the container
+// probe, which every process that runs a container asks: one getdents64
+// into a buffer on the stack, no sort and no list of names, and the first
+// live entry ends it (list_entries reads them all, sorted, for the callers
+// that need them all: the sweep, the removal, keep_newest).
+template <class Live>
+std::string first_live_entry(const std::string& dir, std::string_view skip, Live live) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return "";
+  alignas(struct dirent64) char buf[4096];
+  for (;;) {
+    ssize_t n = ::getdents64(fd.get(), buf, sizeof buf);
+    if (n <= 0) return "";
+    for (ssize_t at = 0; at < n;) {
+      const auto* e = reinterpret_cast<const struct dirent64*>(buf + at);
+      at += e->d_reclen;
+      std::string_view name = e->d_name;
+      if (name.empty() || name[0] == '.' || name == skip) continue;
+      std::string path = dir + "/" + std::string(name);
+      if (live(path)) return path;
+    }
+  }
+}
+
 }  // namespace
 
 Expected<std::vector<std::string>> list_ns_templates(std::string_view root) {
@@ -202,13 +227,10 @@ Expected<std::vector<std::string>> list_ns_templates(std::string_view root) {
 }
 
 std::string live_ns_template(std::string_view root) {
-  auto dirs = list_ns_templates(root);
-  if (!dirs) return "";
-  for (const auto& dir : *dirs) {
+  return first_live_entry(std::string(root), kUsersDir, [](const std::string& dir) {
     NsTemplate t;
-    if (open_existing(dir, t)) return dir;
-  }
-  return "";
+    return open_existing(dir, t);
+  });
 }
 
 Expected<int> remove_ns_templates(std::string_view root) {
@@ -300,11 +322,9 @@ Expected<std::vector<std::string>> list_userns_templates(std::string_view root) 
 }
 
 std::string live_userns_template(std::string_view root) {
-  auto files = list_userns_templates(root);
-  if (!files) return "";
-  for (const auto& f : *files)
-    if (open_ns(f, CLONE_NEWUSER)) return f;
-  return "";
+  return first_live_entry(users_dir(root), "", [](const std::string& f) {
+    return static_cast<bool>(open_ns(f, CLONE_NEWUSER));
+  });
 }
 
 }  // namespace corral

@@ -64,10 +64,11 @@ bool open_ns_template_at(const std::string& dir, NsTemplate& out);
 // sorted; root/users (the user namespaces) is not one of them.
 Expected<std::vector<std::string>> list_ns_templates(std::string_view root = kTemplateRoot);
 
-// The first template under `root` whose two files are live namespaces
-// (nsfs of the right kind), or "". A live one was made on this boot (nsfs
-// binds do not survive a reboot) by a helper that made a mount namespace
-// and pivot_root'ed in it: the container probe takes that as shown.
+// The first template under `root` (in directory order) whose two files are
+// live namespaces (nsfs of the right kind), or "". A live one was made on
+// this boot (nsfs binds do not survive a reboot) by a helper that made a
+// mount namespace and pivot_root'ed in it: the container probe takes that
+// as shown.
 std::string live_ns_template(std::string_view root = kTemplateRoot);
 
 // ---- user namespaces
@@ -86,7 +87,8 @@ struct UserNsIds {
   long inside_uid, outside_uid, inside_gid, outside_gid;
 };
 Expected<UniqueFd> open_userns_template(const UserNsIds& ids, std::string_view root = kTemplateRoot);
-// The user namespace templates under root/users, sorted; the first live one.
+// The user namespace templates under root/users, sorted; the first live one
+// (in directory order).
 Expected<std::vector<std::string>> list_userns_templates(std::string_view root = kTemplateRoot);
 std::string live_userns_template(std::string_view root = kTemplateRoot);
 
