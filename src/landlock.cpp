@@ -135,15 +135,16 @@ Status validate(const LandlockSpec& spec) {
         return Error::invalid("landlock: TCP port " + std::to_string(port) +
                               " out of range (0..65535)");
   if (!spec.writes_confined() && !spec.tcp_restricted() && !spec.abstract_unix_scoped() &&
-      !spec.signals_scoped())
+      !spec.signals_scoped() && !spec.wants_own_domain())
     return Error::invalid(
-        "landlock: nothing to enforce (confine_writes, restrict_tcp and scoping all off)");
+        "landlock: nothing to enforce (confine_writes, restrict_tcp, scoping and own_domain all off)");
   return {};
 }
 
 // The first thing the spec asks that `abi` cannot give, as an error.
 Status check_abi(const LandlockSpec& spec, int abi) {
   if (spec.writes_confined() && abi < 1) return needs_abi("write confinement", 1, abi);
+  if (spec.wants_own_domain() && abi < 1) return needs_abi("a domain of its own", 1, abi);
   if (spec.tcp_restricted() && abi < 4) return needs_abi("TCP port rules", 4, abi);
   if (spec.abstract_unix_scoped() && abi < 6)
     return needs_abi("abstract unix socket scoping", 6, abi);
@@ -216,6 +217,10 @@ LandlockSpec& LandlockSpec::scope_signals(bool on) {
   scope_signals_ = on;
   return *this;
 }
+LandlockSpec& LandlockSpec::own_domain(bool on) {
+  own_domain_ = on;
+  return *this;
+}
 
 std::string LandlockEnforced::describe() const {
   std::string out = "landlock " + abi_text(abi) + ": ";
@@ -236,6 +241,7 @@ std::string LandlockEnforced::describe() const {
     if (scoped & LANDLOCK_SCOPE_SIGNAL) names += names.empty() ? "signals" : ", signals";
     out += "; scoped: " + names;
   }
+  if (!writes_confined && !tcp_restricted() && !scoped && handled_fs) out += "; a domain of its own";
   return out;
 }
 
@@ -264,6 +270,9 @@ Expected<LandlockRuleset> prepare_for_abi(const LandlockSpec& spec, int max_abi)
   }
   if (spec.abstract_unix_scoped()) e.scoped |= LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET;
   if (spec.signals_scoped()) e.scoped |= LANDLOCK_SCOPE_SIGNAL;
+  // The kernel refuses a ruleset that handles nothing.
+  if (spec.wants_own_domain() && !e.handled_fs && !e.handled_net && !e.scoped)
+    e.handled_fs = LANDLOCK_ACCESS_FS_MAKE_BLOCK;
 
   sys::landlock_ruleset_attr_v6 attr{e.handled_fs, e.handled_net, e.scoped};
   // The kernel returns the ruleset fd with O_CLOEXEC already set.

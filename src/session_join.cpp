@@ -222,22 +222,30 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const Sessi
   c->session = std::move(join);
   // cwd or chdir: either is a path inside here (nothing is bound for an exec).
   run.plan->cwd = req.cwd ? *req.cwd : req.chdir ? *req.chdir : std::string(kContainerWorkspace);
-  // Every exec of a session has the session's uid in its pid namespace: an
-  // exec may signal only its own processes (Landlock's signal scoping, ABI
-  // 6), never another exec's, pid 1's, or an exec's child before its
-  // execve, which shares its caller's memory while the caller sleeps until
-  // it execs (a SIGSTOP there would hold the caller until the session ends).
-  if (host.landlock_abi >= 6) {
-    LandlockSpec scope;
-    scope.confine_writes(false).scope_signals(true);
-    auto ruleset = prepare(scope);
-    if (!ruleset) return std::move(ruleset).error().context("session exec: Landlock signal scoping");
+  // Every exec of a session has the session's uid in its pid namespace, and
+  // each is a Landlock domain of its own (any ABI): from inside one, the
+  // kernel refuses ptrace-style access (/proc/PID/mem, environ) to every
+  // process outside it — another exec's program, pid 1, and an exec's
+  // child before its execve, which runs on its caller's memory (with
+  // fs.suid_dumpable=1 that memory stays dumpable across the child's id
+  // switch, and the caller may be a root supervisor). From ABI 6 an exec
+  // may also signal only its own processes: a SIGSTOP to a child before
+  // its execve would hold the caller until the session ends.
+  if (host.landlock_abi >= 1) {
+    LandlockSpec domain;
+    domain.confine_writes(false).own_domain(true).scope_signals(host.landlock_abi >= 6);
+    auto ruleset = prepare_for_abi(domain, host.landlock_abi);
+    if (!ruleset) return std::move(ruleset).error().context("session exec: its own Landlock domain");
     run.plan->landlock.emplace(std::move(*ruleset));
-  } else {
+  }
+  if (host.landlock_abi < 1)
+    run.warnings.push_back("session " + info->id + ": no Landlock on this kernel: an exec of the session is no "
+                           "domain of its own, so another exec's program may read its memory where the "
+                           "kernel's ptrace checks allow it (same uid)");
+  if (host.landlock_abi < 6)
     run.warnings.push_back("session " + info->id + ": Landlock ABI " + std::to_string(host.landlock_abi) +
                            " has no signal scoping (ABI 6): another exec of the session may signal this one's "
                            "processes, and stop its child before the exec");
-  }
   touch_active(info->active_file);
   run.container = std::move(c);
   return {};

@@ -265,6 +265,25 @@ Test(landlock, signal_scoping_stops_kill_outside_the_domain) {
   expect_mentions(scoped.describe(), {"scoped: signals"});
 }
 
+// A domain of its own at ABI 1, with nothing else restricted: from inside
+// it, the memory of a process outside (here the test process, which the
+// child could otherwise read as root) is refused; without it, it is not.
+Test(landlock, an_own_domain_keeps_out_of_a_process_outside_at_abi_1) {
+  require_abi(1);
+  const std::string mem = "/proc/" + std::to_string(getpid()) + "/mem";
+  auto own = must_prepare(LandlockSpec().confine_writes(false).own_domain(true), 1);
+  cr_expect_eq(own.enforced().handled_fs, static_cast<std::uint64_t>(LANDLOCK_ACCESS_FS_MAKE_BLOCK));
+  expect_mentions(own.describe(), {"a domain of its own"});
+  auto open_mem = [&] {
+    int fd = open(mem.c_str(), O_RDONLY | O_CLOEXEC);
+    return fd < 0 ? -1 : close(fd);
+  };
+  expect_errno(errno_under(own, open_mem), EACCES, "open /proc/PARENT/mem from its own domain");
+  auto none = run_in_child([&] { return open_mem() < 0 ? errno : 0; });
+  cr_expect(none.exited && none.code == 0, "control: outside any domain, the child could not open %s (%d)",
+            mem.c_str(), none.code);
+}
+
 Test(landlock, abstract_unix_scoping_stops_connect_outside) {
   require_abi(6);
   sockaddr_un addr{};

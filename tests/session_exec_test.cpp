@@ -10,7 +10,11 @@
 #include <algorithm>
 #include <sstream>
 
+#include "corral/host_probe.hpp"
+#include "corral/landlock.hpp"
+#include "corral/run_setup.hpp"
 #include "corral/session.hpp"
+#include "corral/session_join.hpp"
 #include "cmdline_mark.hpp"
 #include "host_view.hpp"
 #include "session_support.hpp"
@@ -418,4 +422,44 @@ Test(session_exec, an_exec_reads_no_command_line_of_another_execs_caller, .timeo
   cr_expect(contains(watcher->stdout_capture.text, "cmdline_seen=none\n"), "%s %s",
             watcher->stdout_capture.text.c_str(), watcher->detail.c_str());
   cr_expect(contains(watcher->stdout_capture.text, "pids_listed=0\n"), "%s", watcher->stdout_capture.text.c_str());
+}
+
+// An exec is a Landlock domain of its own at every ABI, not only where
+// signals can be scoped (ABI 6). From inside a domain the kernel refuses
+// ptrace-style access (/proc/PID/mem, environ) to every process outside
+// it: another exec's program, and an exec's child before its execve, which
+// runs on its caller's memory (with fs.suid_dumpable=1 that memory stays
+// dumpable across the child's id switch). Prepared as on hosts reporting
+// ABI 1 (5.13) and 5 (6.10), the exec's plan must still hold a ruleset.
+Test(session_exec, an_exec_is_a_landlock_domain_of_its_own_below_abi_6) {
+  SKIP_UNLESS_SESSIONS();
+  if (landlock_abi() < 1) cr_skip_test("no Landlock on this kernel: an exec can be no domain of its own");
+  WarmSession w("domain");
+  const HostFacts probed = probe_host(/*with_containers=*/true, /*with_workspace=*/false);
+  const SessionTarget target = session_target(w.s);
+  for (int abi : {1, 5, landlock_abi()}) {
+    HostFacts host = probed;
+    host.landlock_abi = abi;
+    RunContext ctx;
+    ctx.host = &host;
+    ctx.session = &target;
+    Request req;
+    req.argv = {"/bin/true"};
+    auto run = prepare_run(session_exec_request(w.s.id, std::move(req)), ctx, "domain-" + std::to_string(abi));
+    cr_assert(run, "ABI %d: %s", abi, run ? "" : run.error().message().c_str());
+    cr_assert(run->plan && run->plan->landlock, "ABI %d: the exec is no Landlock domain of its own", abi);
+    const LandlockEnforced& e = run->plan->landlock->enforced();
+    cr_expect_eq(e.abi, abi);
+    cr_expect(!e.writes_confined && !e.tcp_restricted(), "ABI %d: %s", abi, e.describe().c_str());
+    bool warned = false;
+    for (const auto& wmsg : run->warnings) warned |= contains(wmsg, "no signal scoping");
+    if (abi >= 6) {
+      cr_expect_eq(e.scoped, static_cast<std::uint64_t>(LANDLOCK_SCOPE_SIGNAL), "%s", e.describe().c_str());
+      cr_expect(!warned, "ABI %d warns of signal scoping it has", abi);
+    } else {
+      cr_expect_eq(e.handled_fs, static_cast<std::uint64_t>(LANDLOCK_ACCESS_FS_MAKE_BLOCK), "%s", e.describe().c_str());
+      cr_expect(contains(e.describe(), "a domain of its own"), "%s", e.describe().c_str());
+      cr_expect(warned, "ABI %d: no warning that signals are not scoped", abi);
+    }
+  }
 }

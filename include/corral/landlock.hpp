@@ -74,6 +74,12 @@ class LandlockSpec {
   // sandbox / no signals to processes outside it.
   LandlockSpec& scope_abstract_unix(bool on);
   LandlockSpec& scope_signals(bool on);
+  // A domain of its own even when nothing above is asked (any ABI): the
+  // kernel refuses ptrace, /proc/PID/mem and the like from inside a
+  // domain to any process outside it. The ruleset then handles only
+  // LANDLOCK_ACCESS_FS_MAKE_BLOCK, allowed nowhere (a user namespace
+  // refuses mknod of a block device anyway).
+  LandlockSpec& own_domain(bool on);
 
   const std::vector<std::string>& write_paths() const { return write_paths_; }
   const std::vector<std::pair<int, std::string>>& write_fds() const { return write_fds_; }
@@ -83,6 +89,7 @@ class LandlockSpec {
   const std::vector<int>& tcp_connect_ports() const { return connect_ports_; }
   bool abstract_unix_scoped() const { return scope_abstract_unix_; }
   bool signals_scoped() const { return scope_signals_; }
+  bool wants_own_domain() const { return own_domain_; }
 
  private:
   std::vector<std::string> write_paths_;
@@ -93,6 +100,7 @@ class LandlockSpec {
   bool restrict_tcp_ = false;
   bool scope_abstract_unix_ = false;
   bool scope_signals_ = false;
+  bool own_domain_ = false;
 };
 
 // What a prepared ruleset enforces, for results and `corral enforcement`.
