@@ -5,6 +5,7 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
@@ -52,6 +53,23 @@ inline ChildEnd run_in_child(const std::function<int()>& fn) {
     end.signal = WTERMSIG(status);
   }
   return end;
+}
+
+// run_in_child as `uid` (gid the same, no supplementary groups) when we are
+// root, so a test sees what a run's program would see; as another user, as
+// ourselves. A child that cannot change ids ends with 90.
+inline ChildEnd run_in_child_as(uid_t uid, const std::function<int()>& fn) {
+  return run_in_child([&] {
+    if (geteuid() == 0 &&
+        (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0))
+      return 90;
+    return fn();
+  });
+}
+
+// The child ran to its end and returned 0.
+inline void expect_child_ok(const ChildEnd& end) {
+  cr_assert(end.exited && end.code == 0, "child: exited=%d code=%d signal=%d", end.exited, end.code, end.signal);
 }
 
 // run_in_child, plus what the child wrote to the fd it is given (a pipe

@@ -54,19 +54,9 @@ std::optional<WorkspaceOwner> run_owner() {
 }
 
 // fn as the run's program would run it: as the owner uid when we are root.
-corral_test::ChildEnd as_the_run(const std::function<int()>& fn) {
-  return corral_test::run_in_child([&] {
-    if (geteuid() == 0 &&
-        (setgroups(0, nullptr) != 0 || setresgid(kOtherUid, kOtherUid, kOtherUid) != 0 ||
-         setresuid(kOtherUid, kOtherUid, kOtherUid) != 0))
-      return 90;
-    return fn();
-  });
-}
+corral_test::ChildEnd as_the_run(const std::function<int()>& fn) { return corral_test::run_in_child_as(kOtherUid, fn); }
 
-void expect_child_ok(const corral_test::ChildEnd& end) {
-  cr_assert(end.exited && end.code == 0, "child: exited=%d code=%d signal=%d", end.exited, end.code, end.signal);
-}
+using corral_test::expect_child_ok;
 
 }  // namespace
 

@@ -59,19 +59,10 @@ void expect_error(const T& result, std::initializer_list<const char*> fragments)
 // Runs fn in a forked child as an unprivileged uid (when we are root) so
 // the non-root code paths run on this root-only machine too.
 corral_test::ChildEnd as_unprivileged(const std::function<int()>& fn) {
-  return corral_test::run_in_child([&] {
-    if (geteuid() == 0) {
-      if (setgroups(0, nullptr) != 0 || setresgid(kOtherUid + 1, kOtherUid + 1, kOtherUid + 1) != 0 ||
-          setresuid(kOtherUid + 1, kOtherUid + 1, kOtherUid + 1) != 0)
-        return 90;
-    }
-    return fn();
-  });
+  return corral_test::run_in_child_as(kOtherUid + 1, fn);
 }
 
-void expect_child_ok(const corral_test::ChildEnd& end) {
-  cr_assert(end.exited && end.code == 0, "child: exited=%d code=%d signal=%d", end.exited, end.code, end.signal);
-}
+using corral_test::expect_child_ok;
 
 }  // namespace
 
