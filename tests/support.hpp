@@ -5,9 +5,9 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
-#include <grp.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>

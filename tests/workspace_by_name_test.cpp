@@ -2,7 +2,6 @@
 // (WorkspaceOptions::by_name): what the fd-held workspace promises, kept
 // with no fd held between creation and removal. Hostile leftovers are
 // planted as the run's uid would plant them.
-#include <grp.h>
 #include <sys/stat.h>
 
 #include <filesystem>

@@ -1,6 +1,5 @@
 #include "corral/workspace.hpp"
 
-#include <grp.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -298,9 +297,7 @@ Test(workspace, owner_uid_owns_the_tree_and_staged_inputs) {
               st.st_gid);
   }
   // The owner can work in it.
-  expect_child_ok(corral_test::run_in_child([&] {
-    if (setgroups(0, nullptr) || setresgid(kOtherUid, kOtherUid, kOtherUid) || setresuid(kOtherUid, kOtherUid, kOtherUid))
-      return 90;
+  expect_child_ok(corral_test::run_in_child_as(kOtherUid, [&] {
     int fd = open((ws.home() + "/made-by-child").c_str(), O_CREAT | O_WRONLY, 0600);
     return fd >= 0 ? 0 : 1;
   }));
@@ -468,9 +465,7 @@ Test(workspace, a_run_uid_cannot_rename_its_workspace_in_a_private_base) {
   Workspace ws = make_shared_ws(base, WorkspaceOwner{kOtherUid, kOtherUid});
   cr_assert(ws.release_fd().ok());
   std::string p = ws.path(), elsewhere = base->path() + "/elsewhere";
-  auto end = corral_test::run_in_child([&] {
-    if (setgroups(0, nullptr) || setresgid(kOtherUid, kOtherUid, kOtherUid) || setresuid(kOtherUid, kOtherUid, kOtherUid))
-      return 90;
+  auto end = corral_test::run_in_child_as(kOtherUid, [&] {
     // It can work inside its workspace, but not rename it or add entries next to it.
     int fd = open((ws.home() + "/mine").c_str(), O_CREAT | O_WRONLY, 0600);
     if (fd < 0) return 1;
