@@ -11,6 +11,7 @@
 #include <map>
 
 #include "cgroup_backend.hpp"
+#include "mountinfo.hpp"
 
 namespace corral {
 namespace {
@@ -19,41 +20,8 @@ using detail::contains;
 using detail::join;
 using detail::split;
 
-// mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string unescape_mount_path(std::string_view s) {
-  auto octal = [&](std::size_t i, char max) { return i < s.size() && s[i] >= '0' && s[i] <= max; };
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && octal(i + 1, '3') && octal(i + 2, '7') && octal(i + 3, '7')) {
-      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
-      i += 3;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
-struct MountEntry {
-  std::string root, mount_point, fstype;
-  std::vector<std::string> super_options;
-};
-
-std::vector<MountEntry> parse_mountinfo(std::string_view text) {
-  std::vector<MountEntry> out;
-  for (auto line : split(text, '\n')) {
-    auto fields = split(line, ' ');
-    auto dash = std::find(fields.begin(), fields.end(), "-");
-    if (fields.size() < 6 || dash == fields.end() || fields.end() - dash < 4) continue;
-    MountEntry m;
-    m.root = unescape_mount_path(fields[3]);
-    m.mount_point = unescape_mount_path(fields[4]);
-    m.fstype = std::string(dash[1]);
-    for (auto opt : split(dash[3], ',')) m.super_options.emplace_back(opt);
-    out.push_back(std::move(m));
-  }
-  return out;
-}
+using MountEntry = detail::MountInfoEntry;
+using detail::parse_mountinfo;
 
 // /proc/self/cgroup: "0::/path" for v2, "4:memory:/path" or "2:cpu,cpuacct:/path" for v1.
 struct SelfCgroups {
@@ -119,16 +87,8 @@ std::pair<int, int> kernel_version(const std::string& release_in) {
 // Read to the 0 (not detail::read_text's early end, which holds for cgroup
 // files only: a mountinfo line can be longer than half a page).
 std::string read_or_empty(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return {};
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n < 0 ? std::string() : out;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
+  auto text = detail::read_to_end(path);
+  return text ? std::move(*text) : std::string();
 }
 
 const char* const kV1Roles[] = {"memory", "pids", "cpuacct", "freezer", "devices"};

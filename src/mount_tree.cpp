@@ -19,6 +19,7 @@
 #include "corral/syscalls.hpp"
 
 #include "mount_tree_builder.hpp"
+#include "mountinfo.hpp"
 
 namespace corral {
 
@@ -354,6 +355,7 @@ Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, con
                        " " + field(st.fstype) + " " + std::to_string(st.flags) + " " + std::to_string(st.attr) +
                        " " + std::to_string(st.mode) + " " + field(st.data, st.data_len) + "\n";
   }
+  std::vector<std::string> bound;
   for (const auto& st : b.steps()) {
     if (st.op != MountOp::bind) continue;
     const char* src = out.base.str(st.source);
@@ -367,6 +369,27 @@ Expected<SplitMountTree> prepare_split_mount_tree(const MountTreeSpec& spec, con
       id = std::to_string(sb.st_dev) + ":" + std::to_string(sb.st_ino);
     }
     out.fingerprint += host + " " + id + "\n";
+    bound.push_back(std::move(host));
+  }
+  // And every host mount at or below a bound entry, as the table shows it
+  // now. A bind copies the mounts under its source as they are when the
+  // template is made (open_tree AT_RECURSIVE), and a template outlives
+  // them: without this line a tmpfs mounted under /usr after the template
+  // was made never showed in a run, and one unmounted since still did,
+  // kept alive by the template's copy. Mount ids are reused after an
+  // unmount, so the line carries what the mount shows too (device, root,
+  // source, options): a new filesystem on the old id gets another device
+  // number while the template holds the old one.
+  if (scan != HostScan::skip && !bound.empty()) {
+    auto table = detail::read_to_end("/proc/self/mountinfo");
+    if (!table) return std::move(table).error().context("mount tree: the host's mounts under its binds");
+    for (const auto& m : detail::parse_mountinfo(*table)) {
+      bool under = std::any_of(bound.begin(), bound.end(),
+                               [&](const std::string& h) { return detail::mount_point_under(m.mount_point, h); });
+      if (!under) continue;
+      out.fingerprint += "mount " + m.mount_point + " " + m.id + " " + m.dev + " " + m.root + " " + m.mount_options +
+                         " " + m.fstype + " " + m.source + "\n";
+    }
   }
   if (base.scan_host) out.scanned_dirs.assign(base.scanned().begin(), base.scanned().end());
   return out;

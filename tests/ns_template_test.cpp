@@ -297,6 +297,70 @@ Test(ns_template, the_host_base_fingerprint_names_each_bind_as_stat_sees_it) {
   cr_assert_gt(binds, 5, "only %d binds in the host base:\n%s", binds, fp.c_str());
 }
 
+namespace {
+
+// A directory under /usr (which the host base binds) that a test mounts a
+// tmpfs on; unmounted and removed in .fini however the test ended.
+std::string g_host_mount;
+void drop_host_mount() {
+  if (g_host_mount.empty()) return;
+  umount2(g_host_mount.c_str(), MNT_DETACH);
+  rmdir(g_host_mount.c_str());
+  g_host_mount.clear();
+}
+
+void make_host_mount_point() {
+  g_host_mount = "/usr/local/corral-test-mount-" + std::to_string(getpid());
+  if (mkdir(g_host_mount.c_str(), 0755) != 0) {
+    std::string why = strerror(errno);
+    g_host_mount.clear();
+    cr_skip_test("cannot make a mount point under /usr/local: %s", why.c_str());
+  }
+}
+
+}  // namespace
+
+Test(ns_template, the_base_names_the_host_mounts_under_what_it_binds, .fini = drop_host_mount) {
+  SKIP_UNLESS_TEMPLATE();
+  TempDir ws;
+  make_host_mount_point();
+  const std::string before = split_for(ws.path(), 65534).fingerprint;
+  cr_assert(!contains(before, "mount " + g_host_mount + " "), "%s", before.c_str());
+  cr_assert_eq(mount("tmpfs", g_host_mount.c_str(), "tmpfs", 0, "size=64k"), 0, "%s", strerror(errno));
+  const std::string mounted = split_for(ws.path(), 65534).fingerprint;
+  cr_assert(contains(mounted, "mount " + g_host_mount + " "), "a tmpfs under /usr is not in the base:\n%s",
+            mounted.c_str());
+  cr_assert_eq(umount2(g_host_mount.c_str(), 0), 0, "%s", strerror(errno));
+  cr_assert_eq(split_for(ws.path(), 65534).fingerprint, before, "the base did not go back once the tmpfs was gone");
+}
+
+Test(ns_template, a_run_sees_the_hosts_mounts_under_a_bound_path_as_they_are_now, .fini = drop_host_mount) {
+  // The template binds /usr as it was when it was made. A run after a host
+  // mount under /usr must see the mount, and a run after the unmount must
+  // not see what was there (the template's copy would keep it alive).
+  SKIP_UNLESS_TEMPLATE();
+  TemplatesLock lock(true);  // the host's mounts and templates change under the other tests
+  make_host_mount_point();
+  Harness h;
+  const std::vector<std::string> look = {"sh", "-c", "cat " + g_host_mount + "/file 2>/dev/null || echo absent"};
+  auto seen = [&] {
+    Result r = h.run(boxed(look));
+    cr_assert_eq(r.outcome, Outcome::exited, "%s", r.detail.c_str());
+    std::string out = r.stdout_capture.text;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    return out;
+  };
+  cr_assert_eq(seen(), "absent");  // the template for this host exists from here on
+  cr_assert_eq(mount("tmpfs", g_host_mount.c_str(), "tmpfs", 0, "size=64k"), 0, "%s", strerror(errno));
+  corral_test::write_file(g_host_mount + "/file", "present");
+  std::string now = seen();
+  cr_assert_eq(now, "present", "a tmpfs mounted under /usr after the template was made: the run saw '%s'",
+               now.c_str());
+  cr_assert_eq(umount2(g_host_mount.c_str(), 0), 0, "%s", strerror(errno));
+  now = seen();
+  cr_assert_eq(now, "absent", "a tmpfs unmounted from /usr: the run still saw '%s'", now.c_str());
+}
+
 Test(ns_template, runs_in_the_template_leave_no_mount_cgroup_or_workspace) {
   SKIP_UNLESS_TEMPLATE();
   TemplatesLock lock(false);

@@ -238,7 +238,9 @@ Expected<PreparedMountTree> prepare_mount_tree(const MountTreeSpec& spec, const 
 // `workspace_fd`, a detached mount made here, since the copy cannot see the
 // host), then the chdir. Refuses binds (they would become part of the shared
 // base). `fingerprint` names the base: its steps plus the device and inode
-// of every host entry it binds. `scanned_dirs` are the host directories
+// of every host entry it binds and the mountinfo line of every host mount
+// at or below one (applying the base copies those as they are then).
+// `scanned_dirs` are the host directories
 // whose entries the scan looked up or listed, and their ancestors: while
 // none of them changes (and no mount comes or goes) a scan would find the
 // same entries (ns_template.hpp: the template's host stamp).

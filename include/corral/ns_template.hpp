@@ -9,8 +9,9 @@
 //   /run/corral/templates/<key>/mnt   the base's mount namespace
 //   /run/corral/templates/<key>/net   its network namespace
 //
-// <key> is a hash of the base's fingerprint (its steps and the device and
-// inode of every host entry it binds), so a changed host file or a
+// <key> is a hash of the base's fingerprint (its steps, the device and
+// inode of every host entry it binds, and every host mount at or below
+// one), so a changed host file, a mount made or removed under /usr, or a
 // different identity in /etc makes a new template instead of reusing a
 // stale one. At most kKeptTemplates are kept; making one removes the
 // oldest beyond that. Root only: entering a namespace the host's user

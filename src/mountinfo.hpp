@@ -1,0 +1,39 @@
+// Internal: the kernel's mount table as /proc/PID/mountinfo prints it
+// (proc(5), Documentation/filesystems/proc.rst), parsed once for the two
+// readers that need it: the cgroup probe (where each hierarchy is mounted)
+// and the container tier's mount tree (which host mounts lie under what a
+// namespace template binds). Parent side.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "corral/status.hpp"
+
+namespace corral::detail {
+
+// One line. Paths are unescaped (the kernel writes space, tab, newline and
+// backslash as \ooo); the rest is as printed.
+struct MountInfoEntry {
+  std::string id;             // the mount's id: unique among mounts alive now, reused after an unmount
+  std::string dev;            // "major:minor" of its filesystem (st_dev of what it shows)
+  std::string root;           // the directory of that filesystem mounted here
+  std::string mount_point;    // where, relative to the reader's root
+  std::string mount_options;  // per mount: "rw,nosuid,relatime"
+  std::string fstype, source;
+  std::vector<std::string> super_options;  // per filesystem
+};
+
+// Lines that do not have the documented shape are skipped.
+std::vector<MountInfoEntry> parse_mountinfo(std::string_view text);
+
+// A file whole, read to the 0: a seq_file in /proc hands out at most a page
+// per read, and a mountinfo line can be longer than half of one.
+Expected<std::string> read_to_end(const std::string& path);
+
+// Whether `mount_point` is `dir` or lies below it (both absolute, no
+// trailing slash but for "/" itself).
+bool mount_point_under(std::string_view mount_point, std::string_view dir) noexcept;
+
+}  // namespace corral::detail
