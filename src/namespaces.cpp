@@ -254,7 +254,7 @@ Expected<PreparedNamespaces> prepare_namespaces(const NamespaceSpec& spec) {
         const HostStampStart start = begin_host_stamp();
         if (!skeleton.empty()) split = prepare_split_mount_tree(spec.mounts(), who);
         if (!split) return split.error().context("namespaces");
-        tmpl = open_ns_template(split->base, split->fingerprint, spec.template_root());
+        tmpl = open_ns_template(split->base, split->fingerprint, spec.template_root(), skeleton);
         if (tmpl && !skeleton.empty()) record_host_stamp(skeleton, split->scanned_dirs, start, *tmpl, spec.template_root());
       }
       Expected<UniqueFd> user = tmpl ? open_userns_template(UserNsIds{p.map_.inside_uid, p.map_.outside_uid,

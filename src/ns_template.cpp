@@ -145,18 +145,33 @@ Expected<UniqueFd> lock_root(std::string_view root) {
   return lock;
 }
 
-void remove_old_templates(std::string_view root, const std::string& keep) {
+// The templates beyond the kept number, and the other templates of
+// `family_prefix` ("<family hash>-"; "" for none).
+void remove_old_templates(std::string_view root, const std::string& keep, const std::string& family_prefix) {
   auto listed = list_ns_templates(root);
-  if (listed) keep_newest(*listed, keep, kKeptTemplates, clear_dir);
+  if (!listed) return;
+  if (!family_prefix.empty()) {
+    const std::string prefix = std::string(root) + "/" + family_prefix;
+    std::vector<std::string> others;
+    for (auto& dir : *listed) {
+      if (dir != keep && dir.compare(0, prefix.size(), prefix) == 0)
+        clear_dir(dir);
+      else
+        others.push_back(std::move(dir));
+    }
+    *listed = std::move(others);
+  }
+  keep_newest(*listed, keep, kKeptTemplates, clear_dir);
 }
 
 }  // namespace
 
 Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::string& fingerprint,
-                                      std::string_view root) {
+                                      std::string_view root, const std::string& family) {
   NsTemplate out;
   const std::string root_s(root);
-  out.dir = root_s + "/" + Sha256::hex_of(fingerprint).substr(0, 24);
+  const std::string family_prefix = family.empty() ? "" : Sha256::hex_of(family).substr(0, 8) + "-";
+  out.dir = root_s + "/" + family_prefix + Sha256::hex_of(fingerprint).substr(0, family.empty() ? 24 : 16);
   if (open_existing(out.dir, out)) return out;
 
   if (auto st = ensure_root(root); !st) return std::move(st).error();
@@ -166,7 +181,7 @@ Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::
 
   clear_dir(out.dir);
   if (auto st = make_template(base, out.dir); !st) return std::move(st).error();
-  remove_old_templates(root, out.dir);
+  remove_old_templates(root, out.dir, family_prefix);
   if (!open_existing(out.dir, out))
     return template_error(ENOENT, "'" + out.dir + "' was made but does not open as two namespaces");
   out.created = true;

@@ -144,10 +144,14 @@ std::string mounts_line(std::uint64_t hash) {
   return buf;
 }
 
+// open_ns_template's names: 24 hex digits, or 8, '-' and 16 for a family's.
 bool is_template_name(std::string_view name) {
-  return name.size() == 24 && std::all_of(name.begin(), name.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  auto hex = [](std::string_view s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  };
+  if (name.size() != 24 && name.size() != 25) return false;
+  if (name.size() == 24) return hex(name);
+  return name[8] == '-' && hex(name.substr(0, 8)) && hex(name.substr(9));
 }
 
 // The newest `kept` - 1 records under root stay besides `keep`.

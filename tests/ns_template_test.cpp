@@ -351,14 +351,27 @@ Test(ns_template, a_run_sees_the_hosts_mounts_under_a_bound_path_as_they_are_now
     return out;
   };
   cr_assert_eq(seen(), "absent");  // the template for this host exists from here on
+  const auto dirs = [] {
+    auto v = template_dirs(std::string(kTemplateRoot));
+    return std::set<std::string>(v.begin(), v.end());
+  };
+  const std::set<std::string> before = dirs();
   cr_assert_eq(mount("tmpfs", g_host_mount.c_str(), "tmpfs", 0, "size=64k"), 0, "%s", strerror(errno));
   corral_test::write_file(g_host_mount + "/file", "present");
   std::string now = seen();
   cr_assert_eq(now, "present", "a tmpfs mounted under /usr after the template was made: the run saw '%s'",
                now.c_str());
+  std::vector<std::string> made;  // the template that shows the tmpfs
+  for (const auto& d : dirs())
+    if (!before.count(d)) made.push_back(d);
+  cr_assert_eq(made.size(), 1u, "%zu templates were made for the mounted host", made.size());
   cr_assert_eq(umount2(g_host_mount.c_str(), 0), 0, "%s", strerror(errno));
   now = seen();
   cr_assert_eq(now, "absent", "a tmpfs unmounted from /usr: the run still saw '%s'", now.c_str());
+  // The template of the mounted host went with the next one made for the
+  // same spec: it held the unmounted tmpfs alive.
+  struct stat st;
+  cr_assert_neq(lstat(made[0].c_str(), &st), 0, "%s, made while the tmpfs was mounted, is still there", made[0].c_str());
 }
 
 Test(ns_template, runs_in_the_template_leave_no_mount_cgroup_or_workspace) {

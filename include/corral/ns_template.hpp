@@ -54,8 +54,16 @@ struct NsTemplate {
 // helper that unshares a mount and a network namespace, applies `base`, and
 // whose namespaces are then bound onto root/<key>/{mnt,net}. Errors name
 // the step ("namespace template: ... : mount tree: step 4 ...").
+//
+// `family` names what the base was built for regardless of the host (the
+// spec and identity: the HostScan::skip fingerprint); "" for none. A
+// template made for a family removes the family's others: they show a host
+// that is gone (a file replaced, a mount made or removed under /usr), and
+// each keeps what it binds alive — a filesystem unmounted from the host
+// stays busy while a template holds a copy of its mount. <key> is then
+// <family hash>-<fingerprint hash>.
 Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::string& fingerprint,
-                                      std::string_view root = kTemplateRoot);
+                                      std::string_view root = kTemplateRoot, const std::string& family = "");
 
 // dir/{mnt,net} into `out` (not its dir) when both are live nsfs files of
 // the right kind; false otherwise.
