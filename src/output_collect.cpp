@@ -210,7 +210,7 @@ void collect_declared_outputs(const std::vector<DeclaredOutput>& outputs, const 
   };
   TransferResult moved = transfer(outputs, limits, source, sink ? &*sink : nullptr);
   for (const auto& name : source.withheld())
-    result.artifact_notes.push_back(printable_name(name) + ": its name contains a secret's value; not delivered");
+    result.artifact_notes.push_back("outputs: " + printable_name(name) + ": its name contains a secret's value; not delivered");
   for (const auto& skipped : moved.skipped()) result.artifact_notes.push_back("outputs: " + skipped.note);
   if (!moved) {
     const TransferError& error = moved.error();

@@ -416,7 +416,7 @@ Test(cli, a_secret_in_a_file_name_reaches_neither_stdout_nor_the_disk) {
   Ran plain = run_corral("run " + args, "CLI_NAME_SECRET=TopSecret123");
   cr_assert_eq(plain.code, 0, "%s", plain.err.c_str());
   cr_assert(!contains(plain.out + plain.err, "TopSecret123"), "the secret leaked: %s", plain.err.c_str());
-  cr_assert(contains(plain.err, "corral: output ***.txt"), "%s", plain.err.c_str());
+  cr_assert(contains(plain.err, "corral: outputs: ***.txt"), "%s", plain.err.c_str());
   auto tree = tree_of(root.path());
   for (const auto& name : tree) cr_assert(!contains(name, "TopSecret123"), "on disk: %s", name.c_str());
   cr_assert_eq(tree.size(), 4u, "two runs, each <run-id>/plain.txt");

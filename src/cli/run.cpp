@@ -282,7 +282,8 @@ void hint_unpassed_stdin() {
 void report_end(const Result& r) {
   if (std::getenv("CORRAL_QUIET") == nullptr || std::strcmp(std::getenv("CORRAL_QUIET"), "1") != 0)
     for (const auto& w : r.warnings) say("not enforced: %s", w.c_str());
-  for (const auto& note : r.artifact_notes) say("output %s", note.c_str());
+  // Each note names its own subject ("outputs: ...", "outputs refused (...)").
+  for (const auto& note : r.artifact_notes) say("%s", note.c_str());
   if (r.outcome != Outcome::exited) say("%s", r.detail.c_str());
 }
 
