@@ -2,6 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <set>
+#include <utility>
+#include <vector>
+
 #include "corral/capture.hpp"
 #include "corral/door.hpp"
 #include "corral/names.hpp"
@@ -64,11 +68,59 @@ std::string shown(std::string_view why) {
   return out;
 }
 
+// A key given twice in one object. nlohmann keeps the last; another reader
+// of the same line (a reviewer's tool, a policy check before corral) may
+// keep the first, so one line could ask that reader for tier container and
+// us for tier none. Refused whole, naming the key. Fed nlohmann's parse
+// events; `duplicate` is the dotted name of the first key given twice.
+class DuplicateKeys {
+ public:
+  bool on(json::parse_event_t event, const json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        path_.push_back(std::exchange(key_, {}));
+        seen_.emplace_back();
+        break;
+      case json::parse_event_t::array_start:
+        path_.push_back(std::exchange(key_, {}));
+        break;
+      case json::parse_event_t::object_end:
+        seen_.pop_back();
+        path_.pop_back();
+        break;
+      case json::parse_event_t::array_end:
+        path_.pop_back();
+        break;
+      case json::parse_event_t::key:
+        key_ = parsed.get<std::string>();
+        if (!seen_.empty() && !seen_.back().insert(key_).second && duplicate.empty()) {
+          for (const auto& part : path_)
+            if (!part.empty()) duplicate += part + ".";
+          duplicate += key_;
+        }
+        break;
+      case json::parse_event_t::value:
+        break;
+    }
+    return true;  // keep everything: the check only looks
+  }
+  std::string duplicate;
+
+ private:
+  std::vector<std::string> path_;              // the key each open object or array was given under
+  std::vector<std::set<std::string>> seen_;    // the keys of each open object so far
+  std::string key_;                            // the key of the value that comes next
+};
+
 // nlohmann's parse_error carries the byte offset of the fault; its what()
 // starts "[json.exception.parse_error.101] parse error at line L, column C: ".
 Expected<json> parse_json(std::string_view text) {
   try {
-    return json::parse(text);
+    DuplicateKeys keys;
+    json j = json::parse(text, [&](int, json::parse_event_t event, json& parsed) { return keys.on(event, parsed); });
+    if (!keys.duplicate.empty())
+      return Error::invalid("field " + quote_input(keys.duplicate) + " is given twice (a key may appear once in an object)");
+    return j;
   } catch (const json::parse_error& e) {
     std::string why = e.what();
     if (auto colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
@@ -221,9 +273,17 @@ std::string result_to_json(const Result& r, long line) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+Status refuse_duplicate_keys(std::string_view text) {
+  auto parsed = parse_json(text);
+  if (!parsed) return std::move(parsed).error();
+  return {};
+}
+
 std::string job_id_of(std::string_view text) {
-  json j = json::parse(text, nullptr, false);  // a malformed line has no id
-  if (j.is_discarded() || !j.is_object() || !j.contains("id")) return "";
+  auto parsed = parse_json(text);  // a malformed line has no id, nor one that gives keys twice
+  if (!parsed) return "";
+  const json& j = *parsed;
+  if (!j.is_object() || !j.contains("id")) return "";
   const json& id = j["id"];
   if (id.is_string()) return id.get<std::string>();
   if (id.is_number_integer()) return std::to_string(id.get<long long>());

@@ -306,3 +306,26 @@ Test(request_fields, the_old_spellings_are_aliases_with_the_same_effect) {
     cr_assert_eq(ran.code, 0, "%s: %s", flag, ran.err.c_str());
   }
 }
+
+// A key given twice in one object: our parser would keep the last, another
+// reader of the job line (a reviewer's tool, a policy check in front of
+// corral) may keep the first. The line is refused, naming the key, at any
+// depth; the same key in two different objects is no repeat.
+Test(request_fields, a_key_given_twice_in_one_object_is_refused_by_name) {
+  const std::pair<const char*, const char*> lines[] = {
+      {R"({"argv":["true"],"tier":"container","tier":"none"})", "'tier'"},
+      {R"({"argv":["true"],"id":"a","id":"b"})", "'id'"},
+      {R"({"argv":["true"],"limits":{"wall_seconds":1,"wall_seconds":900}})", "'limits.wall_seconds'"},
+      {R"({"argv":["true"],"inputs":[{"name":"a","text":"1","name":"b"}]})", "'inputs.name'"},
+      {R"({"argv":["true"],"env":{"A":"1","A":"2"}})", "'env.A'"},
+  };
+  for (const auto& [line, key] : lines) {
+    std::string why = job_error(line);
+    cr_expect(contains(why, key) && contains(why, "given twice"), "%s: %s", line, why.c_str());
+    cr_expect_eq(job_id_of(line), "", "%s: an id was read from a line that gives keys twice", line);
+  }
+  auto fine = job_from_json(
+      R"({"argv":["true"],"id":"x","inputs":[{"name":"a","bytes":"1"},{"name":"b","bytes":"2"}],"env":{"name":"n"}})");
+  cr_assert(fine.ok(), "%s", fine.ok() ? "" : fine.error().message().c_str());
+  cr_expect_eq(job_id_of(R"({"argv":["true"],"id":"x"})"), "x");
+}

@@ -137,6 +137,15 @@ Test(session_cli, a_batch_job_joins_no_session_of_a_scope_the_operator_did_not_a
   auto allowed = run_cli({"batch", "--keep-sessions", "--allow-session-scope", scope, dir / "jobs.jsonl"});
   cr_expect(contains(allowed.out, "the victim's"), "an allowed scope did not run: %s %s", allowed.out.c_str(),
             allowed.err.c_str());
+  // A line that gives "session" twice: another reader of the file may take
+  // the first key where we would take the last. Refused, naming it.
+  corral_test::write_file(dir / "twice.jsonl",
+                          "{\"id\":\"twice\",\"tier\":\"container\",\"argv\":[\"/bin/cat\",\"secret.txt\"],"
+                          "\"session\":{\"scope\":\"another\",\"thread\":\"t\"},"
+                          "\"session\":{\"scope\":\"" + scope + "\",\"thread\":\"t\"}}\n");
+  auto twice = run_cli({"batch", "--keep-sessions", "--allow-session-scope", scope, dir / "twice.jsonl"});
+  cr_expect(!contains(twice.out, "the victim's"), "a line giving 'session' twice ran: %s", twice.out.c_str());
+  cr_expect(contains(twice.out, "'session' is given twice"), "%s", twice.out.c_str());
   cr_expect_eq(dispose_scope(scope), 1);
 }
 

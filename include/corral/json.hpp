@@ -27,6 +27,12 @@ Expected<Request> request_from_json(std::string_view text);
 // net, pass_env).
 Expected<Job> job_from_json(std::string_view text);
 
+// The error job_from_json gives a line that is not JSON or that gives a
+// key twice in one object (which our parser and another reader could take
+// differently: each keeps a different one), for a caller that reads a
+// field out of the line itself before job_from_json sees it.
+Status refuse_duplicate_keys(std::string_view text);
+
 // The Result as one line of JSON (no trailing newline), every key present
 // (schema/result.schema.json; "schema_version": kResultSchemaVersion): a key
 // that does not apply to the outcome is null, an empty list []. Captured

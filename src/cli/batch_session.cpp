@@ -5,12 +5,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "corral/json.hpp"
 #include "corral/names.hpp"
 
 namespace corral::cli {
 
 Expected<std::optional<SessionKey>> take_session_field(std::string& line) {
   if (line.find("\"session\"") == std::string::npos) return std::optional<SessionKey>{};
+  // The line is written again below without the field, and that would
+  // drop a key given twice before job_from_json could refuse it.
+  if (Status st = refuse_duplicate_keys(line); !st) return st.error();
   auto j = nlohmann::json::parse(line, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("session")) return std::optional<SessionKey>{};
   const auto& s = j["session"];
