@@ -370,20 +370,6 @@ Test(cli, bad_input_is_refused_by_name) {
 
 // ---- outputs: names and the artifact root ------------------------------------
 
-namespace {
-
-// Every entry name below dir, recursively (relative paths).
-std::vector<std::string> tree_of(const std::string& dir) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
-       it.increment(ec))
-    out.push_back(std::filesystem::relative(it->path(), dir).string());
-  return out;
-}
-
-}  // namespace
-
 Test(cli, one_bad_name_does_not_cancel_the_copy) {
   TempDir scripts, root;
   write_file(scripts / "mk.sh",

@@ -15,18 +15,9 @@ using corral_test::expect_text;
 using corral_test::Harness;
 using corral_test::req;
 using corral_test::TempDir;
+using corral_test::tree_of;
 
 namespace {
-
-// Every entry name below dir, recursively (relative paths).
-std::vector<std::string> tree_of(const std::string& dir) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
-       it.increment(ec))
-    out.push_back(std::filesystem::relative(it->path(), dir).string());
-  return out;
-}
 
 std::string notes_of(const Result& res) {
   std::string notes;

@@ -14,12 +14,14 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "corral/isolation.hpp"
 #include "corral/route.hpp"
@@ -123,6 +125,16 @@ inline std::string read_file(const std::string& path) {
 inline void write_file(const std::string& path, const std::string& data) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << data;
+}
+
+// Every entry name below dir, recursively (relative paths).
+inline std::vector<std::string> tree_of(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
+       it.increment(ec))
+    out.push_back(std::filesystem::relative(it->path(), dir).string());
+  return out;
 }
 
 // The value of one "Key:\tvalue" line of /proc/<who>/status ("self" or a pid).
