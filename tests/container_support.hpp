@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <filesystem>
 #include <functional>
 #include <map>
 
@@ -44,7 +45,14 @@ inline std::string private_root(const TempDir& dir) {
   return g_template_roots.back();
 }
 inline void drop_private_roots() {
-  for (const auto& r : g_template_roots) (void)remove_ns_templates(r);
+  for (const auto& r : g_template_roots) {
+    (void)remove_ns_templates(r);
+    // The TempDir's own removal ran first and stopped at the mounts: its
+    // directory goes now that they are gone (remove_all stops at a mount
+    // that is still there, never crossing it).
+    std::error_code ec;
+    std::filesystem::remove_all(std::filesystem::path(r).parent_path(), ec);
+  }
 }
 
 // The host facts, probed once per test process.
