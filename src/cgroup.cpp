@@ -47,16 +47,6 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
   return v;
 }
 
-std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  while (true) {
-    auto pos = s.find(sep);
-    out.push_back(s.substr(0, pos));
-    if (pos == std::string_view::npos) return out;
-    s.remove_prefix(pos + 1);
-  }
-}
-
 bool contains(const std::vector<std::string>& v, std::string_view x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }

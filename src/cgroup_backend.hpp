@@ -13,13 +13,13 @@
 
 #include "corral/cgroup.hpp"
 #include "corral/fd.hpp"
+#include "text.hpp"  // split
 
 namespace corral::detail {
 
 // ---- text helpers.
 std::string_view trim(std::string_view s);
 std::optional<std::uint64_t> parse_u64(std::string_view s);  // digits only, whitespace trimmed
-std::vector<std::string_view> split(std::string_view s, char sep);
 bool contains(const std::vector<std::string>& v, std::string_view x);
 std::string join(const std::vector<std::string>& v, std::string_view sep);
 

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "corral/fd.hpp"
+#include "text.hpp"
 
 namespace corral::detail {
 namespace {
@@ -26,30 +27,13 @@ std::string unescape_mount_path(std::string_view s) {
   return out;
 }
 
-std::vector<std::string_view> fields_of(std::string_view line, char sep) {
-  std::vector<std::string_view> out;
-  std::size_t at = 0;
-  while (at <= line.size()) {
-    std::size_t end = line.find(sep, at);
-    if (end == std::string_view::npos) end = line.size();
-    out.push_back(line.substr(at, end - at));
-    at = end + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 std::vector<MountInfoEntry> parse_mountinfo(std::string_view text) {
   std::vector<MountInfoEntry> out;
-  std::size_t at = 0;
-  while (at < text.size()) {
-    std::size_t nl = text.find('\n', at);
-    if (nl == std::string_view::npos) nl = text.size();
-    std::string_view line = text.substr(at, nl - at);
-    at = nl + 1;
+  for (auto line : split(text, '\n')) {
     // id parent major:minor root mount-point options [optional...] - fstype source super-options
-    auto f = fields_of(line, ' ');
+    auto f = split(line, ' ');
     std::size_t dash = 6;
     while (dash < f.size() && f[dash] != "-") ++dash;
     if (dash + 3 >= f.size()) continue;  // no separator, or not the three fields after it
@@ -61,7 +45,7 @@ std::vector<MountInfoEntry> parse_mountinfo(std::string_view text) {
     m.mount_options = std::string(f[5]);
     m.fstype = std::string(f[dash + 1]);
     m.source = unescape_mount_path(f[dash + 2]);
-    for (auto opt : fields_of(f[dash + 3], ',')) m.super_options.emplace_back(opt);
+    for (auto opt : split(f[dash + 3], ',')) m.super_options.emplace_back(opt);
     out.push_back(std::move(m));
   }
   return out;

@@ -170,8 +170,9 @@ Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::
                                       std::string_view root, const std::string& family) {
   NsTemplate out;
   const std::string root_s(root);
-  const std::string family_prefix = family.empty() ? "" : Sha256::hex_of(family).substr(0, 8) + "-";
-  out.dir = root_s + "/" + family_prefix + Sha256::hex_of(fingerprint).substr(0, family.empty() ? 24 : 16);
+  const std::string name = ns_template_name(fingerprint, family);
+  const std::string family_prefix = family.empty() ? "" : name.substr(0, 9);
+  out.dir = root_s + "/" + name;
   if (open_existing(out.dir, out)) return out;
 
   if (auto st = ensure_root(root); !st) return std::move(st).error();
@@ -186,6 +187,19 @@ Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::
     return template_error(ENOENT, "'" + out.dir + "' was made but does not open as two namespaces");
   out.created = true;
   return out;
+}
+
+std::string ns_template_name(const std::string& fingerprint, const std::string& family) {
+  if (family.empty()) return Sha256::hex_of(fingerprint).substr(0, 24);
+  return Sha256::hex_of(family).substr(0, 8) + "-" + Sha256::hex_of(fingerprint).substr(0, 16);
+}
+
+bool is_ns_template_name(std::string_view name) {
+  auto hex = [](std::string_view s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  };
+  if (name.size() == 24) return hex(name);
+  return name.size() == 25 && name[8] == '-' && hex(name.substr(0, 8)) && hex(name.substr(9));
 }
 
 bool open_ns_template_at(const std::string& dir, NsTemplate& out) { return open_existing(dir, out); }

@@ -144,16 +144,6 @@ std::string mounts_line(std::uint64_t hash) {
   return buf;
 }
 
-// open_ns_template's names: 24 hex digits, or 8, '-' and 16 for a family's.
-bool is_template_name(std::string_view name) {
-  auto hex = [](std::string_view s) {
-    return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-  };
-  if (name.size() != 24 && name.size() != 25) return false;
-  if (name.size() == 24) return hex(name);
-  return name[8] == '-' && hex(name.substr(0, 8)) && hex(name.substr(9));
-}
-
 // The newest `kept` - 1 records under root stay besides `keep`.
 void remove_old_records(std::string_view root, const std::string& keep, std::size_t kept = kKeptStamps) {
   std::vector<std::pair<long long, std::string>> aged;
@@ -212,7 +202,7 @@ std::optional<NsTemplate> open_stamped_ns_template(const std::string& skeleton, 
     if (line_no == 1) {
       if (line.substr(0, nl) != kStampFormat) return std::nullopt;
     } else if (line_no == 2) {
-      if (line.substr(0, 9) != "template " || !is_template_name(line.substr(9, nl - 9))) return std::nullopt;
+      if (line.substr(0, 9) != "template " || !is_ns_template_name(line.substr(9, nl - 9))) return std::nullopt;
       dir = std::string(root) + "/" + std::string(line.substr(9, nl - 9));
     } else if (line_no == 3) {
       auto now = mount_ids_hash();
@@ -239,7 +229,7 @@ void record_host_stamp(const std::string& skeleton, const std::vector<std::strin
                        const HostStampStart& start, const NsTemplate& t, std::string_view root) {
   if (build_id().empty() || !start.mounts || scanned_dirs.empty()) return;
   auto slash = t.dir.rfind('/');
-  if (slash == std::string::npos || t.dir.substr(0, slash) != root || !is_template_name(t.dir.substr(slash + 1))) return;
+  if (slash == std::string::npos || t.dir.substr(0, slash) != root || !is_ns_template_name(t.dir.substr(slash + 1))) return;
   std::string text = std::string(kStampFormat) + "\ntemplate " + t.dir.substr(slash + 1) + "\n" + mounts_line(*start.mounts);
   // A directory the scan looked for that does not exist (/etc/ssl on a
   // host without it) has no times: its parent's, stamped too, move when

@@ -65,6 +65,13 @@ struct NsTemplate {
 Expected<NsTemplate> open_ns_template(const PreparedMountTree& base, const std::string& fingerprint,
                                       std::string_view root = kTemplateRoot, const std::string& family = "");
 
+// <key>, the name of a template's directory under its root: 24 hex digits
+// of the fingerprint's SHA-256, or for a family 8 of the family's, '-' and
+// 16 of the fingerprint's (the family's templates share the first 9
+// characters). is_ns_template_name: whether `name` has one of those forms.
+std::string ns_template_name(const std::string& fingerprint, const std::string& family = "");
+bool is_ns_template_name(std::string_view name);
+
 // dir/{mnt,net} into `out` (not its dir) when both are live nsfs files of
 // the right kind; false otherwise.
 bool open_ns_template_at(const std::string& dir, NsTemplate& out);
