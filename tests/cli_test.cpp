@@ -390,6 +390,18 @@ Test(cli, one_bad_name_does_not_cancel_the_copy) {
   cr_assert_eq(tree.size(), 2u, "on disk: %s", r.out.c_str());  // <run-id>/ and <run-id>/zz.txt
 }
 
+// Each output note is printed once, as the Result has it: it names its
+// subject already ("outputs refused ...", "outputs: output 'l*': ...").
+Test(cli, an_output_note_is_printed_as_the_result_has_it) {
+  Ran refused = run_corral("run --tier none --output ../x -- true");
+  cr_assert_eq(refused.code, 0, "%s", refused.err.c_str());
+  cr_assert(contains(refused.err, "corral: outputs refused (invalid_name): output '../x'"), "%s", refused.err.c_str());
+  Ran link = run_corral("run --tier none --output 'l*' -- ln -s /etc/passwd link");
+  cr_assert_eq(link.code, 0, "%s", link.err.c_str());
+  cr_assert(contains(link.err, "corral: outputs: output 'l*': 'link' is a symlink"), "%s", link.err.c_str());
+  cr_assert(!contains(refused.err + link.err, "output outputs"), "%s%s", refused.err.c_str(), link.err.c_str());
+}
+
 Test(cli, a_secret_in_a_file_name_reaches_neither_stdout_nor_the_disk) {
   TempDir scripts, root;
   write_file(scripts / "mk.sh", "echo s > \"$CLI_NAME_SECRET.txt\"; echo p > plain.txt\n");

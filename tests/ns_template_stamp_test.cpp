@@ -115,6 +115,35 @@ Test(ns_template_stamp, a_record_finds_the_template_until_a_scanned_directory_ch
   cr_assert(!open_stamped_ns_template(key, r), "a record held after its directory changed");
 }
 
+// A run's template is named for its family (ns_template_name with the
+// spec's key): a record of such a template is written and finds it, as one
+// of an unnamed family does.
+Test(ns_template_stamp, a_record_finds_a_template_named_for_its_family, .fini = drop_private_roots) {
+  SKIP_UNLESS_TEMPLATE();
+  TempDir root, ws, watched;
+  const std::string r = private_root(root);
+  EtcIdentity who;
+  auto full = prepare_split_mount_tree(spec_for(ws.path()), who);
+  auto skip = prepare_split_mount_tree(spec_for(ws.path()), who, HostScan::skip);
+  cr_assert(full.ok() && skip.ok());
+  const std::string key = skip->fingerprint;
+  auto made = open_ns_template(full->base, full->fingerprint, r, key);
+  cr_assert(made.ok(), "%s", made.ok() ? "" : made.error().message().c_str());
+  const std::string name = made->dir.substr(made->dir.rfind('/') + 1);
+  cr_assert_eq(name, ns_template_name(full->fingerprint, key));
+  cr_assert(is_ns_template_name(name), "'%s'", name.c_str());
+  cr_assert_eq(name.size(), 25u, "'%s' is not a family's name", name.c_str());
+
+  let_the_clock_pass();
+  HostStampStart start = begin_host_stamp();
+  if (!start.mounts) cr_skip_test("no listmount(2) (Linux 6.8): runs always scan");
+  record_host_stamp(key, {watched.path()}, start, *made, r);
+  cr_assert_eq(records_under(r), 1u, "no record written for the family's template %s", name.c_str());
+  auto found = open_stamped_ns_template(key, r);
+  cr_assert(found, "the record did not find the family's template");
+  cr_assert_eq(found->dir, made->dir);
+}
+
 Test(ns_template_stamp, a_scanned_directory_that_is_missing_is_stamped_by_its_parent, .fini = drop_private_roots) {
   // A host without /etc/ssl: the scan looked for entries below it, so it
   // is among the scanned directories, but has no times of its own. It may
