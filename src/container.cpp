@@ -80,6 +80,7 @@ Status add_cgroup(PreparedRun& run, const HostFacts& host, ContainerRun& c) {
   auto cg = create_run_cgroup(host.cgroups, spec, run.run_id);
   if (!cg) return std::move(cg).error().context("container");
   c.join_in_child = cg->version() == CgroupVersion::v1;
+  c.memory_ceiling = spec.memory_bytes.has_value();
   if (spec.memory_bytes) {
     // v1 kills one victim and lets the run go on; the supervisor watches
     // this fd and ends the whole run, as v2's memory.oom.group does.

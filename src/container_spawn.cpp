@@ -231,7 +231,11 @@ Expected<Spawner::Child> spawn_container(ChildPlan& plan, ContainerRun& c, std::
   // container.hpp). Built per run,
   // pid 1 and the program share one user namespace and one uid, and only
   // pid 1's own dumpable flag keeps the program out: a fork-like copy.
-  const bool share = c.ns.in_template();
+  // Under a memory ceiling pid 1 sits in a group whose OOM killer may
+  // choose it (its mm's pages are ours: often the most in the group when
+  // the program's memory is page cache or tmpfs), and killing it would kill
+  // every process of that mm: a copy then too (ContainerRun::memory_ceiling).
+  const bool share = c.ns.in_template() && !c.memory_ceiling;
   if (share) {
     auto pid1_stack = ChildStack::allocate(kBorrowedStackBytes);
     if (!pid1_stack) return std::move(pid1_stack).error().context("container: pid 1's stack");

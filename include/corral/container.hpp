@@ -121,6 +121,12 @@ struct ContainerRun {
   // its cgroup namespace itself (so the namespace is rooted at the run's
   // group); v2: CLONE_INTO_CGROUP and CLONE_NEWCGROUP in one clone3.
   bool join_in_child = false;
+  // The run's cgroup has a memory ceiling: its OOM killer may pick any
+  // process in the group, and one that shares our memory takes us with it
+  // (the kernel kills every process using the victim's mm, and the OOM
+  // reaper unmaps it). Then pid 1 gets a copy of our memory, never ours
+  // (spawn_container).
+  bool memory_ceiling = false;
   UniqueFd devnull;      // the program's stdin when the request gives none
   // The idmapped copies of the writable binds (idmap.hpp), made here and
   // attached by the child (MountTreeSpec::attach); closed at the end.
