@@ -196,6 +196,13 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   if (r.outcome == Outcome::spawn_failed && end.report.stage == SpawnStage::rlimits)
     if (auto again = rlimits_from_limits(rlimit_limits(run.limits, run.request.tier)); !again)
       detail += "; " + again.error().message();
+  // The program is named, but a chdir failure is about the directory.
+  if (r.outcome == Outcome::spawn_failed && end.report.stage == SpawnStage::chdir) {
+    const auto& req = run.request;
+    if (req.chdir || req.cwd)
+      detail += "; the working directory " + quote_input(req.chdir ? *req.chdir : *req.cwd) +
+                (req.chdir ? " (chdir)" : " (cwd)") + " could not be entered";
+  }
   for (const auto& note : facts.notes) detail += "; " + note;
   r.refused_syscalls = end.refused_syscalls;
   for (const auto& [name, count] : r.refused_syscalls)
