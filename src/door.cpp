@@ -89,6 +89,7 @@ Expected<Request> admit(Request request, const Ask& ask, const DoorPolicy& polic
                           q(ask.session_scope) + ")");
   std::vector<std::string> allowed = policy.allow_host_paths;
   std::optional<Provenance> provenance = ask.provenance;
+  const std::optional<uid_t> line_user = request.user;  // what the line asked, before a route
   if (!ask.route.empty()) {
     if (!policy.routes) return Error::invalid("route " + q(ask.route) + ": no routes file was given (--routes FILE)");
     const Route* route = policy.routes->find(ask.route);
@@ -113,6 +114,13 @@ Expected<Request> admit(Request request, const Ask& ask, const DoorPolicy& polic
   if (policy.min_tier && request.tier < *policy.min_tier)
     return Error::invalid("tier " + std::string(to_string(request.tier)) + " is below the floor " +
                           std::string(to_string(*policy.min_tier)) + " the operator set (--min-tier)");
+  if (!policy.operator_paths && line_user && request.tier != Tier::container &&
+      std::find(policy.allow_users.begin(), policy.allow_users.end(), *line_user) == policy.allow_users.end()) {
+    const std::string uid = std::to_string(*line_user);
+    return Error(EPERM, "user " + uid + ": in tier " + std::string(to_string(request.tier)) +
+                            " a job runs as that host uid, which the operator has not allowed (corral batch "
+                            "--allow-user " + uid + "; in tier container user is a uid inside and needs no allowing)");
+  }
   if (!policy.operator_paths) {
     Status st = each_host_path(request, [&](std::string_view what, std::string& path) -> Status {
       auto real = resolve_allowed_path(what, path, allowed);

@@ -5,7 +5,6 @@
 // /dev/shm of its own). The program is the Spawner's vfork child, leader of
 // its own process group.
 #include <fcntl.h>
-#include <pwd.h>
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -34,7 +33,7 @@ constexpr std::size_t kFdsPerProcessRun = 3;
 // nsswitch.conf and tries nscd's socket twice before it reads the file, ~17
 // system calls and the page faults of that code, ~0.2 ms of a one-run CLI.
 // Empty when the file has no such line (LDAP, sssd, userdb users, NIS '+'
-// lines): NSS is asked then.
+// lines).
 std::string passwd_file_name(uid_t uid) {
   UniqueFd fd(::open("/etc/passwd", O_RDONLY | O_CLOEXEC));
   if (!fd) return {};
@@ -61,12 +60,13 @@ std::string passwd_file_name(uid_t uid) {
   return {};
 }
 
-// uid's passwd name (the file, else NSS), else the number.
+// uid's name in /etc/passwd, else the number. Never NSS: the corral CLI
+// is linked statically, and a static glibc's getpwuid_r dlopens the host's
+// NSS modules (built for its shared glibc); libnss_systemd crashed corral
+// with SIGSEGV for every uid /etc/passwd lacks (--user 5000). A supervisor
+// should not load the host's plugins into itself anyway.
 std::string passwd_name(uid_t uid) {
   if (std::string name = passwd_file_name(uid); !name.empty()) return name;
-  struct passwd pw, *found = nullptr;
-  char buf[4096];
-  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found) return found->pw_name;
   return std::to_string(uid);
 }
 

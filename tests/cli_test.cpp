@@ -118,6 +118,21 @@ Test(cli, user_0_and_non_uid_forms_are_refused_with_exit_2) {
   cr_expect(contains(run_corral("run --user 0 -- true").err, "root"));
 }
 
+// The static CLI once asked NSS for a uid /etc/passwd lacks: a static
+// glibc dlopens the host's modules, and libnss_systemd crashed it (139).
+Test(cli, a_uid_without_a_passwd_entry_runs_under_its_number) {
+  if (geteuid() != 0) cr_skip_test("--user in tier process needs root");
+  Ran r = run_corral("run --tier process --user 5000 -- sh -c 'echo \"$USER $(id -u)\"'");
+  cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err.c_str());
+  cr_assert_eq(r.out, "5000 5000\n");
+}
+
+Test(cli, a_working_directory_that_cannot_be_entered_is_named) {
+  Ran r = run_corral("run --cwd /nonexistent/corral-dir -- true");
+  cr_assert_eq(r.code, 125, "exit %d: %s", r.code, r.err.c_str());
+  assert_mentions(r.err, {"chdir", "'/nonexistent/corral-dir'"});
+}
+
 Test(cli, json_result_has_the_contract_fields) {
   Ran r = run_corral("run --json --limit stdout_bytes=4 -- sh -c 'echo hello; echo oops >&2; exit 3'");
   cr_assert_eq(r.code, 3, "json mode keeps the program's exit code");

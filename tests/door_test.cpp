@@ -177,3 +177,23 @@ Test(door, a_session_scope_is_refused_unless_the_operator_allowed_it) {
   cr_assert(allowed.ok(), "%s", allowed.ok() ? "" : allowed.error().message().c_str());
   cr_assert(admit(job->request, job->ask, DoorPolicy{}).ok(), "a request without a session was refused");
 }
+
+// Outside tier container "user" is the program's uid on the host: a job line
+// naming a real user's uid would get that user's files. The operator lists
+// the uids a line may name; inside a container it is a uid of the run's own.
+Test(door, a_job_running_as_a_host_uid_is_refused_unless_the_operator_allowed_it) {
+  const char* process = R"({"argv":["true"],"tier":"process","user":1000})";
+  assert_mentions(refusal(process, DoorPolicy{}), {"user 1000", "--allow-user 1000"});
+  assert_mentions(refusal(R"({"argv":["true"],"tier":"none","user":1000})", DoorPolicy{}), {"--allow-user"});
+  DoorPolicy policy;
+  policy.allow_users = {2000};
+  refusal(process, policy);
+  policy.allow_users = {2000, 1000};
+  auto allowed = through(process, policy);
+  cr_assert(allowed.ok(), "%s", allowed.ok() ? "" : allowed.error().message().c_str());
+  auto inside = through(R"({"argv":["true"],"tier":"container","user":1000})", DoorPolicy{});
+  cr_assert(inside.ok(), "%s", inside.ok() ? "" : inside.error().message().c_str());
+  DoorPolicy own;
+  own.operator_paths = true;
+  cr_assert(through(process, own).ok(), "the operator's own --user was refused");
+}

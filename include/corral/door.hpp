@@ -46,6 +46,12 @@ struct DoorPolicy {
   // opens one that the key's owner would join later: a job file someone
   // else may have written does so only in a scope the operator listed.
   std::vector<std::string> allow_session_scopes;
+  // The host uids a job line may run as with "user" outside tier container
+  // (corral batch --allow-user). There "user" is the program's uid on the
+  // host: any uid a line named, a real user's among them, would give the
+  // line's author that user's files. In tier container it is the uid
+  // inside, mapped to a uid of the run's own, and needs no allowing.
+  std::vector<uid_t> allow_users;
   // The routes a request may name (corral run/batch --routes FILE).
   std::shared_ptr<const Router> routes;
   std::string routes_file;  // names the routes in messages

@@ -41,6 +41,9 @@ const char kBatchOptionsHelp[] =
     "                           write_paths, cwd, chdir) that\n"
     "                           resolve under P (repeatable; default: none; a route's\n"
     "                           allow_host_paths add to it)\n"
+    "      --allow-user UID     jobs in tier process or none may run as host uid UID\n"
+    "                           with \"user\" (repeatable; default: none; in tier\n"
+    "                           container \"user\" is a uid inside and always allowed)\n"
     "      --min-tier T         refuse jobs in a tier below T (none|process|container;\n"
     "                           default: none)\n"
     "      --untrusted          every job is untrusted (refused below container)\n"
@@ -86,7 +89,7 @@ const char kBatchOptionsHelp[] =
 constexpr unsigned long long kMaxLineBytesCeiling = 1ull << 32;  // 4 GiB
 
 enum : int {
-  kRoutes = 256, kAllowHostPath, kMinTier, kUntrusted, kAudit, kMaxLineBytes, kShard, kKeepSessions, kAllowSessionScope
+  kRoutes = 256, kAllowHostPath, kAllowUser, kMinTier, kUntrusted, kAudit, kMaxLineBytes, kShard, kKeepSessions, kAllowSessionScope
 };
 
 const option kBatchOptions[] = {
@@ -95,6 +98,7 @@ const option kBatchOptions[] = {
     {"json", no_argument, nullptr, 'j'},
     {"routes", required_argument, nullptr, kRoutes},
     {"allow-host-path", required_argument, nullptr, kAllowHostPath},
+    {"allow-user", required_argument, nullptr, kAllowUser},
     {"min-tier", required_argument, nullptr, kMinTier},
     {"untrusted", no_argument, nullptr, kUntrusted},
     {"audit", required_argument, nullptr, kAudit},
@@ -125,6 +129,12 @@ int parse_batch_options(int argc, char** argv, BatchOptions& o) {
         if (v[0] != '/') return say("--allow-host-path: '%s' is not an absolute path", v), 2;
         o.policy.allow_host_paths.push_back(v);
         return -1;
+      case kAllowUser: {
+        auto uid = parse_run_user(v);
+        if (!uid) return say("--allow-user: %s", uid.error().message().c_str()), 2;
+        o.policy.allow_users.push_back(*uid);
+        return -1;
+      }
       case kMinTier: {
         auto t = parse_tier(v);
         if (!t) return say("--min-tier: %s", t.error().message().c_str()), 2;
