@@ -22,6 +22,7 @@
 #include <pthread.h>
 
 #include "corral/syscalls.hpp"
+#include "corral/uid_lock.hpp"
 
 // process.cpp's clone3 trampoline: the guardian clones its kill helpers
 // with it directly (clone_child builds an Expected, which may allocate).
@@ -50,19 +51,18 @@ struct HelperArgs {
   long uid;
 };
 
-// Guardian's helper (CLONE_VM|CLONE_VFORK, signals blocked): become the
-// uid, kill everything of it. kill(2) spares the caller.
+// Guardian's helper (CLONE_VM|CLONE_VFORK, signals blocked): kill
+// everything of the uid, as signal_uid's helper does (uid_lock.hpp: under
+// credentials the run's processes cannot signal). kill(2) spares the caller.
 int kill_uid_in_helper(void* p) noexcept {
-  long uid = static_cast<HelperArgs*>(p)->uid;
-  if (sys::call(SYS_setresuid, uid, uid, uid) != 0) return 1;
-  sys::call(SYS_kill, -1, SIGKILL);
-  return 0;
+  int setuid_error = 0;
+  kill_uid_in_child(static_cast<HelperArgs*>(p)->uid, SIGKILL, &setuid_error);
+  return setuid_error ? 1 : 0;
 }
 
 void kill_uid_from_guardian(long uid, const ChildStack& stack) noexcept {
-  // A concurrent helper of the same uid (another pool reaping it) may kill
-  // ours first; a few tries.
-  for (int attempt = 0; attempt < 4; ++attempt) {
+  // A concurrent helper (another pool's) may kill ours first: again.
+  for (int attempt = 0; attempt < kReaperHelperAttempts; ++attempt) {
     HelperArgs args{uid};
     struct clone_args ca;
     std::memset(&ca, 0, sizeof ca);

@@ -2,6 +2,7 @@
 
 #include "corral/names.hpp"
 #include "corral/result.hpp"
+#include "corral/uid_lock.hpp"
 
 namespace corral {
 
@@ -26,6 +27,9 @@ Status check_run_user(std::uint64_t uid) {
     return Error::invalid("user 0 is root (uid 0, gid 0): a run is never root; name an unprivileged uid");
   if (uid >= 4294967295ull)
     return Error::invalid("user " + std::to_string(uid) + " is out of range (a uid is 1..4294967294)");
+  if (uid == kReaperUid)
+    return Error::invalid("user " + std::to_string(uid) +
+                          " is corral's own (the uid its kill helper signals from, which no process may have)");
   return {};
 }
 

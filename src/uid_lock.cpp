@@ -86,34 +86,42 @@ struct KillArgs {
 // The helper, between clone and its exit: raw syscalls only (it borrows the
 // parent's memory). Every signal stays blocked (clone_child blocks them
 // around a CLONE_VM clone), so nothing of the parent's runs on its stack.
-// Only the uid changes: kill(2) checks the real and effective uid against
-// the target's real and saved uid, and the groups do not matter.
 int kill_as_uid_in_child(void* p) noexcept {
   auto* a = static_cast<KillArgs*>(p);
-  a->setuid_error = sys::error_of(sys::call(SYS_setresuid, a->uid, a->uid, a->uid));
-  if (a->setuid_error) return 1;
-  a->kill_error = sys::error_of(sys::call(SYS_kill, -1, a->sig));
-  return 0;
+  a->kill_error = kill_uid_in_child(a->uid, a->sig, &a->setuid_error);
+  return a->setuid_error ? 1 : 0;
 }
 
 }  // namespace
 
+int kill_uid_in_child(long uid, int sig, int* setuid_error) noexcept {
+  // Only the uids change: kill(2) checks uids, and the groups do not matter.
+  *setuid_error = sys::error_of(sys::call(SYS_setresuid, static_cast<long>(kReaperUid), uid,
+                                          static_cast<long>(kReaperUid)));
+  if (*setuid_error) return 0;
+  return sys::error_of(sys::call(SYS_kill, -1, sig));
+}
+
 Status signal_uid(uid_t uid, int sig, const ChildStack& stack) {
   const std::string who = "kill every process of uid " + std::to_string(uid);
-  if (uid == 0 || uid == static_cast<uid_t>(-1)) return Error::invalid(who + ": refused (uid 0 or -1)");
+  if (uid == 0 || uid == static_cast<uid_t>(-1) || uid == kReaperUid)
+    return Error::invalid(who + ": refused (uid 0, -1 or the reaper's own)");
   CloneSpec spec;
   spec.share_memory = true;
   spec.stack = &stack;
-  // A helper is itself a process of the uid: one running at the same time
-  // for the same uid (the guardian's, or another pool's reaping a dead
-  // holder's leftovers) may kill it before it sent anything. Then again.
-  for (int attempt = 0;; ++attempt) {
+  // Another helper running at the same time (the guardian's, another
+  // pool's) may kill ours before it sent anything: then again, and an
+  // error if it never got through.
+  for (int attempt = 1;; ++attempt) {
     KillArgs args{static_cast<long>(uid), sig, 0, 0};
     auto helper = clone_child(spec, kill_as_uid_in_child, &args);
     if (!helper) return std::move(helper).error().context(who);
     auto status = wait_exit(*helper, true);
     if (!status) return std::move(status).error().context(who);
-    if (*status && !(*status)->exited && attempt < 5) continue;
+    if (*status && !(*status)->exited) {
+      if (attempt < kReaperHelperAttempts) continue;
+      return Error(EINTR, who + ": the helper was killed " + std::to_string(attempt) + " times before it could");
+    }
     if (args.setuid_error) return Error::from_errno(args.setuid_error, who + ": setresuid in the helper");
     if (args.kill_error && args.kill_error != ESRCH) return Error::from_errno(args.kill_error, who + ": kill(-1)");
     return {};

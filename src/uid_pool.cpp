@@ -100,7 +100,9 @@ UidPool::UidPool() : UidPool(kDefaultFirst, kDefaultCount) {}
 UidPool::UidPool(uid_t first, std::uint32_t count) : state_(std::make_shared<Lease::State>()) {
   state_->first = first;
   state_->count = count;
-  state_->range_ok = count > 0 && first > 0 && std::uint64_t{first} + count - 1 < kNoId;
+  // Never the reaper's uid (uid_lock.hpp): no process may have it.
+  state_->range_ok = count > 0 && first > 0 && std::uint64_t{first} + count - 1 < kNoId &&
+                     (kReaperUid < first || kReaperUid > std::uint64_t{first} + count - 1);
 }
 
 UidPool& UidPool::pin(uid_t uid, gid_t gid) noexcept {
@@ -150,7 +152,8 @@ Status UidPool::status() const {
   if (state_->pinned || state_->range_ok) return {};
   return Error::invalid("uid pool: range first " + std::to_string(state_->first) + " count " +
                         std::to_string(state_->count) +
-                        " is unusable (must be non-empty, above 0 and end below 4294967295)");
+                        " is unusable (must be non-empty, above 0, end below 4294967295 and leave out " +
+                        std::to_string(kReaperUid) + ", corral's kill helper's own uid)");
 }
 
 Expected<UidPool::Lease> UidPool::acquire(Reap reap) {

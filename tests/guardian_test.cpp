@@ -154,6 +154,29 @@ Test(guardian, setpgid_and_setsid_escapees_die_at_the_deadline) {
   cr_assert(left.empty(), "%zu escapee(s) outlived the deadline by a second", left.size());
 }
 
+// The kill helper became the run's uid, so a process of the run could
+// SIGSTOP it: a looper stopping everything it may signal left the helper
+// stopped and its vfork parent, the supervisor, waiting in the kernel past
+// the deadline for good (this test timed out on that code).
+Test(guardian, a_run_that_stops_every_process_it_may_still_ends_at_its_deadline, .timeout = 30) {
+  need_root();
+  corral_test::Harness h;
+  Request r;
+  r.tier = Tier::os_process;
+  r.inputs.push_back(Input{"hostile", std::nullopt, helper("hostile"), 0755});
+  r.argv = {"sh", "-c", "setsid ./hostile stop-all 60000 >/dev/null 2>&1 & echo looper $!; sleep 20"};
+  r.limits.set(Limit::wall_seconds, 1);
+  r.grace_seconds = 0.2;
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::killed_timeout, "%s", res.detail.c_str());
+  auto at = res.stdout_capture.text.find("looper ");
+  cr_assert(at != std::string::npos, "stdout: %s", res.stdout_capture.text.c_str());
+  std::vector<pid_t> looper{static_cast<pid_t>(std::stol(res.stdout_capture.text.substr(at + 7)))};
+  auto left = still_alive(looper, 1000);
+  kill_all(left);
+  cr_assert(left.empty(), "the looper outlived the run");
+}
+
 Test(guardian, escapees_die_at_the_end_of_the_run) {
   need_root();
   corral_test::Harness h;

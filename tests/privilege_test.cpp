@@ -1,4 +1,5 @@
 #include "corral/privilege.hpp"
+#include "corral/request.hpp"
 
 #include <grp.h>
 #include <linux/securebits.h>
@@ -203,7 +204,12 @@ Test(privilege, pool_refuses_bad_ranges_by_name) {
     std::string want = "first " + std::to_string(first) + " count " + std::to_string(count);
     cr_expect(l.error().message().find(want) != std::string::npos, "%s", l.error().message().c_str());
   }
-  cr_expect(UidPool(4294967284u, 10).status().ok());  // ends at 4294967293
+  cr_expect(UidPool(4294967283u, 10).status().ok());  // ends at 4294967292
+  // 4294967293 is the kill helper's own uid (uid_lock.hpp): no run may get it.
+  auto reaper = UidPool(4294967284u, 10).status();
+  cr_assert(!reaper.ok(), "a range holding the reaper's uid was accepted");
+  cr_expect(reaper.error().message().find("4294967293") != std::string::npos, "%s", reaper.error().message().c_str());
+  cr_expect(!corral::check_run_user(4294967293u).ok(), "--user of the reaper's uid was accepted");
 }
 
 Test(privilege, pinned_pool_shares_one_identity) {

@@ -88,9 +88,29 @@ class UidLockFile {
   std::string path_;
 };
 
+// The helper's real and saved uid while it kills a run's uid. kill(2) lets
+// a process signal another whose real or saved uid equals the sender's
+// real or effective uid. A helper that took the run's uid for all three
+// could itself be signalled by every process of the run: one looping
+// kill(-1, SIGSTOP) stopped it, and its vfork parent (the supervisor, or
+// the guardian) waited in the kernel for good, past the run's deadline,
+// its uid never reaped. So the helper becomes (kReaperUid, uid,
+// kReaperUid): the effective uid reaches the run, the real and saved one
+// no process of the run can match. It is a uid no process has: no run is
+// given it (check_run_user refuses it, and no pool's range holds it).
+// Helpers of different uids can signal each other; a helper killed so is
+// tried again.
+inline constexpr uid_t kReaperUid = 4294967293u;
+inline constexpr int kReaperHelperAttempts = 20;  // a helper killed so, made again
+
+// Child side, raw syscalls only: become `uid` as above and send `sig` to
+// every process of it. 0, or the errno of the step that failed in *setuid
+// (the uid change) or the return (the kill).
+int kill_uid_in_child(long uid, int sig, int* setuid_error) noexcept;
+
 // Parent side (root): sends `sig` to every process whose real or saved uid
 // is `uid`, through a CLONE_VM|CLONE_VFORK helper on `stack` that does
-// setresuid(uid) and kill(-1, sig) with raw syscalls, then waits for it.
+// kill_uid_in_child, then waits for it.
 // Says nothing of how many were signalled: kill(-1) answers 0 whenever any
 // other process exists, even one it may not signal (EPERM is not counted
 // against it). The caller serialises use of `stack`. Costs one short-lived
