@@ -115,6 +115,7 @@ class DuplicateKeys {
 // nlohmann's parse_error carries the byte offset of the fault; its what()
 // starts "[json.exception.parse_error.101] parse error at line L, column C: ".
 Expected<json> parse_json(std::string_view text) {
+  if (Status st = check_json_depth(text); !st) return st.error();
   try {
     DuplicateKeys keys;
     json j = json::parse(text, [&](int, json::parse_event_t event, json& parsed) { return keys.on(event, parsed); });
@@ -271,6 +272,30 @@ std::string result_to_json(const Result& r, long line) {
   if (!r.timings.exec) timings["exec"] = nullptr;  // tier container: not measured
   j["timings"] = std::move(timings);
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Status check_json_depth(std::string_view text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        return Error::invalid("nested deeper than " + std::to_string(kMaxJsonDepth) + " objects and arrays (at byte " +
+                              std::to_string(i) + ")");
+    } else if (c == ']' || c == '}') {
+      --depth;  // unbalanced text is the parser's to refuse
+    }
+  }
+  return {};
 }
 
 Status refuse_duplicate_keys(std::string_view text) {

@@ -110,7 +110,8 @@ class Merger {
     for_each_line(bytes, [&](long no, std::size_t offset, std::string_view line) {
       if (blank_job_line(line)) return;
       std::string at = name + ":" + std::to_string(no);
-      json j = json::parse(line, nullptr, false);
+      // Too deep to write again (json's dump recurses): as unreadable.
+      json j = check_json_depth(line) ? json::parse(line, nullptr, false) : json(json::value_t::discarded);
       if (j.is_discarded() || !j.is_object()) {
         // The last line of a file without its newline: a writer killed
         // mid-line. Its stream has no end record either (that is always

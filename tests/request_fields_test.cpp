@@ -329,3 +329,23 @@ Test(request_fields, a_key_given_twice_in_one_object_is_refused_by_name) {
   cr_assert(fine.ok(), "%s", fine.ok() ? "" : fine.error().message().c_str());
   cr_expect_eq(job_id_of(R"({"argv":["true"],"id":"x"})"), "x");
 }
+
+// The field values were walked recursively: 20,000 brackets under "env" in
+// a 40 KB line overflowed the stack and ended the batch (SIGSEGV on the old
+// code). Nesting past the cap is refused by name; a string full of
+// brackets is no nesting.
+Test(request_fields, a_line_nested_past_the_cap_is_refused_not_walked) {
+  for (const char* field : {"env", "argv", "limits"}) {
+    std::string line = std::string(R"({"argv":["true"],")") + field + "\":" + std::string(20000, '[') +
+                       std::string(20000, ']') + "}";
+    if (std::string_view(field) == "argv") line = R"({"argv":)" + std::string(20000, '[') + std::string(20000, ']') + "}";
+    std::string why = job_error(line);
+    cr_expect(contains(why, "nested deeper than 64"), "%s: %s", field, why.c_str());
+    cr_expect_eq(job_id_of(line), "");
+  }
+  std::string brackets = R"({"argv":["echo",")" + std::string(5000, '[') + R"("],"id":"b"})";
+  auto fine = job_from_json(brackets);
+  cr_assert(fine.ok(), "%s", fine.ok() ? "" : fine.error().message().c_str());
+  cr_expect_eq(fine->request.argv[1].size(), 5000u);
+  cr_expect_eq(job_id_of(R"({"argv":["true"],"id":"q\"[[[","limits":{}})"), "q\"[[[");
+}

@@ -33,6 +33,17 @@ Expected<Job> job_from_json(std::string_view text);
 // field out of the line itself before job_from_json sees it.
 Status refuse_duplicate_keys(std::string_view text);
 
+// How deep a JSON text corral reads may nest objects and arrays. A job
+// line needs 3 (limits, inputs' objects); the values are walked and
+// written again recursively, so 20,000 brackets in one 40 KB line
+// overflowed the stack and ended a whole batch.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Refuses a text nested deeper than kMaxJsonDepth, naming the byte where
+// it got too deep. A scan of the bytes (strings skipped), no parse: every
+// reader of JSON lines calls it before parsing.
+Status check_json_depth(std::string_view text);
+
 // The Result as one line of JSON (no trailing newline), every key present
 // (schema/result.schema.json; "schema_version": kResultSchemaVersion): a key
 // that does not apply to the outcome is null, an empty list []. Captured
