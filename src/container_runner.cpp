@@ -142,6 +142,7 @@ class ContainerRunner final : public TierRunner {
   std::string cpu_enforcer(const PreparedRun& run) const override {
     return run.container && run.container->cgroup ? "supervisor_cgroup_cpu" : "";
   }
+  bool cpu_seconds_cover_the_tree() const override { return true; }
   Expected<double> cpu_seconds(const PreparedRun& run, const Pidfd&) const override {
     auto stats = run.container->cgroup->stats();
     if (!stats) return std::move(stats).error();

@@ -78,12 +78,19 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
     else
       add(name, std::move(how), std::move(note));
   };
-  rlimit("cpu_seconds", "hard",
-         std::string("RLIMIT_CPU: SIGXCPU at the limit, SIGKILL one second later; a fraction (0.25), which "
-                     "RLIMIT_CPU cannot count, is enforced by the supervisor reading ") +
-             (container ? "the run's cgroup CPU usage (a run's enforcement: supervisor_cgroup_cpu)"
-                        : "the program's CPU clock (a run's enforcement: supervisor_cpu_clock)") +
-             " and killing at the limit");
+  // RLIMIT_CPU counts each process on its own: only a reading of the whole
+  // tree (the container's cgroup) holds the run to the limit.
+  if (container)
+    rlimit("cpu_seconds", "hard",
+           "the run's cgroup CPU usage, every process of it, read by the supervisor, which kills the run at "
+           "the limit (a run's enforcement: supervisor_cgroup_cpu); RLIMIT_CPU, rounded up, holds each process "
+           "as well (SIGXCPU, SIGKILL one second later)");
+  else
+    rlimit("cpu_seconds", "hard_per_process",
+           "RLIMIT_CPU of each process: SIGXCPU at the limit, SIGKILL one second later; a child the program "
+           "forks has a budget of its own (use --tier container for the whole run); a fraction (0.25), which "
+           "RLIMIT_CPU cannot count, is enforced by the supervisor reading the program's CPU clock (a run's "
+           "enforcement: supervisor_cpu_clock) and killing at the limit");
   // Which mechanism each limit has in this tier is tier_limits.hpp's; this
   // says what the host makes of it.
   auto mechanism = [&](Limit limit) { return limit_mechanism(limit, tier); };

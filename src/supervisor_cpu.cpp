@@ -1,5 +1,6 @@
 // The supervisor's CPU watch: a cpu_seconds limit with a fraction
-// (cpu_seconds=0.25) enforced to the millisecond. RLIMIT_CPU counts whole
+// (cpu_seconds=0.25) enforced to the millisecond, and in tier container
+// any cpu_seconds for the run's whole tree. RLIMIT_CPU counts whole
 // seconds (the kernel checks it at tick granularity against a limit in
 // seconds), so it holds 0.25 only as 1: it stays, rounded up, as a
 // backstop, and the supervisor reads the run's CPU time on a timer of the
@@ -39,9 +40,13 @@ double online_cpus() {
 
 void Supervisor::Impl::start_cpu_watch(std::uint32_t slot, Run& run) {
   const Limits& limits = run.prep.limits;
-  if (!limits.fractional(Limit::cpu_seconds)) return;  // whole seconds: RLIMIT_CPU holds it exactly
+  if (!limits.has(Limit::cpu_seconds)) return;
   std::string enforcer = run.prep.runner->cpu_enforcer(run.prep);
   if (enforcer.empty()) return;  // nothing to read: RLIMIT_CPU rounded up
+  // Whole seconds of one process RLIMIT_CPU holds exactly; of a tree it
+  // holds each process to them, so a program forking N children had N
+  // budgets. A runner that reads the whole tree watches those too.
+  if (!limits.fractional(Limit::cpu_seconds) && !run.prep.runner->cpu_seconds_cover_the_tree()) return;
   run.prep.cpu_enforcer = std::move(enforcer);
   run.cpu_limit = *limits.seconds(Limit::cpu_seconds);
   arm_cpu_check(slot, run, run.cpu_limit / online_cpus());

@@ -63,6 +63,9 @@ int forked(const Result& r) {
 
 const char* const kRlimitLimits[] = {"cpu_seconds", "memory_bytes", "file_bytes", "open_files"};
 
+// The rlimits that hold each process, not the run, outside tier container.
+bool per_process(std::string_view limit) { return limit == "memory_bytes" || limit == "cpu_seconds"; }
+
 }  // namespace
 
 // The kernel skips RLIMIT_NPROC for uid 0 and for holders of CAP_SYS_RESOURCE
@@ -75,11 +78,13 @@ Test(enforcement, rlimit_cells_follow_what_the_program_holds) {
     expect_how(root, Tier::none, "process_count", "unsupported");
     for (const char* name : kRlimitLimits)
       expect_how(root, Tier::none, name,
-                 caps == "resource" ? "hard_unless_raised"
-                                    : (std::string_view(name) == "memory_bytes" ? "hard_per_process" : "hard"));
+                 caps == "resource" ? "hard_unless_raised" : (per_process(name) ? "hard_per_process" : "hard"));
     expect_how(root, Tier::os_process, "process_count", "hard_per_run");
     expect_how(root, Tier::os_process, "memory_bytes", "hard_per_process");
-    for (const char* name : {"cpu_seconds", "file_bytes", "open_files"}) {
+    // RLIMIT_CPU holds each process; the container's cgroup reading, the run.
+    expect_how(root, Tier::os_process, "cpu_seconds", "hard_per_process");
+    expect_how(root, Tier::container, "cpu_seconds", "hard");
+    for (const char* name : {"file_bytes", "open_files"}) {
       expect_how(root, Tier::os_process, name, "hard");
       expect_how(root, Tier::container, name, "hard");
     }
@@ -89,7 +94,8 @@ Test(enforcement, rlimit_cells_follow_what_the_program_holds) {
   for (Tier tier : {Tier::none, Tier::os_process}) {
     expect_how(user, tier, "process_count", "hard_per_user");
     expect_how(user, tier, "memory_bytes", "hard_per_process");
-    for (const char* name : {"cpu_seconds", "file_bytes", "open_files"}) expect_how(user, tier, name, "hard");
+    expect_how(user, tier, "cpu_seconds", "hard_per_process");
+    for (const char* name : {"file_bytes", "open_files"}) expect_how(user, tier, name, "hard");
   }
 
   // Not root, with an ambient capability: tier process has nothing to drop it with.

@@ -74,8 +74,25 @@ Test(judge_io, a_whole_cpu_limit_stays_with_rlimit_cpu) {
   Ran r = shell(corral_bin() + " run --json --limit cpu_seconds=1 --limit wall_seconds=60 -- true");
   cr_assert_eq(r.code, 0, "%s", r.err.c_str());
   json j = json::parse(r.out);
-  cr_assert_eq(j["enforcement"]["cpu_seconds"], "hard");
+  cr_assert_eq(j["enforcement"]["cpu_seconds"], "hard_per_process");
   cr_assert(j["limits"]["cpu_seconds"].is_number_integer());
+}
+
+// RLIMIT_CPU gives each process its own budget: four spinners under
+// cpu_seconds=1 used ~4 s and the run "exited" with enforcement "hard". In
+// tier container the supervisor reads the run's cgroup and ends the run at
+// the limit, whole seconds too.
+Test(judge_io, a_whole_cpu_limit_holds_a_forking_container_run) {
+  if (geteuid() != 0) cr_skip_test("tier container's cgroup needs root here");
+  Ran r = shell(corral_bin() + " run --tier container --json --limit cpu_seconds=1 --limit wall_seconds=30 -- sh -c "
+                "'for i in 1 2 3 4; do (while :; do :; done) & done; wait'");
+  json j = json::parse(r.out);
+  if (j["enforcement"]["cpu_seconds"] != "supervisor_cgroup_cpu")
+    cr_skip_test("no cgroup CPU accounting here: %s", j["enforcement"].dump().c_str());
+  cr_assert_eq(j["outcome"], "killed_resource", "%s", r.out.c_str());
+  cr_assert_eq(j["resource"], "cpu_seconds");
+  double cpu = j["cpu_seconds"].get<double>();
+  cr_assert(cpu >= 0.95 && cpu <= 1.3, "measured CPU %.3f s for cpu_seconds=1", cpu);
 }
 
 // The same text means the same limit on the command line, in CORRAL_LIMITS,

@@ -97,10 +97,14 @@ class TierRunner {
   // The group kill: `sig` to everything of the run (leader = the spawned
   // child's pidfd).
   virtual void kill(PreparedRun& run, const Pidfd& leader, int sig) const = 0;
-  // The CPU watch of a fractional cpu_seconds: what reads it (the Result's
+  // The CPU watch of cpu_seconds: what reads it (the Result's
   // enforcement["cpu_seconds"]), "" when this run has nothing to read.
   virtual std::string cpu_enforcer(const PreparedRun& run) const = 0;
   virtual Expected<double> cpu_seconds(const PreparedRun& run, const Pidfd& leader) const = 0;
+  // Whether cpu_seconds() counts every process of the run (a cgroup), not
+  // only the leader's: then the watch holds whole seconds too, which
+  // RLIMIT_CPU holds per process only.
+  virtual bool cpu_seconds_cover_the_tree() const { return false; }
   // Whether the leader is the program (its run-queue wait is the program's).
   virtual bool leader_is_program() const = 0;
 
