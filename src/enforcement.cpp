@@ -181,9 +181,15 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
     add(kGuaranteeWriteConfinement, "unsupported", "tier none has no boundary: use --tier process");
 
   if (process)
-    add(kGuaranteeNetworkNone, (h.landlock_abi >= 4 && h.seccomp) ? "hard" : (h.seccomp ? "seccomp_only" : "unsupported"),
+    add(kGuaranteeNetworkNone,
+        !h.seccomp                  ? "unsupported"
+        : h.landlock_abi >= 6       ? "hard"
+        : h.landlock_abi >= 4       ? "hard_but_abstract_unix"
+                                    : "seccomp_only",
         "seccomp no-network (socket() and socketpair() only for AF_UNIX: IP, netlink, packet, vsock and every "
-        "other family refused with EACCES) + Landlock TCP rules (ABI >= 4)");
+        "other family refused with EACCES) + Landlock TCP rules (ABI >= 4) + Landlock's abstract unix socket "
+        "scope (ABI >= 6: an abstract socket of another run or of the host, which could pass in a connected "
+        "socket, is out of reach)");
   else if (container)
     add(kGuaranteeNetworkNone, h.user_namespaces ? "container" : "unsupported",
         h.root && h.landlock_abi >= 6

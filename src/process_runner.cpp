@@ -124,7 +124,12 @@ Status add_landlock(PreparedRun& run, const HostFacts& host, bool allow_tcp) {
   const Request& req = run.request;
   bool confine = req.confine_writes || !req.write_paths.empty();
   bool tcp = req.net == NetworkAccess::none && (host.landlock_abi >= 4 || allow_tcp);
-  if (!confine && !tcp) return {};
+  // Abstract unix sockets have no file and no owner check: without the
+  // scope a --net none run connected to one of a --net host neighbour (or
+  // any host daemon) and was handed a connected TCP socket over
+  // SCM_RIGHTS. Scoped, it reaches only its own run's (ABI 6).
+  bool scope = req.net == NetworkAccess::none && host.landlock_abi >= 6;
+  if (!confine && !tcp && !scope) return {};
   LandlockSpec spec;
   if (confine) {
     spec.confine_writes(true);
@@ -147,6 +152,7 @@ Status add_landlock(PreparedRun& run, const HostFacts& host, bool allow_tcp) {
     spec.confine_writes(false);
   }
   if (tcp) spec.restrict_tcp(true);
+  if (scope) spec.scope_abstract_unix(true);
   if (allow_tcp)
     for (auto port : req.tcp_connect_ports) spec.tcp_connect_allow(port);
   auto ruleset = prepare(spec);

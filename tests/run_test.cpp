@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -334,6 +335,43 @@ Test(run, net_none_refuses_tcp_to_a_loopback_listener) {
   cr_assert(!contains(res.stdout_capture.text, "connected"));
   cr_assert(contains(res.stderr_capture.text, "PermissionError") || contains(res.stderr_capture.text, "Errno 13"),
             "%s", res.stderr_capture.text.c_str());
+}
+
+// An abstract unix socket has no file and no owner check: a --net none run
+// connected to a host listener (or a --net host neighbour's) could be handed
+// a connected TCP socket over SCM_RIGHTS. On the old code it connected.
+Test(run, net_none_cannot_reach_an_abstract_unix_socket_outside_the_run) {
+  const int abi = probe_host().landlock_abi;
+  if (abi < 6) cr_skip_test("Landlock ABI %d: abstract unix scoping needs 6", abi);
+  Harness h;
+  const std::string name = "corral-test-abstract-" + std::to_string(getpid());
+  int srv = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  cr_assert_eq(bind(srv, reinterpret_cast<sockaddr*>(&a), len), 0, "bind @%s: %s", name.c_str(), strerror(errno));
+  listen(srv, 4);
+  std::string script = "import socket; s = socket.socket(socket.AF_UNIX); s.connect('\\0" + name +
+                       "'); print('connected')";
+  Result ok = h.run(req(Tier::os_process, {"python3", "-c", script}));
+  cr_assert(contains(ok.stdout_capture.text, "connected"), "control run could not connect: %s",
+            ok.stderr_capture.text.c_str());
+  Request closed = req(Tier::os_process, {"python3", "-c", script});
+  closed.net = NetworkAccess::none;
+  Result res = h.run(std::move(closed));
+  close(srv);
+  cr_assert(!contains(res.stdout_capture.text, "connected"), "a --net none run reached @%s", name.c_str());
+  cr_assert(contains(res.stderr_capture.text, "PermissionError") || contains(res.stderr_capture.text, "Errno 1"),
+            "%s", res.stderr_capture.text.c_str());
+  // Within the run, abstract sockets still work (the scope is the run's domain).
+  Request inner = req(Tier::os_process, {"python3", "-c",
+                                         "import socket; a = socket.socket(socket.AF_UNIX); a.bind('\\0in-run'); "
+                                         "a.listen(); b = socket.socket(socket.AF_UNIX); b.connect('\\0in-run'); "
+                                         "print('inside')"});
+  inner.net = NetworkAccess::none;
+  Result in = h.run(std::move(inner));
+  cr_assert(contains(in.stdout_capture.text, "inside"), "%s", in.stderr_capture.text.c_str());
 }
 
 Test(run, unenforceable_asks_are_refused_unless_acknowledged) {
