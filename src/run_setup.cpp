@@ -81,7 +81,14 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   run.request = std::move(request);
   run.plan = std::make_unique<ChildPlan>();
   Request& req = run.request;
-  auto who = [&](const Error& e) { return e.context("run " + (req.id.empty() ? run.run_id : quote_input(req.id))); };
+  // Once the secrets are resolved, no message of ours repeats one: an input
+  // or artifact root named with a secret's value in it would otherwise be
+  // printed back whole ("input 'nonexist-hunter2' from ...").
+  auto who = [&](const Error& e) {
+    Error named = e.context("run " + (req.id.empty() ? run.run_id : quote_input(req.id)));
+    if (!run.secrets || run.secrets->empty()) return named;
+    return Error(named.code(), scrub_secrets(named.message(), run.secrets->values()));
+  };
 
   if (req.argv.empty() && !req.payload) return who(Error::invalid("argv is empty"));
   // Includes check_run_user: a run is never root.
@@ -90,19 +97,6 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   const TierRunner& runner = tier_runner(req.tier);
   run.runner = &runner;
   if (Status st = runner.check(req); !st) return who(st.error());
-  if (req.payload && req.payload->interpreter.empty())
-    return who(Error::invalid("program payload needs an interpreter argv (e.g. [\"python3\"])"));
-  // The ports narrow a closed network; with the host's network they would
-  // read as an allow-list that allows everything.
-  if (!req.tcp_connect_ports.empty() && req.net != NetworkAccess::none)
-    return who(Error::invalid("tcp_connect_ports need net none (they open ports in a closed network)"));
-  if (req.artifact_root)
-    if (auto st = check_artifact_root(*req.artifact_root); !st) return who(st.error());
-
-  Limits defaults = default_limits();
-  run.limits = defaults;
-  run.limits.merge(req.limits);
-  if (auto st = policy.check(host, req, defaults, run.warnings); !st) return who(st.error());
 
   // Secrets are resolved now and live only in the child's environment and
   // the masker; the Result never carries them.
@@ -132,6 +126,20 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   } else {
     run.secrets = std::make_shared<const SecretSet>(std::move(secret_values));
   }
+
+  if (req.payload && req.payload->interpreter.empty())
+    return who(Error::invalid("program payload needs an interpreter argv (e.g. [\"python3\"])"));
+  // The ports narrow a closed network; with the host's network they would
+  // read as an allow-list that allows everything.
+  if (!req.tcp_connect_ports.empty() && req.net != NetworkAccess::none)
+    return who(Error::invalid("tcp_connect_ports need net none (they open ports in a closed network)"));
+  if (req.artifact_root)
+    if (auto st = check_artifact_root(*req.artifact_root); !st) return who(st.error());
+
+  Limits defaults = default_limits();
+  run.limits = defaults;
+  run.limits.merge(req.limits);
+  if (auto st = policy.check(host, req, defaults, run.warnings); !st) return who(st.error());
 
   // One uid per run in flight when we can: RLIMIT_NPROC then binds per run
   // and runs cannot signal or read each other.

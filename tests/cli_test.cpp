@@ -170,6 +170,21 @@ Test(cli, secrets_are_masked_in_plain_and_json_output) {
   cr_assert(contains(json.out, "before:***:after"), "%s", json.out.c_str());
 }
 
+// corral's own refusals repeated a path whole: an input or artifact root
+// whose name held a secret's value printed the value (on the old code
+// "input 'nonexist-sup3r-s3cret-value' from ..." in stderr).
+Test(cli, a_secret_in_a_refused_path_is_masked_in_corrals_own_message) {
+  std::string env = "CLI_SECRET=sup3r-s3cret-value";
+  for (const char* args : {"run --secret-env CLI_SECRET --input /nonexistent/in-sup3r-s3cret-value -- true",
+                           "run --secret-env CLI_SECRET --artifact-root /proc/ar-sup3r-s3cret-value --output x -- touch x",
+                           "run --json --secret-env CLI_SECRET --input /nonexistent/in-sup3r-s3cret-value -- true"}) {
+    Ran r = run_corral(args, env);
+    cr_expect_neq(r.code, 0, "%s: exit 0", args);
+    cr_expect(!contains(r.out + r.err, "sup3r-s3cret-value"), "%s: secret leaked: %s", args, r.err.c_str());
+    cr_expect(contains(r.err, "***"), "%s: %s", args, r.err.c_str());
+  }
+}
+
 Test(cli, enforcement_lists_limits_and_kernel_facts) {
   Ran r = run_corral("enforcement --tier process");
   cr_assert_eq(r.code, 0);
