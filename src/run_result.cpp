@@ -66,7 +66,9 @@ void classify_outcome(const RunEnd& end, const Limits& limits, Result& r) {
     // guess from the signal: a plain SIGKILL stays `signaled`.
     r.outcome = Outcome::killed_oom;
     r.resource = "memory_bytes";
-  } else if (sig == SIGXCPU && cpu_limit) {
+  } else if (sig == SIGXCPU && cpu_limit && end.status->cpu_seconds() + 0.05 >= *cpu_limit) {
+    // With the CPU time to show for it: a program that raised SIGXCPU
+    // itself after 3 ms is `signaled`, not a limit the run met.
     r.outcome = Outcome::killed_resource;
     r.resource = "cpu_seconds";
   } else if (sig == SIGXFSZ && limits.has(Limit::file_bytes)) {

@@ -312,3 +312,14 @@ Test(judge_io, a_wall_kill_of_a_cpu_starved_run_says_so) {
     cr_assert(contains(j["detail"].get<std::string>(), "waited"), "%s", j["detail"].dump().c_str());
   }
 }
+
+// SIGXCPU alone was taken as the limit: a program that raised it itself
+// after a few ms was killed_resource (cpu_seconds), a verdict a judge
+// trusts. The CPU time must show it.
+Test(judge_io, a_program_raising_sigxcpu_itself_is_signaled_not_a_cpu_limit) {
+  Ran r = shell(corral_bin() + " run --json --limit cpu_seconds=2 --limit wall_seconds=30 -- sh -c 'kill -XCPU $$'");
+  json j = json::parse(r.out);
+  cr_assert_eq(j["outcome"], "signaled", "%s", r.out.c_str());
+  cr_assert_eq(j["signal"], SIGXCPU);
+  cr_assert(j["resource"].is_null() || j["resource"] == "", "%s", r.out.c_str());
+}
