@@ -84,11 +84,15 @@ Test(judge_io, a_whole_cpu_limit_stays_with_rlimit_cpu) {
 // the limit, whole seconds too.
 Test(judge_io, a_whole_cpu_limit_holds_a_forking_container_run) {
   if (geteuid() != 0) cr_skip_test("tier container's cgroup needs root here");
+  // A fraction is read from the cgroup wherever the host accounts CPU there.
+  Ran probe = shell(corral_bin() + " run --tier container --json --limit cpu_seconds=0.5 -- true");
+  json p = json::parse(probe.out);
+  if (p["enforcement"]["cpu_seconds"] != "supervisor_cgroup_cpu")
+    cr_skip_test("no cgroup CPU accounting here: %s", p["enforcement"].dump().c_str());
   Ran r = shell(corral_bin() + " run --tier container --json --limit cpu_seconds=1 --limit wall_seconds=30 -- sh -c "
                 "'for i in 1 2 3 4; do (while :; do :; done) & done; wait'");
   json j = json::parse(r.out);
-  if (j["enforcement"]["cpu_seconds"] != "supervisor_cgroup_cpu")
-    cr_skip_test("no cgroup CPU accounting here: %s", j["enforcement"].dump().c_str());
+  cr_assert_eq(j["enforcement"]["cpu_seconds"], "supervisor_cgroup_cpu", "%s", j["enforcement"].dump().c_str());
   cr_assert_eq(j["outcome"], "killed_resource", "%s", r.out.c_str());
   cr_assert_eq(j["resource"], "cpu_seconds");
   double cpu = j["cpu_seconds"].get<double>();

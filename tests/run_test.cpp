@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "corral/capture.hpp"
+#include "corral/host_probe.hpp"
 #include "corral/supervisor.hpp"
 #include "observe_support.hpp"
 #include "support.hpp"
