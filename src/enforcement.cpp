@@ -224,7 +224,9 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
     add(kGuaranteeCapabilityDrop, "no_new_privs", "not root: no capabilities to drop; no_new_privs stops exec gaining any");
   add(kGuaranteeSeccomp, tier == Tier::none ? "unsupported" : (h.seccomp ? "hard" : "unsupported"),
       tier == Tier::none ? "tier none installs no filter"
-                         : "profile default (deny-list, EPERM) + the network policy's allow-list of socket families "
+                         : "profile default (deny-list, EPERM; set-user/group-id bits refused: chmod and "
+                           "creating a file or directory with S_ISUID or S_ISGID fail with EPERM, openat2 with "
+                           "ENOSYS) + the network policy's allow-list of socket families "
                            "(EACCES; tier process with the host's network: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK)");
   if (container && h.cgroups.backend != CgroupVersion::none)
     add(kGuaranteeGroupKill, "cgroup", "SIGKILL to pid 1 ends the pid namespace; every task in the run's cgroup killed");

@@ -90,6 +90,23 @@ const std::vector<Profile>& profiles_table() {
     def.push_back({"clone3", ENOSYS, When::always});
     def.push_back({"personality", EPERM, When::personality_change});
     def.push_back({"ioctl", EPERM, When::tty_injection});
+    // Set-user/group-id bits, as systemd's RestrictSUIDSGID=: a file the
+    // program makes set-id outlives the run where the host reaches it (a
+    // writable bind is idmapped, so the host sees the directory's owner as
+    // the file's; a --write-path; the host's /tmp under tier process, owned
+    // by a uid a later run reuses), and nosuid on the sandbox's mount does
+    // nothing for the host's. S_ISGID too: a set-gid file runs with its
+    // group for anyone. Every call that sets a mode; the 32-bit ABIs that
+    // would reach them otherwise are killed by the filter's arch check.
+    for (const char* name : {"chmod", "fchmod", "creat", "mkdir", "mknod"})
+      def.push_back({name, EPERM, When::set_id_mode_arg1});
+    for (const char* name : {"fchmodat", "fchmodat2", "mkdirat", "mknodat"})
+      def.push_back({name, EPERM, When::set_id_mode_arg2});
+    def.push_back({"open", EPERM, When::set_id_open});
+    def.push_back({"openat", EPERM, When::set_id_openat});
+    // openat2 passes its mode in a struct seccomp cannot read; ENOSYS, as
+    // for clone3, sends libc and careful programs back to openat.
+    def.push_back({"openat2", ENOSYS, When::always});
 
     // The network profiles are allow-lists of socket families, one per
     // network policy: a family nobody listed (vsock, which no network
@@ -147,6 +164,10 @@ std::string_view condition_text(When when) {
       return "domain other than AF_UNIX, AF_INET, AF_INET6, or an AF_INET/AF_INET6 socket other than "
              "SOCK_STREAM with protocol 0 or IPPROTO_TCP";
     case When::tty_injection: return "request TIOCSTI or TIOCLINUX";
+    case When::set_id_mode_arg1:
+    case When::set_id_mode_arg2: return "mode has S_ISUID or S_ISGID";
+    case When::set_id_open:
+    case When::set_id_openat: return "flags include O_CREAT or O_TMPFILE and mode has S_ISUID or S_ISGID";
   }
   return "";
 }
@@ -219,6 +240,24 @@ std::vector<std::vector<scmp_arg_cmp>> rules_for(When when) {
       return rules;
     }
     case When::tty_injection: return {{low32_eq(1, TIOCSTI)}, {low32_eq(1, TIOCLINUX)}};
+    case When::set_id_mode_arg1:
+    case When::set_id_mode_arg2:
+    case When::set_id_open:
+    case When::set_id_openat: {
+      // One rule per set-id bit (and per creating flag): "bit set" is a
+      // masked comparison of the low word.
+      const detail::SetIdArgs args = detail::set_id_args(when);
+      std::vector<std::vector<scmp_arg_cmp>> rules;
+      for (std::uint32_t bit : detail::kSetIdBits) {
+        if (args.flags_arg < 0) {
+          rules.push_back({low32_eq(args.mode_arg, bit, bit)});
+          continue;
+        }
+        for (std::uint32_t flag : detail::kCreateFlags)
+          rules.push_back({low32_eq(static_cast<unsigned>(args.flags_arg), flag, flag), low32_eq(args.mode_arg, bit, bit)});
+      }
+      return rules;
+    }
   }
   return {};
 }

@@ -190,6 +190,25 @@ void emit_condition(Assembler& a, When when, Label allow, Label deny) {
       a.jump(BPF_JEQ, TIOCLINUX, deny, allow);
       break;
     }
+    case When::set_id_mode_arg1:
+    case When::set_id_mode_arg2:
+    case When::set_id_open:
+    case When::set_id_openat: {
+      const SetIdArgs args = set_id_args(when);
+      if (args.flags_arg >= 0) {
+        std::uint32_t create = 0;
+        for (auto f : kCreateFlags) create |= f;
+        Label mode = a.label();
+        a.load(arg_low(static_cast<unsigned>(args.flags_arg)));
+        a.jump(BPF_JSET, create, mode, allow);
+        a.place(mode);
+      }
+      std::uint32_t set_id = 0;
+      for (auto b : kSetIdBits) set_id |= b;
+      a.load(arg_low(args.mode_arg));
+      a.jump(BPF_JSET, set_id, deny, allow);
+      break;
+    }
   }
 }
 
@@ -200,9 +219,12 @@ struct Range {
   const BpfRow* row;
 };
 
+// Neighbours with the same condition and action share a range (mkdirat
+// and mknodat; chmod and fchmod): the leaf reads only the row's condition
+// and action, never its number.
 bool same_outcome(const BpfRow* a, const BpfRow* b) {
   if (a == nullptr || b == nullptr) return a == b;
-  return a->when == When::always && b->when == When::always && a->action == b->action;
+  return a->when == b->when && a->action == b->action;
 }
 
 }  // namespace
@@ -249,14 +271,19 @@ Expected<std::vector<sock_filter>> emit_filter_bpf(std::vector<BpfRow> rows) {
   a.jump(BPF_JEQ, 0xffffffff, search, kill);
 
   // Leaves: a return for "always" and allowed ranges, a block (emitted
-  // after the search) for a row with an argument check.
+  // after the search) for a row with an argument check, one per condition
+  // and action (the set-id mode check serves five syscalls).
   std::vector<std::pair<Label, const BpfRow*>> blocks;
+  std::map<std::pair<When, std::uint32_t>, Label> block_of;
   auto leaf_target = [&](const Range& r) -> Label {
     if (r.row == nullptr) return allow;
     if (r.row->when == When::always) return a.returning(r.row->action);
-    Label l = a.label();
-    blocks.emplace_back(l, r.row);
-    return l;
+    auto [it, added] = block_of.try_emplace({r.row->when, r.row->action}, 0);
+    if (added) {
+      it->second = a.label();
+      blocks.emplace_back(it->second, r.row);
+    }
+    return it->second;
   };
   // The search over ranges[lo..hi]: "nr >= first of the upper half"
   // splits it; a single range is its leaf. Returns where it starts.

@@ -7,7 +7,7 @@
 // on "the low 32 bits are none of these values" as one masked comparison
 // per aligned block of the complement (libseccomp 2.5 takes one comparison
 // per argument in a rule): `personality` alone took 160 instructions and
-// `socket` under host-network 106, of 397 for `default,host-network`. The
+// `socket` under host-network 106, of 475 for `default,host-network`. The
 // emitter says the same in a few instructions each (load the argument,
 // compare with each allowed value), and dispatches on the syscall number
 // by a binary search over ranges of equal outcome. tests/seccomp_test.cpp
@@ -15,9 +15,11 @@
 // requires the same answer.
 #pragma once
 
+#include <fcntl.h>
 #include <linux/filter.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <vector>
@@ -36,7 +38,40 @@ enum class When {
   socket_not_unix_inet, // socket(2) domain other than AF_UNIX, AF_INET, AF_INET6
   socket_not_host_net,  // socket(2) domain other than AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
   tty_injection,        // ioctl(2) TIOCSTI / TIOCLINUX: typing into the controlling terminal
+  // A mode with S_ISUID or S_ISGID (set_id_args says where): a file the
+  // program makes set-id, which outlives the run wherever the host can
+  // reach it (a writable bind, idmapped to the directory's owner; a
+  // --write-path; the host's /tmp) and runs as its owner for anyone.
+  set_id_mode_arg1,     // chmod, fchmod, creat, mkdir, mknod
+  set_id_mode_arg2,     // fchmodat, fchmodat2, mkdirat, mknodat
+  set_id_open,          // open(2): flags (arg 1) create a file, mode (arg 2)
+  set_id_openat,        // openat(2): flags (arg 2) create a file, mode (arg 3)
 };
+
+// Where a set_id_* row reads its arguments. flags_arg < 0: no flags; the
+// mode counts only when the flags create a file (O_CREAT, or O_TMPFILE's
+// own bit), since open(2) ignores the mode otherwise and a caller may
+// leave junk there.
+struct SetIdArgs {
+  int flags_arg;
+  unsigned mode_arg;
+};
+constexpr SetIdArgs set_id_args(When when) {
+  switch (when) {
+    case When::set_id_mode_arg1: return {-1, 1};
+    case When::set_id_mode_arg2: return {-1, 2};
+    case When::set_id_open: return {1, 2};
+    case When::set_id_openat: return {2, 3};
+    default: return {-1, 0};
+  }
+}
+// Each a bit of the low 32 (the kernel reads the mode as umode_t and the
+// flags as int).
+inline constexpr std::uint32_t kSetIdBits[] = {S_ISUID, S_ISGID};
+// O_TMPFILE is that bit plus O_DIRECTORY (the kernel refuses the bit
+// without it); glibc's __O_TMPFILE includes O_DIRECTORY too, so the bit is
+// taken out of O_TMPFILE: a plain O_DIRECTORY open is no creation.
+inline constexpr std::uint32_t kCreateFlags[] = {O_CREAT, O_TMPFILE & ~O_DIRECTORY};
 
 // Values personality(2) may still take: PER_LINUX (0), PER_LINUX32 (8,
 // which only changes what uname reports) and 0xffffffff, the query.

@@ -5,8 +5,8 @@
 // (SeccompProgram: the BPF in owned memory) -> apply in the child
 // (apply_seccomp_in_child). Profiles are deny-lists on top of "allow":
 // a denied call fails with an errno the program can handle (EPERM, EACCES,
-// or ENOSYS for clone3 so that libc falls back to clone(2), whose flags the
-// filter can inspect). The filter is for the native architecture only; a
+// or ENOSYS for clone3 and openat2 so that libc falls back to clone(2) and
+// openat(2), whose arguments the filter can inspect). The filter is for the native architecture only; a
 // syscall made through another ABI (i386 int 0x80, x32 on x86_64) kills
 // the process.
 #pragma once
@@ -27,7 +27,15 @@ namespace corral {
 //               keyrings, ptrace and process_vm_*, the mount family,
 //               namespace creation (unshare, setns, clone with CLONE_NEW*),
 //               io_uring, personality changes, clock setting, swap, reboot,
-//               TIOCSTI/TIOCLINUX ioctls, and similar host-wide calls.
+//               TIOCSTI/TIOCLINUX ioctls, and similar host-wide calls;
+//               and set-user/group-id modes (systemd's RestrictSUIDSGID=):
+//               chmod, fchmod, fchmodat, fchmodat2, mkdir, mkdirat, mknod,
+//               mknodat, creat with S_ISUID or S_ISGID, and open/openat
+//               creating a file (O_CREAT, O_TMPFILE) with them, EPERM; a
+//               set-id file would outlive the run where the host reaches it
+//               (a writable bind is idmapped to the directory's owner).
+//               openat2, whose mode seccomp cannot read: ENOSYS, so libc
+//               falls back to openat.
 //   The network profiles allow-list socket families, one per network
 //   policy; socket(2) for any other family fails with EACCES, and so does
 //   socketpair(2) for any family but AF_UNIX. io_uring is denied in each
@@ -135,8 +143,8 @@ Expected<SeccompProgram> prepare(const SeccompSpec& spec);
 
 // The filter written by corral's own BPF emitter (src/seccomp_bpf.hpp):
 // the decisions libseccomp's filter makes, for every syscall number and
-// argument, in a fraction of its instructions (`default,host-network`: 90
-// against 397), which is what the kernel converts and JIT-compiles at each
+// argument, in a fraction of its instructions (`default,host-network`: 119
+// against 475), which is what the kernel converts and JIT-compiles at each
 // install. x86_64; elsewhere an Error with ENOTSUP. The build makes the
 // prebuilt filters with it; tests hold its decisions to libseccomp's.
 Expected<SeccompProgram> compile_seccomp_bpf(const SeccompSpec& spec);

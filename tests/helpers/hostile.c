@@ -31,6 +31,13 @@
  *   ipc-look KEY DIR       wait (up to 20 s) for DIR/made; whether KEY's segment and
  *                          queue and /corral-KEY are visible ("shm=found" or the
  *                          errno, e.g. ENOENT); then DIR/done
+ *   set-id DIR             try to leave set-user/group-id files in DIR, every way
+ *                          a mode is set (chmod, fchmod, fchmodat, fchmodat2, open,
+ *                          openat, creat with O_CREAT, O_TMPFILE, mkdir, mknod); one
+ *                          line per try, "NAME=" and the errno's name (EPERM) or
+ *                          "set"/"clear" (whether the resulting file has S_ISUID or
+ *                          S_ISGID); controls (chmod 0755, open 0644, mkdir -p)
+ *                          print "ok:MODE" in octal; openat2 its errno or "ok"
  */
 #include <dirent.h>
 #include <errno.h>
@@ -43,6 +50,7 @@
 #include <sys/msg.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -308,6 +316,129 @@ static _Noreturn void term_marker(const char *dir) {
   for (;;) pause();
 }
 
+/* set-id: what became of one try. A refused call prints its errno's name;
+ * one that went through prints whether `path` ended up set-id. */
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452 /* Linux 6.6; x86_64 and the generic table alike */
+#endif
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
+static const char *errno_name(int e) {
+  switch (e) {
+    case EPERM: return "EPERM";
+    case EACCES: return "EACCES";
+    case ENOSYS: return "ENOSYS";
+    case EINVAL: return "EINVAL";
+    case EOPNOTSUPP: return "EOPNOTSUPP";
+    case EEXIST: return "EEXIST";
+    default: return "errno";
+  }
+}
+static void set_id_report(const char *name, long ret, int err, const char *path, int fd) {
+  struct stat st;
+  if (ret < 0) { printf("%s=%s\n", name, errno_name(err)); return; }
+  int got = fd >= 0 ? fstat(fd, &st) : lstat(path, &st);
+  if (got != 0) { printf("%s=nostat\n", name); return; }
+  printf("%s=%s\n", name, (st.st_mode & (S_ISUID | S_ISGID)) ? "set" : "clear");
+}
+/* A fresh plain file at DIR/NAME, mode 0755. */
+static const char *plain_file(char *buf, size_t n, const char *dir, const char *name) {
+  snprintf(buf, n, "%s/%s", dir, name);
+  unlink(buf);
+  int fd = open(buf, O_WRONLY | O_CREAT | O_EXCL, 0755);
+  if (fd >= 0) close(fd);
+  return buf;
+}
+static int set_id(const char *dir) {
+  char p[4096];
+  long r;
+  umask(022);
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+  if (dfd < 0) { printf("dir=%s\n", errno_name(errno)); return 1; }
+  /* The controls: ordinary modes still work. */
+  plain_file(p, sizeof p, dir, "plain");
+  r = chmod(p, 0644);
+  struct stat st;
+  printf("chmod-0644=%s\n", r == 0 && stat(p, &st) == 0 && (st.st_mode & 07777) == 0644 ? "ok" : errno_name(errno));
+  r = chmod(p, 0755);
+  printf("chmod-0755=%s\n", r == 0 && stat(p, &st) == 0 && (st.st_mode & 07777) == 0755 ? "ok" : errno_name(errno));
+  snprintf(p, sizeof p, "%s/made", dir);
+  unlink(p);
+  r = open(p, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  printf("open-0644=%s\n", r >= 0 && fstat((int)r, &st) == 0 && (st.st_mode & 07777) == 0644 ? "ok" : errno_name(errno));
+  if (r >= 0) close((int)r);
+  snprintf(p, sizeof p, "%s/d", dir);
+  r = mkdir(p, 0755);
+  printf("mkdir-0755=%s\n", r == 0 || errno == EEXIST ? "ok" : errno_name(errno));
+  /* Without O_CREAT the mode is ignored: junk there must not refuse (raw:
+   * glibc's open passes no mode without O_CREAT). */
+  r = syscall(SYS_openat, AT_FDCWD, p, O_RDONLY | O_DIRECTORY, 06777);
+  printf("open-junk-mode=%s\n", r >= 0 ? "ok" : errno_name(errno));
+  if (r >= 0) close((int)r);
+
+  /* The tries. */
+  plain_file(p, sizeof p, dir, "chmod-4755");
+  r = chmod(p, 04755);
+  set_id_report("chmod-4755", r, errno, p, -1);
+  plain_file(p, sizeof p, dir, "chmod-2755");
+  r = chmod(p, 02755);
+  set_id_report("chmod-2755", r, errno, p, -1);
+  plain_file(p, sizeof p, dir, "raw-chmod-6755");
+  r = syscall(SYS_chmod, p, 06755);
+  set_id_report("raw-chmod-6755", r, errno, p, -1);
+  plain_file(p, sizeof p, dir, "fchmod-4755");
+  int fd = open(p, O_RDONLY);
+  r = fchmod(fd, 04755);
+  set_id_report("fchmod-4755", r, errno, p, -1);
+  close(fd);
+  plain_file(p, sizeof p, dir, "fchmodat-4755");
+  r = syscall(SYS_fchmodat, dfd, "fchmodat-4755", 04755);
+  set_id_report("fchmodat-4755", r, errno, p, -1);
+  plain_file(p, sizeof p, dir, "fchmodat2-2755");
+  r = syscall(SYS_fchmodat2, dfd, "fchmodat2-2755", 02755, 0);
+  set_id_report("fchmodat2-2755", r, errno, p, -1);
+  snprintf(p, sizeof p, "%s/open-4755", dir);
+  unlink(p);
+  r = open(p, O_WRONLY | O_CREAT | O_EXCL, 04755); /* glibc: openat */
+  set_id_report("open-4755", r, errno, p, -1);
+  if (r >= 0) close((int)r);
+  snprintf(p, sizeof p, "%s/raw-open-4755", dir);
+  unlink(p);
+  r = syscall(SYS_open, p, O_WRONLY | O_CREAT | O_EXCL, 04755);
+  set_id_report("raw-open-4755", r, errno, p, -1);
+  if (r >= 0) close((int)r);
+  snprintf(p, sizeof p, "%s/creat-2755", dir);
+  unlink(p);
+  r = syscall(SYS_creat, p, 02755);
+  set_id_report("creat-2755", r, errno, p, -1);
+  if (r >= 0) close((int)r);
+  r = openat(dfd, ".", O_TMPFILE | O_WRONLY, 04755);
+  if (r < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    printf("tmpfile-4755=unsupported\n");
+  } else {
+    set_id_report("tmpfile-4755", r, errno, NULL, (int)r);
+    if (r >= 0) close((int)r);
+  }
+  snprintf(p, sizeof p, "%s/mknod-4755", dir);
+  unlink(p);
+  r = mknod(p, S_IFREG | 04755, 0);
+  set_id_report("mknod-4755", r, errno, p, -1);
+  snprintf(p, sizeof p, "%s/mkdir-2755", dir);
+  rmdir(p);
+  r = mkdir(p, 02755);
+  set_id_report("mkdir-2755", r, errno, p, -1);
+  /* openat2 carries its mode where seccomp cannot look. */
+  struct { unsigned long long flags, mode, resolve; } how = {O_WRONLY | O_CREAT, 04755, 0};
+  snprintf(p, sizeof p, "%s/openat2-4755", dir);
+  unlink(p);
+  r = syscall(SYS_openat2, AT_FDCWD, p, &how, sizeof how);
+  set_id_report("openat2-4755", r, errno, p, -1);
+  if (r >= 0) close((int)r);
+  close(dfd);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   const char *m = argv[1];
@@ -331,5 +462,6 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "term-marker") && argc > 2) term_marker(argv[2]);
   if (!strcmp(m, "stop-all") && argc > 2) return stop_all(atol(argv[2]));
   if (!strcmp(m, "ipc-look") && argc > 3) return ipc_look((key_t)atoi(argv[2]), argv[3]);
+  if (!strcmp(m, "set-id") && argc > 2) return set_id(argv[2]);
   return 2;
 }
