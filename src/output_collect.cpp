@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <functional>
 
 #include "corral/glob.hpp"
 #include "corral/names.hpp"
@@ -106,41 +105,79 @@ Expected<std::vector<std::string>> WorkspaceOutputSource::list(std::string_view 
   auto root = open_beneath(workspace_.dirfd(), ".", O_RDONLY | O_DIRECTORY);
   if (!root) return std::move(root).error();
 
-  // Depth-first, one directory fd open per level; a directory is entered
-  // only while the glob may still match below it.
-  std::function<Status(int, const std::string&, const Glob::State&)> walk =
-      [&](int dir, const std::string& prefix, const Glob::State& state) -> Status {
-    auto entries = wsfs::list_dir(dir, static_cast<std::size_t>(max_walk_entries_ - seen + 1));
+  // Depth-first in name order, one directory fd open per level; a
+  // directory is entered only while the glob may still match below it.
+  // Iterative, with the levels on an explicit stack: the program chose the
+  // depth, and a recursion 20,000 directories deep overflowed the
+  // supervisor's stack. The stack is capped at kMaxWalkDepth levels, which
+  // bounds the fds held (one per level) and the memory (the entries of each
+  // level; the path is one string, grown and cut back as the walk moves).
+  struct Level {
+    UniqueFd fd;  // owned; the root level's is `root`
+    std::vector<wsfs::Entry> entries;
+    std::size_t next = 0;
+    Glob::State state;
+    std::size_t prefix_len;  // the length of this directory's path in `prefix`
+  };
+  std::string prefix;  // the current directory, relative to the root; "" at the root
+  std::vector<Level> stack;
+  bool capped = false;  // a directory past kMaxWalkDepth was left out (noted once)
+  auto enter = [&](UniqueFd fd, Glob::State state) -> Status {
+    auto entries = wsfs::list_dir(fd.get(), static_cast<std::size_t>(max_walk_entries_ - seen + 1));
     if (!entries) return entries.error().context("list " + q(prefix.empty() ? "." : prefix));
     seen += entries->size();
     if (seen > max_walk_entries_)
       return Error(E2BIG, "list " + q(glob) + ": more than " + std::to_string(max_walk_entries_) +
                               " directory entries walked; giving up");
-    for (const auto& entry : *entries) {
-      // home/ and tmp/ hold the run's HOME and TMPDIR: only a glob that
-      // names them literally looks inside.
-      if (prefix.empty() && (entry.name == "home" || entry.name == "tmp") && pattern->segments().front() != entry.name)
-        continue;
-      Glob::State next = pattern->step(state, entry.name);
-      unsigned char type = wsfs::entry_type(dir, entry);
-      std::string path = prefix.empty() ? entry.name : prefix + "/" + entry.name;
-      if (type != DT_DIR) {
-        // Listed whatever it is: stat() says why a symlink, fifo or device
-        // is not delivered, and transfer() notes it.
-        if (pattern->matched(next)) found.push_back(std::move(path));
-        continue;
-      }
-      if (!pattern->may_descend(next)) continue;
-      auto sub = open_beneath(dir, entry.name, O_RDONLY | O_DIRECTORY);
-      if (!sub) {
-        if (sub.error().code() == ENOENT) continue;  // gone since the listing
-        return std::move(sub).error();
-      }
-      if (Status st = walk(sub->get(), path, next); !st) return st;
-    }
+    stack.push_back({std::move(fd), std::move(*entries), 0, std::move(state), prefix.size()});
     return {};
   };
-  if (Status st = walk(root->get(), "", pattern->start()); !st) return st.error();
+  if (Status st = enter(std::move(*root), pattern->start()); !st) return st.error();
+  while (!stack.empty()) {
+    Level& top = stack.back();
+    if (top.next == top.entries.size()) {
+      stack.pop_back();
+      if (!stack.empty()) prefix.resize(stack.back().prefix_len);
+      continue;
+    }
+    const wsfs::Entry& entry = top.entries[top.next++];
+    // home/ and tmp/ hold the run's HOME and TMPDIR: only a glob that
+    // names them literally looks inside.
+    if (stack.size() == 1 && (entry.name == "home" || entry.name == "tmp") &&
+        pattern->segments().front() != entry.name)
+      continue;
+    Glob::State next = pattern->step(top.state, entry.name);
+    unsigned char type = wsfs::entry_type(top.fd.get(), entry);
+    if (type != DT_DIR) {
+      // Listed whatever it is: stat() says why a symlink, fifo or device
+      // is not delivered, and transfer() notes it.
+      if (pattern->matched(next)) found.push_back(prefix.empty() ? entry.name : prefix + "/" + entry.name);
+      continue;
+    }
+    if (!pattern->may_descend(next)) continue;
+    if (stack.size() > kMaxWalkDepth) {
+      // Left out with a note, not a failure: the run's other outputs (and
+      // this glob's shallower matches) are still delivered.
+      if (!capped) {
+        capped = true;
+        std::string dir = prefix + "/" + entry.name;
+        if (dir.size() > 120) dir = dir.substr(0, 60) + "..." + dir.substr(dir.size() - 60);
+        notes_.push_back("output " + q(glob) + ": directories more than " + std::to_string(kMaxWalkDepth) +
+                         " levels deep are not searched (the first: " + q(dir) +
+                         "); files below them are not delivered");
+      }
+      continue;
+    }
+    auto sub = open_beneath(top.fd.get(), entry.name, O_RDONLY | O_DIRECTORY);
+    if (!sub) {
+      if (sub.error().code() == ENOENT) continue;  // gone since the listing
+      return std::move(sub).error();
+    }
+    // `top` is not used past here: enter() may move the stack.
+    if (!prefix.empty()) prefix += '/';
+    prefix += entry.name;
+    if (Status st = enter(std::move(*sub), std::move(next)); !st) return st.error();
+  }
   return found;
 }
 
@@ -211,6 +248,7 @@ void collect_declared_outputs(const std::vector<DeclaredOutput>& outputs, const 
   TransferResult moved = transfer(outputs, limits, source, sink ? &*sink : nullptr);
   for (const auto& name : source.withheld())
     result.artifact_notes.push_back("outputs: " + printable_name(name) + ": its name contains a secret's value; not delivered");
+  for (const auto& note : workspace_source.notes()) result.artifact_notes.push_back("outputs: " + note);
   for (const auto& skipped : moved.skipped()) result.artifact_notes.push_back("outputs: " + skipped.note);
   if (!moved) {
     const TransferError& error = moved.error();

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "corral/json.hpp"
+#include "corral/output_collect.hpp"
 #include "corral/supervisor.hpp"
 #include "support.hpp"
 #include "supervisor_harness.hpp"
@@ -181,4 +182,37 @@ Test(run, on_output_is_exactly_what_the_result_keeps_on_every_stream) {
   cr_assert(merged_seen.second.empty(), "merged: a stderr chunk was passed on");
   expect_text(merged_seen.first, merged->stdout_capture.text);
   cr_assert(merged->stdout_capture.truncated);
+}
+
+// Red team: a program nested 20,000 directories and declared `**/leaf.txt`;
+// the output walk recursed once per level and overflowed the supervisor's
+// stack (SIGSEGV: the whole batch gone). The walk now stops at
+// WorkspaceOutputSource::kMaxWalkDepth levels with a note naming the cap;
+// the same glob's shallow match and the run's other output still land, and
+// the workspace is removed.
+Test(run, a_20000_deep_tree_is_walked_to_the_depth_cap_and_the_rest_lands) {
+  Harness h;
+  TempDir root;
+  // perl: a process of its own making 20,000 levels in well under a second
+  // (perl-base is Essential on Debian); leaf.txt at level 1 and at the bottom.
+  const std::string nest =
+      "sub put { open(my $f, '>', $_[0]) or exit 3; print $f $_[1]; close $f or exit 3 }"
+      "put('top.txt', 'top'); for my $i (1 .. $ARGV[0]) { mkdir 'a' or exit 4; chdir 'a' or exit 5;"
+      " put('leaf.txt', 'shallow') if $i == 1 } put('leaf.txt', 'deep')";
+  Request r = req(Tier::os_process, {"perl", "-e", nest, "20000"});
+  r.outputs = {"**/leaf.txt", "top.txt"};
+  r.artifact_root = root.path();
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  cr_assert_eq(res.exit_code, 0, "the program could not build its tree: %s", res.stderr_capture.text.c_str());
+  const std::string notes = notes_of(res);
+  std::string names;
+  for (const auto& a : res.artifacts) names += a.name + " ";
+  cr_assert(names == "a/leaf.txt top.txt ", "artifacts: %s; notes: %s", names.c_str(), notes.c_str());
+  const std::string shallow = corral_test::read_file(root / (res.run_id + "/a/leaf.txt"));
+  cr_assert_str_eq(shallow.c_str(), "shallow");
+  const std::string cap = "directories more than " + std::to_string(WorkspaceOutputSource::kMaxWalkDepth) +
+                          " levels deep are not searched";
+  cr_assert(contains(notes, cap) && contains(notes, "'**/leaf.txt'"), "%s", notes.c_str());
+  cr_assert_eq(h.leftovers(), 0u, "the 20,000-level workspace was left behind");
 }

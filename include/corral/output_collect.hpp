@@ -17,6 +17,7 @@
 // Parent side; everything below the workspace is hostile by then.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -47,19 +48,35 @@ namespace corral {
 //               link (st_nlink > 1: it may be a host file the program could
 //               not read)
 //   read(...)   through the fd that was checked, at most `at_most` bytes
+// The walk behind list() gives up (E2BIG) past max_walk_entries directory
+// entries, and does not enter a directory more than kMaxWalkDepth levels
+// below the root: it says so once per glob in notes() and lists the rest.
 // Borrows the workspace, which must outlive the source.
 class WorkspaceOutputSource final : public OutputSource {
  public:
+  // The walk holds one directory fd per level, so this is also the most
+  // fds it holds at once (plus the root's). 256 is far deeper than any
+  // build's output tree, and with names of 15 bytes a path that deep is
+  // PATH_MAX (4096) already, past which stat() cannot open a match anyway.
+  // A program's 20,000 nested directories then cost the supervisor neither
+  // its stack nor its fd table.
+  static constexpr std::size_t kMaxWalkDepth = 256;
+
   explicit WorkspaceOutputSource(const Workspace& workspace, std::uint64_t max_walk_entries = 100000)
       : workspace_(workspace), max_walk_entries_(max_walk_entries) {}
 
   Expected<std::vector<std::string>> list(std::string_view glob) override;
   Expected<std::optional<std::uint64_t>> stat(std::string_view name) override;
   Expected<std::string> read(std::string_view name, std::uint64_t at_most) override;
+  // What list() left out and why, e.g. "output '**/x': directories more
+  // than 256 levels deep are not searched (...)"; unmasked (the caller
+  // masks secrets, as for every artifact note).
+  const std::vector<std::string>& notes() const noexcept { return notes_; }
 
  private:
   const Workspace& workspace_;
   std::uint64_t max_walk_entries_;
+  std::vector<std::string> notes_;
 };
 
 // The caps a run's outputs are collected under: the run's artifact_bytes,
