@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "workspace_fs.hpp"
@@ -37,12 +39,54 @@ Expected<UniqueFd> open_for_removal(int parent, const std::string& name) {
   return fd;
 }
 
-// Unlinks every non-directory entry of fd as readdir returns it (no
-// listing of a million names in memory); returns the subdirectories. POSIX
-// leaves open whether readdir sees every entry while the directory
-// changes, so passes repeat until one removes nothing; the subdirectory
-// list of that quiet pass is complete.
-std::vector<std::string> unlink_files(int fd, const std::string& where, Errors& errors) {
+// One directory of the walk: its entry name in the parent, its inode (to
+// know the parent again when climbing back with ".."), and the
+// subdirectories still to remove. No path: a path per level costs
+// O(depth^2) in a tree the child made as deep as it liked (40,000 levels
+// were 1.6 GB); an error message builds the one it needs (path_of).
+struct Level {
+  std::string name;
+  dev_t dev;
+  ino_t ino;
+  std::vector<std::string> subdirs = {};
+  std::size_t next = 0;
+};
+
+// "a/b/" (the stack below the root, each name with a trailing '/') then
+// `leaf`: the path an error message names. A deep one keeps its first and
+// last 80 bytes around "...", so that a message stays readable and small
+// whatever the depth.
+std::string path_of(const std::vector<Level>& stack, std::string_view leaf) {
+  constexpr std::size_t kEnds = 80;
+  std::size_t total = leaf.size();
+  for (std::size_t i = 1; i < stack.size(); ++i) total += stack[i].name.size() + 1;
+  std::string path;
+  if (total <= 2 * kEnds + 3) {
+    for (std::size_t i = 1; i < stack.size(); ++i) path += stack[i].name + "/";
+    return path + std::string(leaf);
+  }
+  for (std::size_t i = 1; i < stack.size() && path.size() < kEnds; ++i) path += stack[i].name + "/";
+  std::string tail(leaf);
+  for (std::size_t i = stack.size(); i-- > 1 && tail.size() < kEnds;) tail = stack[i].name + "/" + tail;
+  path.resize(std::min(path.size(), kEnds));
+  return path + "..." + tail.substr(tail.size() - std::min(tail.size(), kEnds)) + " (" +
+         std::to_string(stack.size() - 1) + " levels deep)";
+}
+
+// Errors keeps the first error and counts the rest: only the first
+// message (and the path in it) is built.
+template <typename MakeError>
+void add_error(Errors& errors, MakeError&& make) {
+  if (errors.first) ++errors.more;
+  else errors.add(make());
+}
+
+// Unlinks every non-directory entry of fd (the directory at the top of
+// `stack`) as readdir returns it (no listing of a million names in
+// memory); returns the subdirectories. POSIX leaves open whether readdir
+// sees every entry while the directory changes, so passes repeat until one
+// removes nothing; the subdirectory list of that quiet pass is complete.
+std::vector<std::string> unlink_files(int fd, const std::vector<Level>& stack, Errors& errors) {
   std::vector<std::string> subdirs;
   for (bool removed_some = true; removed_some;) {
     removed_some = false;
@@ -56,12 +100,13 @@ std::vector<std::string> unlink_files(int fd, const std::string& where, Errors& 
       } else if (errno == EISDIR) {
         subdirs.emplace_back(name);
       } else {
-        errors.add(errno_error("unlink " + quoted(where + name)));
+        const int err = errno;
+        add_error(errors, [&] { return Error::from_errno(err, "unlink " + quoted(path_of(stack, name))); });
       }
       return true;
     });
     if (!st) {
-      errors.add(st.error().context(quoted(where)));
+      add_error(errors, [&] { return st.error().context(quoted(path_of(stack, ""))); });
       break;
     }
   }
@@ -72,7 +117,9 @@ std::vector<std::string> unlink_files(int fd, const std::string& where, Errors& 
 
 // Removes everything below the root (not the root itself). Iterative, one
 // directory fd open at a time, climbing back with ".." checked against the
-// remembered (dev, ino), so a tree of any depth costs neither stack nor fds.
+// remembered (dev, ino), so a tree of any depth costs neither stack nor
+// fds, and memory only for one name per level (plus the subdirectory
+// names of each level still to visit).
 void remove_contents(int root_path_fd, Errors& errors) {
   // The usual leftovers are an empty home/ and tmp/: rmdir them straight
   // away, without a walk each (rmdir never follows a symlink and refuses a
@@ -91,48 +138,53 @@ void remove_contents(int root_path_fd, Errors& errors) {
     return;
   }
   const dev_t root_dev = st.st_dev;
-  struct Level {
-    std::string name, path;  // entry name in the parent; "a/b/" relative path with trailing '/'
-    struct stat st;
-    std::vector<std::string> subdirs;
-    std::size_t next = 0;
-  };
   std::vector<Level> stack;
-  stack.push_back({".", "", st, unlink_files(cur.get(), "", errors)});
+  stack.push_back({".", st.st_dev, st.st_ino});
+  stack.back().subdirs = unlink_files(cur.get(), stack, errors);
   while (true) {
     Level& top = stack.back();
     if (top.next < top.subdirs.size()) {
-      const std::string name = top.subdirs[top.next++];
-      const std::string path = top.path + name + "/";
+      // Moved out: the name is not needed in the list again, and a level
+      // then holds only the names still to visit.
+      std::string name = std::move(top.subdirs[top.next++]);
       auto child = open_for_removal(cur.get(), name);
       if (!child) {
         // Raced into a non-directory (symlink, file): unlink it, never follow.
         if (::unlinkat(cur.get(), name.c_str(), 0) != 0)
-          errors.add(child.error().context("directory " + quoted(path)));
+          add_error(errors, [&] { return child.error().context("directory " + quoted(path_of(stack, name + "/"))); });
         continue;
       }
       struct stat cst {};
       if (::fstat(child->get(), &cst) != 0 || cst.st_dev != root_dev) {
-        errors.add(Error(EXDEV, "directory " + quoted(path) + " is another filesystem; not entered"));
+        add_error(errors, [&] {
+          return Error(EXDEV,
+                       "directory " + quoted(path_of(stack, name + "/")) + " is another filesystem; not entered");
+        });
         continue;
       }
-      std::vector<std::string> subdirs = unlink_files(child->get(), path, errors);
-      stack.push_back({name, path, cst, std::move(subdirs)});
+      stack.push_back({std::move(name), cst.st_dev, cst.st_ino});  // `top` is not used past here
+      stack.back().subdirs = unlink_files(child->get(), stack, errors);
       cur = std::move(*child);
       continue;
     }
     if (stack.size() == 1) return;
-    const std::string done = stack.back().name, done_path = stack.back().path;
-    stack.pop_back();
     UniqueFd parent(::openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     struct stat pst {};
-    if (!parent || ::fstat(parent.get(), &pst) != 0 || !same_inode(pst, stack.back().st)) {
-      errors.add(Error(EIO, "lost the parent of " + quoted(done_path) + " (moved during removal?)"));
+    const Level& up = stack[stack.size() - 2];
+    if (!parent || ::fstat(parent.get(), &pst) != 0 || pst.st_dev != up.dev || pst.st_ino != up.ino) {
+      add_error(errors, [&] {
+        return Error(EIO, "lost the parent of " + quoted(path_of(stack, "")) + " (moved during removal?)");
+      });
       return;
     }
     cur = std::move(parent);
-    if (::unlinkat(cur.get(), done.c_str(), AT_REMOVEDIR) != 0)
-      errors.add(errno_error("remove directory " + quoted(done_path)));
+    const std::string done = std::move(stack.back().name);
+    stack.pop_back();
+    if (::unlinkat(cur.get(), done.c_str(), AT_REMOVEDIR) != 0) {
+      const int err = errno;
+      add_error(errors,
+                [&] { return Error::from_errno(err, "remove directory " + quoted(path_of(stack, done + "/"))); });
+    }
   }
 }
 
