@@ -490,7 +490,7 @@ Test(route_run, the_audit_line_of_a_real_run_never_holds_the_secret) {
   std::string first = lines.substr(0, lines.find('\n'));
   assert_mentions(first, {"\"route\":\"grader\"", "\"provenance\":\"trusted\"", "\"tier\":\"os_process\"",
                           "\"cpu_seconds\":7", "\"outcome\":\"exited\"", "\"wall_seconds\":",
-                          "\"enforcement\":{", "\"cpu_seconds\":\"hard\"", "\"name\":\"***.txt\"", "\"bytes\":2",
+                          "\"enforcement\":{", "\"cpu_seconds\":\"hard_per_process\"", "\"name\":\"***.txt\"", "\"bytes\":2",
                           ("\"stdout_sha256\":\"" + res.stdout_capture.sha256 + "\"").c_str()});
   std::string second = lines.substr(first.size() + 1);
   assert_mentions(second, {"\"route\":\"\"", "\"provenance\":null"});
