@@ -220,7 +220,7 @@ limits = { memory_bytes = 100_000_000, process_count = 32 }
   cr_assert(seen == std::vector<std::string>({"grader", "agent"}));
   const Route* grader = router->find("grader");
   cr_assert_str_eq(grader->enforcement.at(Limit::memory_bytes).c_str(), "hard_per_process");
-  cr_assert_str_eq(grader->enforcement.at(Limit::cpu_seconds).c_str(), "hard");
+  cr_assert_str_eq(grader->enforcement.at(Limit::cpu_seconds).c_str(), "hard_per_process");
   cr_assert_eq(grader->effective_floor, Isolation::none);
   const Route* agent = router->find("agent");
   cr_assert_str_eq(agent->enforcement.at(Limit::memory_bytes).c_str(), "cgroup");
@@ -310,7 +310,8 @@ Test(routes_file, egress_follows_what_the_host_lets_os_process_do) {
 
 Test(routes_file, host_enforcement_view_reads_the_real_map) {
   HostEnforcementView view(rich_host());
-  cr_assert(view.how("os_process", Limit::cpu_seconds) == "hard");
+  cr_assert(view.how("os_process", Limit::cpu_seconds) == "hard_per_process");
+  cr_assert(view.how("container", Limit::cpu_seconds) == "hard");
   cr_assert(view.how("process", Limit::memory_bytes) == "hard_per_process");
   cr_assert(view.how("container", Limit::memory_bytes) == "cgroup");
   cr_assert(view.how("none", Limit::wall_seconds) == "supervisor");
