@@ -312,6 +312,21 @@ Test(run, confine_writes_allows_only_the_workspace) {
   cr_assert(access(target.c_str(), F_OK) != 0, "a confined run wrote outside its workspace");
 }
 
+namespace {
+
+// `script` (python3, printing "connected") run with the host's network,
+// which must connect, then with net none: the second run's Result.
+Result connects_only_with_the_network(Harness& h, const std::string& script) {
+  Result ok = h.run(req(Tier::os_process, {"python3", "-c", script}));
+  cr_assert(contains(ok.stdout_capture.text, "connected"), "control run could not connect: %s",
+            ok.stderr_capture.text.c_str());
+  Request closed = req(Tier::os_process, {"python3", "-c", script});
+  closed.net = NetworkAccess::none;
+  return h.run(std::move(closed));
+}
+
+}  // namespace
+
 Test(run, net_none_refuses_tcp_to_a_loopback_listener) {
   Harness h;
   int srv = socket(AF_INET, SOCK_STREAM, 0);
@@ -324,13 +339,7 @@ Test(run, net_none_refuses_tcp_to_a_loopback_listener) {
   listen(srv, 4);
   std::string script = "import socket; socket.create_connection(('127.0.0.1', " + std::to_string(ntohs(a.sin_port)) +
                        ")); print('connected')";
-  Request open_net = req(Tier::os_process, {"python3", "-c", script});
-  Result ok = h.run(std::move(open_net));
-  cr_assert(contains(ok.stdout_capture.text, "connected"), "control run could not connect: %s",
-            ok.stderr_capture.text.c_str());
-  Request closed = req(Tier::os_process, {"python3", "-c", script});
-  closed.net = NetworkAccess::none;
-  Result res = h.run(std::move(closed));
+  Result res = connects_only_with_the_network(h, script);
   close(srv);
   cr_assert_neq(res.exit_code, 0);
   cr_assert(!contains(res.stdout_capture.text, "connected"));
@@ -355,12 +364,7 @@ Test(run, net_none_cannot_reach_an_abstract_unix_socket_outside_the_run) {
   listen(srv, 4);
   std::string script = "import socket; s = socket.socket(socket.AF_UNIX); s.connect('\\0" + name +
                        "'); print('connected')";
-  Result ok = h.run(req(Tier::os_process, {"python3", "-c", script}));
-  cr_assert(contains(ok.stdout_capture.text, "connected"), "control run could not connect: %s",
-            ok.stderr_capture.text.c_str());
-  Request closed = req(Tier::os_process, {"python3", "-c", script});
-  closed.net = NetworkAccess::none;
-  Result res = h.run(std::move(closed));
+  Result res = connects_only_with_the_network(h, script);
   close(srv);
   cr_assert(!contains(res.stdout_capture.text, "connected"), "a --net none run reached @%s", name.c_str());
   cr_assert(contains(res.stderr_capture.text, "PermissionError") || contains(res.stderr_capture.text, "Errno 1"),
