@@ -41,12 +41,12 @@ double online_cpus() {
 void Supervisor::Impl::start_cpu_watch(std::uint32_t slot, Run& run) {
   const Limits& limits = run.prep.limits;
   if (!limits.has(Limit::cpu_seconds)) return;
-  std::string enforcer = run.prep.runner->cpu_enforcer(run.prep);
-  if (enforcer.empty()) return;  // nothing to read: RLIMIT_CPU rounded up
   // Whole seconds of one process RLIMIT_CPU holds exactly; of a tree it
   // holds each process to them, so a program forking N children had N
   // budgets. A runner that reads the whole tree watches those too.
   if (!limits.fractional(Limit::cpu_seconds) && !run.prep.runner->cpu_seconds_cover_the_tree()) return;
+  std::string enforcer = run.prep.runner->cpu_enforcer(run.prep);
+  if (enforcer.empty()) return;  // nothing to read: RLIMIT_CPU rounded up
   run.prep.cpu_enforcer = std::move(enforcer);
   run.cpu_limit = *limits.seconds(Limit::cpu_seconds);
   arm_cpu_check(slot, run, run.cpu_limit / online_cpus());
