@@ -217,12 +217,16 @@ Status dispose_session(std::string_view id, const std::string& dir) {
 }
 
 int dispose_scope(std::string_view scope, std::optional<std::string_view> thread, const std::string& dir,
-                  std::vector<std::string>* problems) {
+                  std::vector<std::string>* problems, std::vector<std::string>* disposed) {
   int count = 0;
   for (const auto& info : list_sessions(dir)) {
     if (info.key.scope != scope || (thread && info.key.thread != *thread)) continue;
-    if (auto st = dispose_session(info.id, dir)) ++count;
-    else if (problems) problems->push_back(st.error().message());
+    if (auto st = dispose_session(info.id, dir)) {
+      ++count;
+      if (disposed) disposed->push_back(info.id);
+    } else if (problems) {
+      problems->push_back(st.error().message());
+    }
   }
   return count;
 }

@@ -131,8 +131,18 @@ Expected<KeeperSpec> decode_keeper_spec(std::string_view text) {
   return out;
 }
 
+namespace {
+// set_default_keeper_program: set once at a program's start (the CLI's
+// main), before any thread could read it.
+std::string& default_keeper() {
+  static std::string program;
+  return program;
+}
+}  // namespace
+
 std::string keeper_program(const SessionSpec& spec) {
   if (!spec.keeper_program.empty()) return spec.keeper_program;
+  if (!default_keeper().empty()) return default_keeper();
   // Beside the library: <libdir>/../bin/corral for libcorral.so; for a
   // program linked with libcorral.a, <its dir>/../bin/corral (the build
   // tree's tests and benches, and the CLI itself).
@@ -219,5 +229,7 @@ int keeper_main(std::string_view encoded) {
 namespace corral {
 
 int session_keeper_main(std::string_view encoded) { return session_state::keeper_main(encoded); }
+
+void set_default_keeper_program(std::string program) { session_state::default_keeper() = std::move(program); }
 
 }  // namespace corral

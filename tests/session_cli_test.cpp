@@ -310,3 +310,87 @@ Test(session_cli, a_stopped_batch_reports_the_session_jobs_still_waiting) {
   cr_expect_eq(host_processes_with(marker), 0);
   cr_expect_eq(sessions_of(scope), 0u, "the stopped batch left its session open");
 }
+
+namespace {
+// `binary` with `args`, its environment only PATH=/usr/bin:/bin (no corral
+// there); stdout captured, stderr to /dev/null.
+corral_test::CliRun run_copy(const std::string& binary, const std::vector<std::string>& args) {
+  TempDir capture;
+  const std::string out_path = capture / "out";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int devnull = open_devnull();
+    if (out < 0 || dup2(out, 1) < 0 || dup2(devnull, 2) < 0) _exit(126);
+    std::vector<char*> argv{const_cast<char*>(binary.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    char path[] = "PATH=/usr/bin:/bin";
+    char* envp[] = {path, nullptr};
+    execve(binary.c_str(), argv.data(), envp);
+    _exit(127);
+  }
+  corral_test::CliRun run;
+  int status = 0;
+  if (pid > 0 && waitpid(pid, &status, 0) == pid)
+    run.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  run.out = corral_test::read_file(out_path);
+  return run;
+}
+}  // namespace
+
+// A corral binary copied where no bin/corral sits beside it, run with a
+// PATH that has no corral: it is its own keeper (/proc/self/exe), so open
+// works, and the session it made is a live one the other verbs find.
+Test(session_cli, open_from_a_binary_not_on_path_finds_its_keeper) {
+  SKIP_UNLESS_SESSIONS();
+  const std::string scope = scope_for("copied");
+  TempDir dir;
+  const std::string copy = dir / "corral";
+  {
+    std::string bytes = corral_test::read_file(corral_test::build_dir() + "/bin/corral");
+    cr_assert_gt(bytes.size(), 0u);
+    int fd = open(copy.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    close(fd);
+  }
+  struct stat st {};
+  cr_assert_neq(stat((dir.path() + "/../bin/corral").c_str(), &st), 0, "a bin/corral sits beside the copy");
+  auto open = run_copy(copy, {"session", "open", "--scope", scope, "--thread", "t"});
+  cr_assert_eq(open.code, 0, "the copy could not open a session (exit %d)", open.code);
+  const std::string id = trim(open.out);
+  auto info = find_session(id);
+  cr_assert(info, "%s", info ? "" : info.error().message().c_str());
+  cr_expect(info->alive && process_alive(info->keeper));
+  cr_expect_eq(run_copy(copy, {"session", "exec", id, "--", "/bin/true"}).code, 0);
+  cr_expect_eq(trim(run_copy(copy, {"session", "close", id}).out), "1");
+  cr_expect_eq(sessions_of(scope), 0u);
+}
+
+// close prints the count of sessions it disposed, by id as by scope
+// (corral(1) says so), and with --json the ids too.
+Test(session_cli, close_prints_the_count_and_json_names_the_ids) {
+  SKIP_UNLESS_SESSIONS();
+  const std::string scope = scope_for("close");
+  std::vector<std::string> ids;
+  for (const char* thread : {"a", "b", "c"}) {
+    auto open = run_cli({"session", "open", "--scope", scope, "--thread", thread});
+    cr_assert_eq(open.code, 0, "%s", open.err.c_str());
+    ids.push_back(trim(open.out));
+  }
+  auto one = run_cli({"session", "close", ids[0]});
+  cr_expect_eq(one.code, 0, "%s", one.err.c_str());
+  cr_expect_eq(one.out, "1\n", "close ID printed '%s'", one.out.c_str());
+  auto gone = run_cli({"session", "close", ids[0]});
+  cr_expect_neq(gone.code, 0, "closing a closed session succeeded");
+  cr_expect_str_empty(gone.out.c_str());
+  auto json = run_cli({"session", "close", "--scope", scope, "--json"});
+  cr_expect_eq(json.code, 0, "%s", json.err.c_str());
+  std::vector<std::string> rest{ids[1], ids[2]};
+  std::sort(rest.begin(), rest.end());
+  cr_expect_eq(json.out, "{\"closed\":2,\"ids\":[\"" + rest[0] + "\",\"" + rest[1] + "\"],\"problems\":[]}\n", "%s",
+               json.out.c_str());
+  cr_expect_eq(run_cli({"session", "close", "--scope", scope}).out, "0\n");
+  cr_expect_eq(sessions_of(scope), 0u);
+}

@@ -79,10 +79,20 @@ struct SessionSpec {
   std::size_t max_sessions = 64;      // live sessions on the host, checked at create
   std::string dir = std::string(kSessionsDir);
   // The program that becomes the keeper: the corral CLI (its internal verb
-  // `session keep`). "": beside the library (<libdir>/../bin/corral), beside
-  // this program (<dir>/../bin/corral), else `corral` on PATH.
+  // `session keep`). "": the process-wide default
+  // (set_default_keeper_program: the corral CLI names itself), else beside
+  // the library (<libdir>/../bin/corral), beside this program
+  // (<dir>/../bin/corral), else `corral` on PATH.
   std::string keeper_program{};
 };
+
+// The keeper program of every acquire() in this process whose spec names
+// none. The corral CLI sets "/proc/self/exe" at its start: it is its own
+// keeper, found through the kernel's link to the running binary wherever it
+// was copied and whatever PATH says (posix_spawn's child shares our memory
+// until its execve, so the link is ours; a binary replaced or deleted since
+// we started still runs). "" (the default): search as above.
+void set_default_keeper_program(std::string program);
 
 // What decides whether acquire() may hand an existing session out: tier,
 // network, loopback, rootfs, binds, uid, and the ceilings.
@@ -130,9 +140,11 @@ std::vector<SessionInfo> list_sessions(const std::string& dir = std::string(kSes
 Status dispose_session(std::string_view id, const std::string& dir = std::string(kSessionsDir));
 // Every session of `scope` (and `thread` when given), wherever it was
 // created. Best effort: never fails; what could not be disposed goes to
-// `problems` (when given) and is not counted. Returns how many were disposed.
+// `problems` (when given) and is not counted. Returns how many were
+// disposed; their ids go to `disposed` (when given), sorted.
 int dispose_scope(std::string_view scope, std::optional<std::string_view> thread = std::nullopt,
-                  const std::string& dir = std::string(kSessionsDir), std::vector<std::string>* problems = nullptr);
+                  const std::string& dir = std::string(kSessionsDir), std::vector<std::string>* problems = nullptr,
+                  std::vector<std::string>* disposed = nullptr);
 // Removes what sessions whose keeper died left (cgroups, state). Returns the count.
 int sweep_sessions(const std::string& dir = std::string(kSessionsDir));
 

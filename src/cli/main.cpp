@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "cli.hpp"
+#include "corral/session.hpp"
 
 namespace {
 
@@ -67,6 +68,9 @@ void hold_standard_fds() {
 
 int main(int argc, char** argv) {
   hold_standard_fds();
+  // This binary is the sessions' keeper (`session keep`): found through
+  // the kernel's link to it, not PATH (session.hpp).
+  corral::set_default_keeper_program("/proc/self/exe");
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return 2;

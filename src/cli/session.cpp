@@ -32,7 +32,7 @@ const char kSessionHelp[] =
     "       corral session get ID PATH\n"
     "       corral session ls ID [GLOB] [--json]\n"
     "       corral session rm ID PATH [-r|--recursive]\n"
-    "       corral session close ID | --scope S [--thread T]\n"
+    "       corral session close ID | --scope S [--thread T] [--json]\n"
     "       corral session list [--json]\n"
     "\n"
     "A session is a container-tier sandbox whose pid 1 stays alive between execs,\n"
@@ -218,28 +218,46 @@ int ls_main(int argc, char** argv) {
   return 0;
 }
 
+// Plain: the count of sessions disposed, one line (0 when a scope had
+// none; an ID that could not be closed is an error, exit code by its errno).
+// --json: {"closed":N,"ids":[...],"problems":[...]}; problems are also said on
+// stderr, and a session that could not be disposed is not counted.
 int close_main(int argc, char** argv) {
   std::optional<std::string> scope, thread;
+  bool json = false;
   static const option opts[] = {{"scope", required_argument, nullptr, kScope},
                                 {"thread", required_argument, nullptr, kThread},
+                                {"json", no_argument, nullptr, 'j'},
                                 {nullptr, 0, nullptr, 0}};
   std::vector<std::string> ops;
-  int rc = parse_interleaved(argc, argv, "session close", "", opts, [&](int opt, const char* v) {
-    (opt == kScope ? scope : thread) = v;
+  int rc = parse_interleaved(argc, argv, "session close", "j", opts, [&](int opt, const char* v) {
+    if (opt == 'j') json = true;
+    else (opt == kScope ? scope : thread) = v;
     return -1;
   }, ops);
   if (rc >= 0) return rc;
+  std::vector<std::string> closed, problems;
   if (scope) {
     if (!ops.empty()) return say("session close: an ID or --scope, not both"), 2;
-    std::vector<std::string> problems;
-    int n = dispose_scope(*scope, thread ? std::optional<std::string_view>(*thread) : std::nullopt,
-                          std::string(kSessionsDir), &problems);
+    dispose_scope(*scope, thread ? std::optional<std::string_view>(*thread) : std::nullopt, std::string(kSessionsDir),
+                  &problems, &closed);
     for (const auto& p : problems) say("%s", p.c_str());
-    write_all_fd(1, std::to_string(n) + "\n");
+  } else {
+    if (ops.size() != 1 || thread) return say("usage: corral session close ID | --scope S [--thread T] [--json]"), 2;
+    if (auto st = dispose_session(ops[0]); !st) return fail(st.error());
+    closed.push_back(ops[0]);
+  }
+  if (!json) {
+    write_all_fd(1, std::to_string(closed.size()) + "\n");
     return 0;
   }
-  if (ops.size() != 1 || thread) return say("usage: corral session close ID | --scope S [--thread T]"), 2;
-  if (auto st = dispose_session(ops[0]); !st) return fail(st.error());
+  auto array = [](const std::vector<std::string>& v) {
+    std::string a = "[";
+    for (const auto& x : v) a += (a.size() > 1 ? "," : "") + json_string(x);
+    return a + "]";
+  };
+  write_all_fd(1, "{\"closed\":" + std::to_string(closed.size()) + ",\"ids\":" + array(closed) +
+                      ",\"problems\":" + array(problems) + "}\n");
   return 0;
 }
 
