@@ -52,18 +52,21 @@ std::uint64_t nr_open() {
 }
 
 // Whether this process (and so a child forked from this thread) may set
-// `resource` to `hard`. `who` names the entry in the message.
+// `resource` to `hard`. `who` names the entry in the message. ERANGE, not
+// the EPERM the child would get: the request asks for a limit this host
+// cannot hold, which the CLI answers as a refused limit (exit 2), not as a
+// run corral could not start (125).
 Status check_one(int resource, rlim_t hard, const std::string& who, OwnHardLimits* ours = nullptr) {
   if (resource == RLIMIT_NOFILE && hard != RLIM_INFINITY && hard > nr_open())
-    return Error(EPERM, "rlimits: " + who + "=" + show(hard) + " is above /proc/sys/fs/nr_open (" +
+    return Error(ERANGE, "rlimits: " + who + "=" + show(hard) + " is above /proc/sys/fs/nr_open (" +
                             std::to_string(nr_open()) + "), which no process can exceed");
   if (resource == RLIMIT_NOFILE && hard == RLIM_INFINITY)
-    return Error(EPERM, "rlimits: " + who + " cannot be unlimited (the kernel caps it at nr_open)");
+    return Error(ERANGE, "rlimits: " + who + " cannot be unlimited (the kernel caps it at nr_open)");
   struct rlimit current {};
   if (ours) current.rlim_max = ours->hard(resource);
   else if (getrlimit(resource, &current) != 0) return Error::from_errno(errno, "rlimits: getrlimit " + who);
   if (hard <= current.rlim_max || has_effective_capability(CAP_SYS_RESOURCE)) return {};
-  return Error(EPERM, "rlimits: " + who + "=" + show(hard) + " is above this process's hard " +
+  return Error(ERANGE, "rlimits: " + who + "=" + show(hard) + " is above this process's hard " +
                           rlimit_resource_name(resource) + " (" + show(current.rlim_max) +
                           ") and raising it needs CAP_SYS_RESOURCE, which is not effective");
 }

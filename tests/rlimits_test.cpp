@@ -183,7 +183,7 @@ Test(rlimits, refuses_open_files_above_our_hard_limit) {
   over.set(Limit::open_files, ours.rlim_max + 1);
   auto r = rlimits_from_limits(over);
   cr_assert(!r.ok());
-  cr_expect_eq(r.error().code(), EPERM);
+  cr_expect_eq(r.error().code(), ERANGE);
   expect_error_mentions(r.error(), "open_files");
   expect_error_mentions(r.error(), "CAP_SYS_RESOURCE");
   Limits at;

@@ -96,7 +96,7 @@ Expected<RlimitSet> rlimits_from_limits(const Limits& limits, OwnHardLimits* our
 // current hard limit while CAP_SYS_RESOURCE is not effective in the calling
 // thread (the child inherits both, so its setrlimit would fail with EPERM),
 // and RLIMIT_NOFILE above /proc/sys/fs/nr_open (refused even with the
-// capability).
+// capability). Refusals are ERANGE: a limit out of this host's range.
 Status check_rlimits_allowed(const RlimitSet& set);
 
 // Child side, between clone and exec (also fine in a preexec hook after
