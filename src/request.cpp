@@ -1,6 +1,8 @@
 #include "corral/request.hpp"
 
 #include "corral/names.hpp"
+#include "corral/output_collect.hpp"
+#include "corral/outputs.hpp"
 #include "corral/result.hpp"
 #include "corral/uid_lock.hpp"
 
@@ -112,6 +114,13 @@ Status validate_request(const Request& r) {
     if (in.host_path) check(path("input " + in.name + " host_path", *in.host_path));
   }
   check(texts("outputs", r.outputs));
+  // The collector's own rules (names, landing names, collisions), here so
+  // that an output it would refuse stops the request before the program
+  // runs, not after: a run whose outputs could never be delivered is a
+  // wasted run, and its refusal is the caller's mistake (exit 2).
+  if (st && (!r.outputs.empty() || !r.declared_outputs.empty()))
+    if (Status declared = validate_declaration(outputs_of(r), true); !declared)
+      check(Error::invalid("field 'outputs': " + declared.error().message()));
   if (r.payload) {
     check(texts("interpreter", r.payload->interpreter));
     check(path("source", r.payload->filename));
