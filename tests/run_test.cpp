@@ -1,6 +1,7 @@
 // Integration tests of a run: real children through the supervisor, with
 // hostile helpers from tests/helpers/hostile.c.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -314,15 +315,29 @@ Test(run, confine_writes_allows_only_the_workspace) {
 
 namespace {
 
+// Connections waiting on the host listener `srv`, each accepted and closed:
+// what reached the host, seen from the host, whatever the run printed.
+int accept_waiting(int srv) {
+  int n = 0;
+  for (int c; (c = accept4(srv, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0; ++n) close(c);
+  return n;
+}
+
 // `script` (python3, printing "connected") run with the host's network,
-// which must connect, then with net none: the second run's Result.
-Result connects_only_with_the_network(Harness& h, const std::string& script) {
+// which must connect, then with net none: the second run's Result. The
+// host listener `srv` (non-blocking) must have seen the first connection
+// and no other.
+Result connects_only_with_the_network(Harness& h, const std::string& script, int srv) {
+  fcntl(srv, F_SETFL, fcntl(srv, F_GETFL) | O_NONBLOCK);
   Result ok = h.run(req(Tier::os_process, {"python3", "-c", script}));
   cr_assert(contains(ok.stdout_capture.text, "connected"), "control run could not connect: %s",
             ok.stderr_capture.text.c_str());
+  cr_assert_eq(accept_waiting(srv), 1, "the host listener did not see the control run's connection");
   Request closed = req(Tier::os_process, {"python3", "-c", script});
   closed.net = NetworkAccess::none;
-  return h.run(std::move(closed));
+  Result res = h.run(std::move(closed));
+  cr_assert_eq(accept_waiting(srv), 0, "a --net none run's connection reached the host listener");
+  return res;
 }
 
 }  // namespace
@@ -339,7 +354,7 @@ Test(run, net_none_refuses_tcp_to_a_loopback_listener) {
   listen(srv, 4);
   std::string script = "import socket; socket.create_connection(('127.0.0.1', " + std::to_string(ntohs(a.sin_port)) +
                        ")); print('connected')";
-  Result res = connects_only_with_the_network(h, script);
+  Result res = connects_only_with_the_network(h, script, srv);
   close(srv);
   cr_assert_neq(res.exit_code, 0);
   cr_assert(!contains(res.stdout_capture.text, "connected"));
@@ -364,7 +379,7 @@ Test(run, net_none_cannot_reach_an_abstract_unix_socket_outside_the_run) {
   listen(srv, 4);
   std::string script = "import socket; s = socket.socket(socket.AF_UNIX); s.connect('\\0" + name +
                        "'); print('connected')";
-  Result res = connects_only_with_the_network(h, script);
+  Result res = connects_only_with_the_network(h, script, srv);
   close(srv);
   cr_assert(!contains(res.stdout_capture.text, "connected"), "a --net none run reached @%s", name.c_str());
   cr_assert(contains(res.stderr_capture.text, "PermissionError") || contains(res.stderr_capture.text, "Errno 1"),
