@@ -12,6 +12,9 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// The outcome of a request that got no run (a batch error line's too).
+constexpr const char* kNoRun = "error";
+
 std::string now_rfc3339() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -48,9 +51,15 @@ Json to_json(const AuditRecord& record) {
     }
   Json enforcement = Json::object();
   for (const auto& [name, how] : record.enforcement) enforcement[name] = how;
+  const bool ran = record.outcome != kNoRun;
   Json timings = Json::object();
-  for (const auto& [name, seconds] : record.timings) timings[name] = seconds;
-  if (!timings.contains("exec")) timings["exec"] = nullptr;  // tier container: not measured (fixed keys)
+  if (ran) {
+    for (const auto& [name, seconds] : record.timings) timings[name] = seconds;
+    if (!timings.contains("exec")) timings["exec"] = nullptr;  // tier container: not measured (fixed keys)
+  } else {
+    // Nothing ran: every phase of a run, null (the same fixed keys).
+    for (const auto& [name, seconds] : timing_fields(SetupTimings{.exec = 0.0})) timings[name] = nullptr;
+  }
   Json artifacts = Json::array();
   for (const auto& a : record.artifacts)
     artifacts.push_back(Json{{"name", a.name}, {"bytes", a.bytes}, {"sha256", a.sha256}});
@@ -60,13 +69,15 @@ Json to_json(const AuditRecord& record) {
   line["time"] = record.time;
   line["run_id"] = record.run_id;
   line["id"] = record.id;
+  line["line"] = record.line > 0 ? Json(record.line) : Json();
   line["argv"] = record.argv;
   line["route"] = record.route;
   line["provenance"] = record.provenance ? Json(std::string(to_string(*record.provenance))) : Json();
-  line["tier"] = record.tier;
+  line["tier"] = record.tier.empty() ? Json() : Json(record.tier);
   line["limits"] = std::move(limits);
   line["enforcement"] = std::move(enforcement);
   line["outcome"] = record.outcome;
+  line["error"] = record.error.empty() ? Json() : Json(record.error);
   line["exit_code"] = record.exit_code;
   line["signal"] = record.signal;
   line["wall_seconds"] = record.wall_seconds;
@@ -104,6 +115,32 @@ AuditRecord audit_record(const Request& request, const Result& result) {
   record.stdout_sha256 = result.stdout_capture.sha256;
   record.stderr_sha256 = result.stderr_capture.sha256;
   for (const auto& a : result.artifacts) record.artifacts.push_back({a.name, a.bytes, a.sha256});
+  // What failed before exec, as the Result's "error" says it.
+  if (result.outcome == Outcome::spawn_failed) record.error = result.detail.substr(0, result.detail.find("; "));
+  return record;
+}
+
+AuditRecord audit_refusal(std::string reason, const Request* asked, const Ask* ask, long line) {
+  AuditRecord record;
+  record.outcome = kNoRun;
+  record.error = std::move(reason);
+  record.line = line;
+  if (asked) {
+    record.id = asked->id;
+    if (asked->payload) {
+      record.argv = asked->payload->interpreter;
+      record.argv.push_back(asked->payload->filename);
+    }
+    record.argv.insert(record.argv.end(), asked->argv.begin(), asked->argv.end());
+    record.tier = std::string(to_string(asked->tier));
+    record.limits = asked->limits;
+    record.route = asked->route;
+    if (auto provenance = parse_provenance(asked->provenance)) record.provenance = *provenance;
+  }
+  if (ask) {
+    if (!ask->route.empty()) record.route = ask->route;
+    if (ask->provenance) record.provenance = *ask->provenance;
+  }
   return record;
 }
 

@@ -56,6 +56,16 @@ Status each_host_path(Request& r, const std::function<Status(std::string_view, s
 
 }  // namespace
 
+std::vector<SecretRef> secrets_named(const Request& request, const Ask& ask, const DoorPolicy& policy) {
+  std::vector<SecretRef> refs = request.secrets;
+  const Route* route = ask.route.empty() || !policy.routes ? nullptr : policy.routes->find(ask.route);
+  if (route)
+    for (const auto& name : route->spec.secrets)
+      if (std::none_of(refs.begin(), refs.end(), [&](const SecretRef& r) { return r.name == name; }))
+        refs.push_back(SecretRef{name, name});
+  return refs;
+}
+
 std::string untrusted_below_container(Tier tier) {
   return "provenance untrusted needs tier container or above; tier " + std::string(to_string(tier)) +
          " is below it (use tier container)";

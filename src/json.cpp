@@ -158,6 +158,16 @@ Expected<Job> parse_job(std::string_view text, bool door_fields) {
 
 Expected<Job> job_from_json(std::string_view text) { return parse_job(text, true); }
 
+std::optional<Job> job_as_read(std::string_view text) {
+  auto parsed = parse_json(text);
+  if (!parsed || !parsed->is_object()) return std::nullopt;
+  Job job;
+  for (auto& [key, v] : parsed->items())
+    if (const RequestField* field = field_named(key); field && field->accepts(kJobField))
+      (void)apply_value(*field, job, field_value(v), [](std::string_view, const FieldValue&, const Error& why) { return why; });
+  return job;
+}
+
 Expected<Request> request_from_json(std::string_view text) {
   auto job = parse_job(text, false);
   if (!job) return std::move(job).error();

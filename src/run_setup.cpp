@@ -16,6 +16,7 @@
 #include "corral/host_probe.hpp"
 #include "corral/names.hpp"
 #include "corral/rlimits.hpp"
+#include "corral/sha256.hpp"
 #include "corral/tier_limits.hpp"
 #include "corral/tier_runner.hpp"
 
@@ -61,6 +62,57 @@ Status check_artifact_root(const std::string& root) {
 
 }  // namespace
 
+Expected<std::string> resolve_secret(const SecretRef& ref) {
+  std::string value;
+  if (!ref.from_file.empty()) {
+    auto read = read_secret_file(ref.from_file);
+    if (!read) return read.error().context("secret " + ref.name);
+    value = std::move(*read);
+  } else {
+    const std::string& var = ref.from_env.empty() ? ref.name : ref.from_env;
+    const char* v = find_env(var.c_str());
+    if (!v) return Error::invalid("secret " + ref.name + ": variable " + var + " is not set");
+    value = v;
+  }
+  if (value.empty()) return Error::invalid("secret " + ref.name + " is empty; an empty value cannot be masked");
+  return value;
+}
+
+std::vector<std::string> secret_values(const std::vector<SecretRef>& refs) {
+  std::vector<std::string> values;
+  for (const auto& ref : refs)
+    if (auto value = resolve_secret(ref)) values.push_back(std::move(*value));
+  return values;
+}
+
+Result unstarted_result(PreparedRun& run) {
+  Result r;
+  r.id = run.request.id;
+  r.run_id = run.run_id;
+  r.tier = std::string(to_string(run.request.tier));
+  r.limits = run.limits;
+  r.binary_output = run.request.binary_output;
+  r.outcome = Outcome::spawn_failed;
+  r.spawn_stage = "inputs";
+  const Error& why = run.unstaged ? *run.unstaged : Error(EINVAL, "an input could not be staged");
+  r.spawn_errno = why.code();
+  // Nothing was written: the streams are the empty stream.
+  r.stdout_capture.sha256 = r.stderr_capture.sha256 = Sha256::hex_of("");
+  r.timings.plan = run.plan_seconds;
+  std::string detail = "could not start: " + why.message();
+  if (run.workspace) {
+    if (auto st = run.workspace->remove(); !st) detail += "; workspace not fully removed: " + st.error().message();
+    run.workspace.reset();
+  }
+  run.uid_lease.reset();
+  std::string limits = run.limits.describe();
+  if (!limits.empty()) detail += "; limits: " + limits;
+  r.warnings = run.warnings;
+  r.detail = run.secrets ? scrub_secrets(detail, run.secrets->values()) : detail;
+  r.wall_seconds = since(run.started);
+  return r;
+}
+
 void explain_exec_failure(PreparedRun& run, int& spawn_errno) {
   if (run.searched_name.empty()) return;
   auto existing = exec_candidates(run.searched_name, run.env_path, /*existing=*/true);
@@ -103,20 +155,10 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   std::vector<std::string> secret_values;
   std::vector<std::pair<std::string, std::string>> secret_env;
   for (const auto& ref : req.secrets) {
-    std::string value;
-    if (!ref.from_file.empty()) {
-      auto read = read_secret_file(ref.from_file);
-      if (!read) return who(read.error().context("secret " + ref.name));
-      value = std::move(*read);
-    } else {
-      const std::string& var = ref.from_env.empty() ? ref.name : ref.from_env;
-      const char* v = find_env(var.c_str());
-      if (!v) return who(Error::invalid("secret " + ref.name + ": variable " + var + " is not set"));
-      value = v;
-    }
-    if (value.empty()) return who(Error::invalid("secret " + ref.name + " is empty; an empty value cannot be masked"));
-    secret_values.push_back(value);
-    secret_env.emplace_back(ref.name, std::move(value));
+    auto value = resolve_secret(ref);
+    if (!value) return who(std::move(value).error());
+    secret_values.push_back(*value);
+    secret_env.emplace_back(ref.name, std::move(*value));
   }
   if (secret_values.empty()) {
     // Most runs name none: one empty set for all of them (a SecretSet is
@@ -125,6 +167,9 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
     run.secrets = kNoSecrets;
   } else {
     run.secrets = std::make_shared<const SecretSet>(std::move(secret_values));
+    // The id is echoed (the Result, a batch line's errors, the audit): a
+    // secret's value in it is masked from here on, as in every message.
+    req.id = scrub_secrets(req.id, run.secrets->values());
   }
 
   if (req.payload && req.payload->interpreter.empty())
@@ -162,20 +207,30 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   caps.file_bytes = run.limits.get(Limit::artifact_bytes).value_or(UINT64_MAX);
   caps.total_bytes = run.limits.get(Limit::artifact_total_bytes).value_or(UINT64_MAX);
   caps.count = run.limits.get(Limit::artifact_count).value_or(UINT64_MAX);
+  // An input that cannot be staged ends the preparation with a run that
+  // will not start (PreparedRun::unstaged): its Result says why.
+  auto unstaged = [&](const Error& e) {
+    run.unstaged = Error(e.code(), scrub_secrets(e.message(), run.secrets->values()));
+    run.plan_seconds = since(t0);
+    return std::move(run);
+  };
   std::vector<std::string> skipped;
   for (const auto& in : req.inputs) {
     Workspace& w = *wp;
     Status st = in.bytes ? w.stage_bytes(in.name, *in.bytes, in.mode)
                          : (in.host_path ? w.stage_path(*in.host_path, in.name, in.resolved, caps, skipped)
                                          : Status(Error::invalid("input " + in.name + ": needs bytes or a host path")));
-    if (!st) return who(st.error());
+    if (!st) return unstaged(st.error());
   }
-  for (const auto& s : skipped) run.warnings.push_back("input " + s + ": skipped (inputs copy files, never links)");
+  // A skipped entry is named as the tree has it: a secret's value masked.
+  for (const auto& s : skipped)
+    run.warnings.push_back(scrub_secrets("input " + s + ": skipped (inputs copy files, never links)",
+                                         run.secrets->values()));
 
   ChildPlan& plan = *run.plan;
   plan.argv_storage.clear();
   if (req.payload) {
-    if (auto st = wp->stage_bytes(req.payload->filename, req.payload->source, 0644); !st) return who(st.error());
+    if (auto st = wp->stage_bytes(req.payload->filename, req.payload->source, 0644); !st) return unstaged(st.error());
     plan.argv_storage = req.payload->interpreter;
     plan.argv_storage.push_back(req.payload->filename);
   }

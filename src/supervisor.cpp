@@ -209,7 +209,8 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   // Whether we must kill the run if we die (guardian.hpp): the runner's to
   // say (a container's pid 1 dies with us and takes its namespace along).
   const TierRunner& runner = *prepared->runner;
-  const bool guarded = runner.needs_guardian(*prepared);
+  const bool unstaged = prepared->unstaged.has_value();  // nothing will run (run_setup.hpp)
+  const bool guarded = !unstaged && runner.needs_guardian(*prepared);
   if (guarded) {
     // Before the run starts: from its first instant it is covered
     // (guardian.hpp). The guardian shares the uid lock file, once a lease
@@ -249,6 +250,14 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
     run.err_capture = std::make_unique<StreamCapture>(limits.get(Limit::stderr_bytes).value_or(UINT64_MAX),
                                                       SecretMasker(run.prep.secrets));
   ++s.in_flight;
+  if (unstaged) {
+    // An input could not be staged: no child; its spawn_failed Result is
+    // delivered from the loop like every other (Impl::deliver).
+    run.exited = true;
+    run.out.eof = run.err.eof = true;
+    s.to_deliver.push_back(slot);
+    return RunHandle(this, Impl::token(slot, run.gen));
+  }
 
   auto child = runner.spawn(run.prep, *s.spawner);
   if (!child) {

@@ -305,10 +305,12 @@ void Supervisor::Impl::deliver(Run& run) {
   // in the result's detail via remove(). Without outputs nothing reads it:
   // remove() reopens it only when the child left more than home/ and tmp/.
   const Request& req = run.prep.request;
-  if (run.prep.workspace && (!req.outputs.empty() || !req.declared_outputs.empty()))
+  const bool unstaged = run.prep.unstaged.has_value();  // never spawned (run_setup.hpp)
+  if (!unstaged && run.prep.workspace && (!req.outputs.empty() || !req.declared_outputs.empty()))
     (void)run.prep.workspace->reacquire();
   // Not const, and not used after the callback: run() moves from it.
-  Result result = finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get());
+  Result result = unstaged ? unstarted_result(run.prep)
+                           : finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get());
   // The audit line (the policy's: run_policy.hpp), with the secrets scrubbed.
   std::span<const std::string> secrets;
   if (run.prep.secrets) secrets = run.prep.secrets->values();

@@ -263,3 +263,67 @@ Test(audit, a_run_line_names_its_run_argv_exit_code_and_the_results_timings) {
   cr_assert(j["wall_seconds"] == result["wall_seconds"]);
   cr_assert(j["cpu_seconds"] == result["cpu_seconds"]);
 }
+
+// A request that got no run has a line of the same shape: outcome error,
+// the reason, what was asked, no run_id, nothing measured.
+Test(audit, a_refusal_line_names_what_was_asked_and_why_and_measures_nothing) {
+  Request asked;
+  asked.id = "job-" + kSecret;
+  asked.argv = {"grade", kSecret};
+  asked.tier = Tier::none;
+  asked.limits.set(Limit::wall_seconds, 5);
+  Ask ask;
+  ask.provenance = Provenance::untrusted;
+  ask.route = "grader";
+  std::string line = audit_json_line(audit_refusal("refused: " + kSecret, &asked, &ask, 7), std::vector{kSecret});
+  cr_assert_eq(line.find(kSecret), std::string::npos, "%s", line.c_str());
+  json j = json::parse(line);
+  cr_assert(j["outcome"] == "error" && j["error"] == "refused: ***" && j["run_id"] == "", "%s", line.c_str());
+  cr_assert(j["id"] == "job-***" && j["line"] == 7 && j["argv"] == json::array({"grade", "***"}), "%s", line.c_str());
+  cr_assert(j["tier"] == "none" && j["route"] == "grader" && j["provenance"] == "untrusted", "%s", line.c_str());
+  const json five_seconds = {{"wall_seconds", 5}};
+  cr_assert(j["limits"] == five_seconds && j["enforcement"] == json::object(), "%s", line.c_str());
+  cr_assert(j["exit_code"] == -1 && j["signal"] == 0 && j["artifacts"] == json::array(), "%s", line.c_str());
+  for (const char* phase : {"plan", "clone", "child_setup", "exec", "run", "collect"})
+    cr_assert(j["timings"].contains(phase) && j["timings"][phase].is_null(), "%s", line.c_str());
+  // The same keys as a run's line, in the same order.
+  json run = json::parse(audit_json_line(sample()));
+  std::vector<std::string> keys, run_keys;
+  for (auto& [k, v] : j.items()) keys.push_back(k);
+  for (auto& [k, v] : run.items()) run_keys.push_back(k);
+  cr_assert(keys == run_keys, "%s\n%s", line.c_str(), run.dump().c_str());
+  cr_assert(run["error"].is_null() && run["line"].is_null());
+  // Nothing read: no tier to name.
+  json bare = json::parse(audit_json_line(audit_refusal("line 3 is not JSON", nullptr, nullptr, 3)));
+  cr_assert(bare["tier"].is_null() && bare["id"] == "" && bare["argv"] == json::array(), "%s", bare.dump().c_str());
+}
+
+// On the old code Supervisor::run returned an error for an input that could
+// not be staged: no Result, and no audit line.
+Test(audit, a_run_whose_input_cannot_be_staged_is_a_spawn_failed_result_with_its_line) {
+  auto sink = std::make_shared<MemoryAuditSink>();
+  SupervisorOptions o;
+  o.audit = sink;
+  corral_test::Harness h(o);
+  Request r;
+  r.tier = Tier::os_process;
+  r.argv = {"true"};
+  Input in;
+  in.name = "data.txt";
+  in.host_path = "/nonexistent/corral-audit-input";
+  r.inputs.push_back(in);
+  auto res = h.sup->run(std::move(r));
+  cr_assert(res.ok(), "no Result: %s", res.ok() ? "" : res.error().message().c_str());
+  cr_assert_eq(res->outcome, Outcome::spawn_failed, "%s", res->detail.c_str());
+  cr_assert_str_eq(res->spawn_stage.c_str(), "inputs");
+  cr_assert_eq(res->spawn_errno, ENOENT);
+  cr_assert(res->detail.find("'data.txt'") != std::string::npos, "%s", res->detail.c_str());
+  cr_assert(res->detail.find("/nonexistent/corral-audit-input") != std::string::npos, "%s", res->detail.c_str());
+  cr_assert(res->enforcement.empty(), "nothing ran, nothing was enforced");
+  cr_assert_eq(h.leftovers(), 0u, "the workspace is removed");
+  auto lines = sink->lines();
+  cr_assert_eq(lines.size(), 1u);
+  json j = json::parse(lines[0]);
+  cr_assert(j["run_id"] == res->run_id && j["outcome"] == "spawn_failed", "%s", lines[0].c_str());
+  cr_assert(j["error"].get<std::string>().find("data.txt") != std::string::npos, "%s", lines[0].c_str());
+}

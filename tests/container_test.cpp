@@ -144,11 +144,11 @@ Test(container, an_input_over_workspace_bytes_is_refused_naming_the_limit) {
   in.bytes = std::string(200000, 'x');
   r.inputs.push_back(std::move(in));
   r.limits.set(Limit::workspace_bytes, 65536);
-  auto res = h.sup->run(std::move(r));
-  cr_assert(!res.ok(), "a 200 kB input fit a 64 KiB workspace");
-  cr_assert(contains(res.error().message(), "workspace_bytes=65536") &&
-                contains(res.error().message(), "big.bin"),
-            "%s", res.error().message().c_str());
+  // A run that did not start (spawn_failed, stage inputs): nothing ran.
+  Result res = h.run(std::move(r));
+  cr_assert(res.outcome == Outcome::spawn_failed && res.spawn_stage == "inputs",
+            "a 200 kB input fit a 64 KiB workspace: %s", res.detail.c_str());
+  cr_assert(contains(res.detail, "workspace_bytes=65536") && contains(res.detail, "big.bin"), "%s", res.detail.c_str());
   cr_assert_eq(h.leftovers(), 0u);
 }
 

@@ -1,6 +1,9 @@
-// Audit: one JSON line per run, appended to an audit sink. The record says
-// which route ran, under what provenance, tier, limits and enforcement, how
-// it ended, how long it took, and the hashes of what it produced.
+// Audit: one JSON line per request, appended to an audit sink. For a run
+// the record says which route ran, under what provenance, tier, limits and
+// enforcement, how it ended, how long it took, and the hashes of what it
+// produced. A request that got no run (refused by the door or the
+// supervisor, a job line corral could not read) gets a line too:
+// audit_refusal(), outcome "error" with the reason.
 //
 // A secret's value never appears: AuditRecord has no field for one, and
 // record() also takes the run's secret values and replaces any occurrence in
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "corral/capture.hpp"  // scrub_secrets
+#include "corral/door.hpp"     // Ask
 #include "corral/fd.hpp"
 #include "corral/isolation.hpp"
 #include "corral/limits.hpp"
@@ -43,10 +47,15 @@ struct AuditRecord {
   std::vector<std::string> argv;         // as exec'd (a payload's interpreter and file first); secrets masked
   std::string route;
   std::optional<Provenance> provenance;  // absent for a run without a route
-  std::string tier;
+  std::string tier;                      // "" (null in the line): a refused line that named none
   Limits limits;
   std::map<std::string, std::string> enforcement;  // limit or guarantee -> how
-  std::string outcome;                              // "exited", "killed_timeout", ...
+  std::string outcome;                              // "exited", "killed_timeout", ..., "error" (no run)
+  // Why the request did not run: a refusal's reason (outcome "error"), or
+  // the Result's error (spawn_failed: what failed before exec). "" (null)
+  // otherwise.
+  std::string error;
+  long line = 0;  // a refused batch job's line number; 0 (null) otherwise (a run's is in its Result)
   int exit_code = -1;                               // the Result's: -1 when no exit
   int signal = 0;                                   // the Result's: 0 when no signal
   double wall_seconds = 0;
@@ -65,6 +74,16 @@ struct AuditRecord {
 // when SupervisorOptions::audit is set, with the run's secret values to
 // scrub.
 AuditRecord audit_record(const Request& request, const Result& result);
+
+// The record of a request that got no run: outcome "error", `reason` in
+// `error`, run_id "" (no run), the timings null (nothing was measured).
+// What was asked, as far as it was read (null `asked` or `ask`: nothing
+// was): the id, argv (a payload's interpreter and file first), route,
+// provenance, tier and the limits the request gave; `line` the batch job's
+// line number (0: none). A front end writes it where it refuses (corral
+// run's gate, every batch error line), with the secrets the request names
+// (door.hpp secrets_named) to scrub: the record is scrubbed like any other.
+AuditRecord audit_refusal(std::string reason, const Request* asked = nullptr, const Ask* ask = nullptr, long line = 0);
 
 // The record as one line of JSON (no trailing newline). Every string (keys
 // included) has each occurrence of each non-empty secret replaced by "***";

@@ -86,6 +86,14 @@ struct Job {
 // follows no symlink). Runs validate_request first and last.
 Expected<Request> admit(Request request, const Ask& ask, const DoorPolicy& policy);
 
+// The secrets a request would run with: its own references, and those of
+// the route `ask` names in `policy` (by name, from corral's variable of the
+// same name, as request_for_route adds them) that it does not give. Known
+// before the door and the gate decide, so a front end can mask their
+// values in whatever it echoes of a refused request (its id, its argv, a
+// path in the reason) and in the refusal's audit line.
+std::vector<SecretRef> secrets_named(const Request& request, const Ask& ask, const DoorPolicy& policy);
+
 // The one message for untrusted code below container (run, batch, routes).
 std::string untrusted_below_container(Tier tier);
 

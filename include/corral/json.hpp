@@ -2,6 +2,7 @@
 // output, audit). The field names are the CLI contract.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -20,6 +21,12 @@ namespace corral {
 // offset of the fault. `route` and `provenance` are refused here: they ask
 // something of the door.
 Expected<Request> request_from_json(std::string_view text);
+
+// What a job line asks as far as it can be read, for a refusal of the line
+// to name and mask (its id, argv, route, the secrets it names): each field
+// that parses applied, one that does not left out; nullopt when the line
+// is not a JSON object. Not a job to run (job_from_json says why not).
+std::optional<Job> job_as_read(std::string_view text);
 
 // A batch job: the Request, plus what it asks of the door (door.hpp):
 // "route" (a route's name; needs corral batch --routes), "provenance"

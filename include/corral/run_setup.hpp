@@ -95,11 +95,38 @@ struct PreparedRun {
   std::string cpu_enforcer;
   std::chrono::steady_clock::time_point started;
   double plan_seconds = 0;
+  // Set when an input (or a payload) could not be staged into the
+  // workspace: missing, over a cap, a symlink refused, not a file. Nothing
+  // is spawned; the run's Result is spawn_failed, spawn_stage "inputs",
+  // this error's errno and message (unstarted_result), delivered and
+  // audited like every other Result. The rest of the plan is not made.
+  std::optional<Error> unstaged;
 };
 
 // Build everything the child needs. An Error means corral refuses or
 // cannot run this request; nothing was spawned and nothing is left behind.
+// An input that cannot be staged is not an Error but a run that will not
+// start (PreparedRun::unstaged): its caller gets a Result that says so.
+// The request's id has each of its secrets' values masked once they are
+// resolved (the Result and the audit line echo it).
 Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string run_id);
+
+// The Result of a run whose inputs could not be staged (run.unstaged):
+// spawn_failed, spawn_stage "inputs", the error's errno, its message first
+// in the detail (then the limits, as every detail); no output (the empty
+// streams' hashes), no enforcement (nothing ran, nothing was enforced).
+// Removes the workspace and returns the uid lease.
+Result unstarted_result(PreparedRun& run);
+
+// A secret's value as prepare_run resolves it: the file from_file names
+// (read_secret_file), else corral's variable from_env (default: name). An
+// empty value is refused: it could not be masked.
+Expected<std::string> resolve_secret(const SecretRef& ref);
+
+// The values of `refs` that resolve (the others left out): what a front end
+// masks in what it echoes of a request that may never reach prepare_run (a
+// refusal's id, reason and audit line).
+std::vector<std::string> secret_values(const std::vector<SecretRef>& refs);
 
 // After a spawn failed at execve: a process-tier child searched PATH
 // untested (PreparedRun::searched_name), so the candidates that exist are

@@ -29,6 +29,7 @@
 #include "corral/fd.hpp"
 #include "corral/json.hpp"
 #include "corral/request_fields.hpp"
+#include "corral/run_setup.hpp"
 #include "corral/shard.hpp"
 #include "corral/supervisor.hpp"
 #include "batch_options.hpp"
@@ -44,10 +45,12 @@ namespace {
 class Batch {
  public:
   // cpu_parallel: jobs with a cpu_seconds limit in flight at most.
+  // audit: where a job that gets no run is recorded (--audit FILE; the
+  // supervisor records the runs); null: nowhere.
   Batch(Supervisor& sup, int in_fd, std::size_t max_line_bytes, std::size_t parallel, std::size_t cpu_parallel,
-        bool progress, const BatchOptions& options)
-      : sup_(sup), in_(in_fd, max_line_bytes), parallel_(parallel), cpu_(cpu_parallel), shard_(options.shard),
-        progress_(progress), options_(options), t0_(std::chrono::steady_clock::now()) {
+        bool progress, const BatchOptions& options, std::shared_ptr<AuditSink> audit)
+      : sup_(sup), audit_(std::move(audit)), in_(in_fd, max_line_bytes), parallel_(parallel), cpu_(cpu_parallel),
+        shard_(options.shard), progress_(progress), options_(options), t0_(std::chrono::steady_clock::now()) {
     total_ = shard_.of(count_jobs(in_fd));
   }
 
@@ -196,30 +199,27 @@ class Batch {
     long at = line_no_;
     std::string line = text;
     auto session_key = take_session_field(line);
-    if (!session_key) {
-      refused(job_id_of(line), at, session_key.error().message());
-      return;
-    }
+    if (!session_key) return refused_line(line, at, session_key.error().message());
     auto job = job_from_json(line);
-    if (!job) {
-      refused(job_id_of(line), at, job.error().message());
-      return;
-    }
+    if (!job) return refused_line(line, at, job.error().message());
     if (options_.untrusted) job->ask.provenance = Provenance::untrusted;
     if (*session_key) job->ask.session_scope = (*session_key)->scope;
-    std::string job_id = job->request.id;
+    // The values of the secrets the job names (its own, its route's):
+    // masked in all that is echoed of it (its id, a refusal's reason).
+    Refusal asked;
+    if (!job->request.secrets.empty() || !job->ask.route.empty())
+      asked.secrets = secret_values(secrets_named(job->request, job->ask, options_.policy));
+    const std::string id = scrub_secrets(job->request.id, asked.secrets);
+    if (audit_) asked.record = audit_refusal("", &job->request, &job->ask);
     auto req = admit(std::move(job->request), job->ask, options_.policy);
-    if (!req) {
-      refused(job_id, at, req.error().message());
-      return;
-    }
-    std::string id = req->id;
+    if (!req) return refused(id, at, req.error().message(), std::move(asked));
     if (*session_key) {
       // In a warm session: opened with this job's container options on
       // first use; its jobs one at a time, in the order they came.
-      if (req->tier != Tier::container) return refused(job_id, at, "session: a session job is tier container");
+      if (req->tier != Tier::container)
+        return refused(id, at, "session: a session job is tier container", std::move(asked));
       auto sid = sessions_.session_for(**session_key, *req);
-      if (!sid) return refused(job_id, at, sid.error().message());
+      if (!sid) return refused(id, at, sid.error().message(), std::move(asked));
       Request r = session_exec_request(*sid, std::move(*req));
       r.binds.clear();  // the session's, given when it was opened
       r.rootfs.reset();
@@ -236,13 +236,34 @@ class Batch {
     submit(std::move(*req), id, at);
   }
 
-  // `session`: the warm session the job runs in (its next job starts when this one ends).
+  // A line that is no job (not JSON, an unknown field, a bad value): named
+  // and masked by what can be read of it.
+  void refused_line(const std::string& line, long at, const std::string& why) {
+    Refusal asked;
+    std::optional<Job> read = job_as_read(line);
+    if (read) {
+      if (options_.untrusted) read->ask.provenance = Provenance::untrusted;
+      asked.secrets = secret_values(secrets_named(read->request, read->ask, options_.policy));
+    }
+    if (audit_) asked.record = read ? audit_refusal("", &read->request, &read->ask) : audit_refusal("");
+    const std::string id = scrub_secrets(job_id_of(line), asked.secrets);
+    refused(id, at, why, std::move(asked));
+  }
+
+  // `id`: the job's, its secrets masked. `session`: the warm session the
+  // job runs in (its next job starts when this one ends).
   void submit(Request req, const std::string& id, long at, const std::string& session = "") {
     const bool cpu = CpuQueue::limited(req);
     if (!session.empty() && cpu_.must_wait(req)) {
       // A session's next job does not jump the CPU limit (its session stays busy).
       cpu_.hold_turn({std::move(req), id, at, session});
       return;
+    }
+    // A refusal from the supervisor names what was asked, masked as a run's messages are.
+    Refusal asked;
+    if (audit_ || !req.secrets.empty()) {
+      asked.secrets = secret_values(req.secrets);
+      if (audit_) asked.record = audit_refusal("", &req);
     }
     RunCallbacks cb;
     cb.on_result = [this, at, cpu, session](const Result& r) {
@@ -254,7 +275,7 @@ class Batch {
     };
     auto handle = sup_.submit(std::move(req), std::move(cb));
     if (!handle) {
-      refused(id, at, handle.error().message());
+      refused(id, at, handle.error().message(), std::move(asked));
       if (!session.empty()) sessions_.finished(session);
       return;
     }
@@ -262,10 +283,27 @@ class Batch {
     handle->detach();  // the result comes through on_result
   }
 
-  void refused(const std::string& id, long line, const std::string& why) {
+  // What is known of a job that gets no run: the values of the secrets it
+  // names, and (with --audit) its audit record as far as it was read.
+  struct Refusal {
+    std::vector<std::string> secrets;
+    std::optional<AuditRecord> record;
+  };
+
+  // A job that gets no run: its error line and its audit line, the reason
+  // with the job's secrets masked (`id` is masked already).
+  void refused(const std::string& id, long line, const std::string& why, Refusal asked = {}) {
     ++errors_;
     ++failed_;
-    emit(error_to_json(id, line, why), id, line);
+    const std::string reason = scrub_secrets(why, asked.secrets);
+    emit(error_to_json(id, line, reason), id, line);
+    if (!audit_) return;
+    AuditRecord record = asked.record ? std::move(*asked.record) : audit_refusal("");
+    record.id = id;
+    record.error = reason;
+    record.line = line;
+    if (Status st = audit_->record(std::move(record), asked.secrets); !st)
+      say("batch: the audit line of line %ld was not written: %s", line, st.error().message().c_str());
   }
 
   // One result line, queued for a ring write: a reader that stalls holds up
@@ -369,6 +407,7 @@ class Batch {
   };
 
   Supervisor& sup_;
+  std::shared_ptr<AuditSink> audit_;
   RingWriter out_{sup_, 1, kResultsHighWater};
   RingWriter err_{sup_, 2, 1u << 20};
   std::deque<Queued> queued_;
@@ -437,7 +476,7 @@ int batch_main(int argc, char** argv) {
   // Explicit --parallel: as given for every job. Default: CPU-limited jobs
   // at most one per CPU (see default_parallel).
   std::size_t cpu_parallel = o.parallel ? parallel : std::min(parallel, usable_cpus());
-  Batch batch(s, in_fd, o.max_line_bytes, parallel, cpu_parallel, isatty(2) == 1, o);
+  Batch batch(s, in_fd, o.max_line_bytes, parallel, cpu_parallel, isatty(2) == 1, o, sopts.audit);
   auto st = s.watch_signals({SIGINT, SIGTERM, SIGHUP}, [&batch](int sig) { batch.stop(sig); });
   if (!st) return say("%s", st.error().message().c_str()), 1;
   return batch.run();

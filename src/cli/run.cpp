@@ -23,6 +23,7 @@
 #include "corral/request_fields.hpp"
 #include "corral/route_run.hpp"
 #include "corral/routes_file.hpp"
+#include "corral/run_setup.hpp"
 #include "corral/session.hpp"
 #include "corral/supervisor.hpp"
 #include "options.hpp"
@@ -324,20 +325,44 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
   Options o;
   if (int rc = parse(argc, argv, o); rc >= 0) return rc;
   if (!session.empty()) o.request = session_exec_request(session, std::move(o.request));
-  if (o.routes_file.empty() != o.ask.route.empty())
-    return say("--routes FILE and --route NAME go together"), 2;
+  // From here every way out without a Result is a refusal: said, and
+  // recorded in the audit (what was asked, why), its secrets masked in both.
+  std::shared_ptr<AuditSink> audit;
+  if (!o.audit_path.empty()) {
+    auto opened = FileAuditSink::open(o.audit_path);
+    if (!opened) return say("%s", opened.error().message().c_str()), exit_code_for_error(opened.error().code());
+    audit = std::make_shared<FileAuditSink>(std::move(*opened));
+  }
+  std::vector<std::string> secrets;
+  std::optional<AuditRecord> asked;
+  auto refuse = [&](const std::string& why, int code) {
+    const std::string reason = scrub_secrets(why, secrets);
+    say("%s", reason.c_str());
+    if (audit) {
+      AuditRecord record = asked ? std::move(*asked) : audit_refusal("", &o.request, &o.ask);
+      asked.reset();
+      record.error = reason;
+      if (Status st = audit->record(std::move(record), secrets); !st) say("%s", st.error().message().c_str());
+    }
+    return code;
+  };
   // The operator's own paths; the gate (provenance, route, network) is the door's.
   DoorPolicy policy;
   policy.operator_paths = true;
+  secrets = secret_values(secrets_named(o.request, o.ask, policy));
+  if (o.routes_file.empty() != o.ask.route.empty()) return refuse("--routes FILE and --route NAME go together", 2);
   if (!o.routes_file.empty()) {
     auto router = load_router(o.routes_file, probe_host());
-    if (!router) return say("%s", router.error().message().c_str()), 2;
+    if (!router) return refuse(router.error().message(), 2);
     policy.routes = std::move(*router);
     policy.routes_file = o.routes_file;
+    secrets = secret_values(secrets_named(o.request, o.ask, policy));  // and the route's
   }
+  if (audit) asked = audit_refusal("", &o.request, &o.ask);  // admit takes the request
   auto admitted = admit(std::move(o.request), o.ask, policy);
-  if (!admitted) return say("%s", admitted.error().message().c_str()), exit_code_for_error(admitted.error().code());
+  if (!admitted) return refuse(admitted.error().message(), exit_code_for_error(admitted.error().code()));
   o.request = std::move(*admitted);
+  if (audit) asked = audit_refusal("", &o.request, &o.ask);  // as admitted: its route's limits, tier
   signal(SIGPIPE, SIG_IGN);
   // --stdin FILE: opened before anything runs, so a missing file is a
   // usage error naming it.
@@ -347,7 +372,7 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
     stdin_source = 0;
   } else if (!o.stdin_file.empty()) {
     stdin_file.reset(::open(o.stdin_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-    if (!stdin_file) return say("--stdin: open %s: %s", o.stdin_file.c_str(), std::strerror(errno)), 2;
+    if (!stdin_file) return refuse("--stdin: open " + o.stdin_file + ": " + std::strerror(errno), 2);
     stdin_source = stdin_file.get();
   } else if (!o.request.stdin_text) {
     hint_unpassed_stdin();
@@ -363,20 +388,13 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
   // An exec into a live session takes no uid and no workspace: none of the
   // supervisor's host-wide set-up (session.hpp).
   sopts.session_execs_only = !session.empty();
-  if (!o.audit_path.empty()) {
-    auto audit = FileAuditSink::open(o.audit_path);
-    if (!audit) return say("%s", audit.error().message().c_str()), exit_code_for_error(audit.error().code());
-    sopts.audit = std::make_shared<FileAuditSink>(std::move(*audit));
-  }
+  sopts.audit = audit;
   auto sup = Supervisor::create(sopts);
-  if (!sup) {
-    say("%s", sup.error().message().c_str());
-    return 125;
-  }
+  if (!sup) return refuse(sup.error().message(), 125);
   Supervisor& s = **sup;
   if (stdin_source >= 0) {
     auto made = StdinPump::create(s, stdin_source, o.stdin_max);
-    if (!made) return say("%s", made.error().message().c_str()), 125;
+    if (!made) return refuse(made.error().message(), 125);
     pump = std::move(*made);
     o.request.stdin_fd = pump->program_end();
   }
@@ -410,10 +428,8 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
   };
   cb.on_result = [&](const Result& r) { result = r; };
   auto submitted = s.submit(std::move(o.request), std::move(cb));
-  if (!submitted) {
-    say("%s", submitted.error().message().c_str());
-    return exit_code_for_error(submitted.error().code());
-  }
+  if (!submitted) return refuse(submitted.error().message(), exit_code_for_error(submitted.error().code()));
+  asked.reset();  // from here the supervisor audits the run
   handle = std::move(*submitted);
   if (pump)
     if (auto st = pump->start(); !st) say("%s", st.error().message().c_str());

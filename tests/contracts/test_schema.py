@@ -71,6 +71,7 @@ RUNS = [
     ("killed_resource cpu_seconds", ["--limit", "cpu_seconds=1", "--", "sh", "-c", "while :; do :; done"],
      "killed_resource"),
     ("spawn_failed", ["--", "/nonexistent/program"], "spawn_failed"),
+    ("spawn_failed inputs", ["--input", "/nonexistent/input.txt", "--", "true"], "spawn_failed"),
     ("tier none", ["--tier", "none", "--", "true"], "exited"),
     ("not UTF-8 output", ["--", "printf", "\\377\\376 bytes"], "exited"),
 ]
@@ -137,8 +138,11 @@ def test_batch_lines_error_lines_and_cancelled(cli, tmp_path):
     assert by_line[6]["outcome"] == "error" and by_line[6]["id"] is None
     assert by_line[4]["id"] is None and by_line[2]["id"] == "7"
     assert by_line[3]["outcome"] == "spawn_failed" and by_line[3]["error"]
-    for line in audit.read_text().splitlines():
-        valid(AUDIT, json.loads(line), "a batch audit line")
+    audited = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert len(audited) == 6, audited  # every job line, refused or not
+    for a in audited:
+        valid(AUDIT, a, "a batch audit line")
+    assert sorted(a["line"] for a in audited if a["outcome"] == "error") == [5, 6]
 
     # cancelled: SIGTERM to a batch with runs in flight.
     proc = subprocess.Popen([CLI, "batch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -155,6 +159,21 @@ def test_batch_lines_error_lines_and_cancelled(cli, tmp_path):
     r = json.loads(out.splitlines()[0])
     assert r["outcome"] == "cancelled", r
     valid(RESULT, r, "a cancelled Result")
+
+
+def test_a_refused_runs_audit_line_matches_the_audit_schema(cli, tmp_path):
+    audit = tmp_path / "audit.jsonl"
+    p = corral("run", "--audit", str(audit), "--untrusted", "--", "true")
+    assert p.returncode == 2, p.stderr
+    lines = audit.read_text().splitlines()
+    assert len(lines) == 1
+    a = json.loads(lines[0])
+    valid(AUDIT, a, "a refused run's audit line")
+    assert a["outcome"] == "error" and "untrusted" in a["error"] and a["run_id"] == ""
+    # The same keys as a run's line.
+    ran = tmp_path / "ran.jsonl"
+    run_json("--audit", str(ran), "--", "true")
+    assert list(json.loads(ran.read_text())) == list(a)
 
 
 def test_every_key_is_present_in_every_outcome(cli):
