@@ -207,3 +207,22 @@ Test(audit_cli, a_secret_in_a_job_id_is_masked_in_every_line_corral_writes) {
   json staged = with(results, "id", "staged-***");
   cr_expect(staged["spawn_stage"] == "inputs" && contains(str(staged, "error"), "in-***"), "%s", staged.dump().c_str());
 }
+
+// --allow-user's own parse: every bad uid is a usage error naming the flag
+// and the value, before any job is read.
+Test(audit_cli, allow_user_refuses_a_bad_uid_naming_the_flag_and_the_value) {
+  TempDir dir;
+  const std::string jobs = dir / "jobs.jsonl";
+  write_file(jobs, "");
+  for (const char* bad : {"abc", "-1", "", "0", "1e3", "12ab", "+5", " 7", "4294967293", "4294967294x", "4294967295",
+                          "4294967296", "99999999999", "18446744073709551617"}) {
+    CliRun r = run_cli({"batch", "--allow-user", bad, jobs});
+    cr_expect_eq(r.code, 2, "--allow-user '%s': exit %d (%s)", bad, r.code, r.err.c_str());
+    cr_expect(r.err.rfind("corral: --allow-user: ", 0) == 0, "--allow-user '%s': %s", bad, r.err.c_str());
+    cr_expect(contains(r.err, std::string("'") + bad + "'") || contains(r.err, std::string(" ") + bad + " "),
+              "--allow-user '%s': the value is not named: %s", bad, r.err.c_str());
+    cr_expect(r.out.empty(), "--allow-user '%s': %s", bad, r.out.c_str());
+  }
+  CliRun good = run_cli({"batch", "--allow-user", "4294967294", "--allow-user=5000", jobs});
+  cr_expect_eq(good.code, 0, "%s", good.err.c_str());
+}
