@@ -180,6 +180,15 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
     return who(Error::invalid("tcp_connect_ports need net none (they open ports in a closed network)"));
   if (req.artifact_root)
     if (auto st = check_artifact_root(*req.artifact_root); !st) return who(st.error());
+  // What an input asks is checked before anything is made: a name the
+  // workspace would refuse is the request's fault (refused, exit 2), not an
+  // input that could not be staged (a Result: PreparedRun::unstaged).
+  for (const auto& in : req.inputs) {
+    if (auto st = validate_relative_name(in.name, "workspace: input"); !st) return who(st.error());
+    if (!in.bytes && !in.host_path) return who(Error::invalid("input " + in.name + ": needs bytes or a host path"));
+  }
+  if (req.payload)
+    if (auto st = validate_relative_name(req.payload->filename, "workspace: input"); !st) return who(st.error());
 
   Limits defaults = default_limits();
   run.limits = defaults;
@@ -218,8 +227,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
   for (const auto& in : req.inputs) {
     Workspace& w = *wp;
     Status st = in.bytes ? w.stage_bytes(in.name, *in.bytes, in.mode)
-                         : (in.host_path ? w.stage_path(*in.host_path, in.name, in.resolved, caps, skipped)
-                                         : Status(Error::invalid("input " + in.name + ": needs bytes or a host path")));
+                         : w.stage_path(*in.host_path, in.name, in.resolved, caps, skipped);
     if (!st) return unstaged(st.error());
   }
   // A skipped entry is named as the tree has it: a secret's value masked.

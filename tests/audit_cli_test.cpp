@@ -152,6 +152,12 @@ Test(audit_cli, a_run_whose_input_cannot_be_staged_has_a_result_and_an_audit_lin
               "%s: audit %s", c.says, a.dump().c_str());
   }
   cr_assert_eq(json_lines(read_file(audit)).size(), cases.size());
+  // A name the workspace would refuse is the request's fault: refused
+  // before anything is made (exit 2, no Result), and audited as a refusal.
+  CliRun named = run_cli({"run", "--json", "--audit", audit, "--input", "/etc/hostname:../escape", "--", "true"});
+  cr_assert_eq(named.code, 2, "exit %d: %s", named.code, named.err.c_str());
+  cr_assert(named.out.empty() && contains(named.err, "'..' segment"), "%s %s", named.out.c_str(), named.err.c_str());
+  expect_refusal_line(json_lines(read_file(audit)).back(), "'..' segment", read_file(audit));
 
   // batch: the same Result in the job's line, and its audit line.
   const std::string jobs = dir / "jobs.jsonl", batch_audit = dir / "batch-audit.jsonl";
