@@ -72,7 +72,7 @@ const OwnOption kRunOwnOptions[] = {
      "the program's stdin ends and corral says so"},
     {{"json", no_argument, nullptr, 'j'}, "-j, --json", "print the Result as one JSON object on stdout"},
     {{"routes", required_argument, nullptr, kRoutes}, "--routes FILE", "the routes file --route NAME names"},
-    {{"audit", required_argument, nullptr, kAudit}, "--audit FILE", "append one JSON line about the run to FILE"},
+    {{"audit", required_argument, nullptr, kAudit}, "--audit FILE", "append one JSON line about the run to FILE\n(or about its refusal: outcome error)"},
 };
 
 // "  -t, --tier VALUE" padded to the help column, then the help's lines.
