@@ -213,7 +213,8 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   else
     add(kGuaranteePrivilegeDrop, h.root ? "hard_per_run" : "unsupported",
         h.root ? "a uid of its own per run in flight, held by no other run on the host (a lock in "
-                 "/run/corral/uids.lock the kernel drops if its holder dies); not reused while a process of it lives; "
+                 "/run/corral/uids.lock the kernel drops if its holder dies); not reused while a process of it lives, "
+                 "nor while a file of it is left in /tmp, /var/tmp, /dev/shm or /run/lock (removed as the uid); "
                  "it has no passwd entry (getpwuid fails; HOME, USER and LOGNAME are set): use tier container for one"
                : "not root: the program runs as the caller's uid");
   if (tier == Tier::none)
@@ -254,7 +255,8 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   else if (process && h.root && h.cap_sys_admin)
     add(kGuaranteeIpc, "hard_per_run",
         "an IPC namespace of the run's own: SysV shm, semaphores, message queues and POSIX message queues die "
-        "with the run and no other run sees them; POSIX shm (/dev/shm) is the host's tmpfs, not namespaced");
+        "with the run and no other run sees them; POSIX shm (/dev/shm) is the host's tmpfs, not namespaced: "
+        "what a run leaves there is removed before its uid is another run's");
   else
     add(kGuaranteeIpc, "shared",
         process ? "not root (or no CAP_SYS_ADMIN): SysV IPC, POSIX message queues and /dev/shm are the host's; what a run makes there "

@@ -182,6 +182,13 @@ class ProcessRunner final : public TierRunner {
     auto lease = ctx.uids->acquire(UidPool::Reap::by_first_process);
     if (!lease) return std::move(lease).error();
     WorkspaceOwner owner{lease->uid(), lease->gid()};
+    // Files it makes in /tmp, /var/tmp, /dev/shm or /run/lock outlive it:
+    // the uid waits for a sweep of them before another run has it
+    // (uid_sweep.hpp). Not when Landlock confines its writes to the
+    // workspace and a /dev/shm of its own (add_landlock); a write path or
+    // --cwd is writable too, and may be one of those.
+    if (!req.confine_writes || !req.write_paths.empty() || req.cwd || host.landlock_abi < 1)
+      lease->leaves_host_files();
     run.uid_lease.emplace(std::move(*lease));
     return std::optional<WorkspaceOwner>(owner);
   }

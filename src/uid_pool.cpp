@@ -13,6 +13,7 @@
 
 #include "corral/privilege.hpp"
 #include "corral/uid_lock.hpp"
+#include "corral/uid_sweep.hpp"
 
 namespace corral {
 
@@ -26,7 +27,15 @@ enum Mark : std::uint8_t {
   kIdle = 2,     // locked, clean, on the free list
   kLost = 3,     // locked, could not be made clean: kept, never handed out
   kIdleMarked = 4,  // kIdle, and its byte already says clean (mark_idle_clean)
+  kUnswept = 5,  // locked, no process of it lives, its files not swept yet: never handed out
 };
+
+// Uids released by runs that may have left files in the host's shared
+// directories (Lease::leaves_host_files) wait this many to a sweep: one
+// finding walk (a statx per entry of /tmp and the rest, uid_sweep.hpp)
+// serves them all, and only a uid it finds something of costs a helper.
+// Meanwhile the next runs take other uids of the range.
+constexpr std::size_t kSweepBatch = 32;
 }  // namespace
 
 struct UidPool::Lease::State {
@@ -57,6 +66,12 @@ struct UidPool::Lease::State {
   // when both are held).
   std::mutex kill_mu;
   std::optional<ChildStack> kill_stack;
+  // Host-wide: released uids whose files are not swept yet (kUnswept), and
+  // the sweep's working memory (made at the first sweep).
+  std::vector<std::uint32_t> unswept;
+  std::optional<SweepArena> sweep_arena;
+  std::vector<uid_t> sweep_uids;
+  std::vector<char> sweep_found;
 
   std::string range() const {
     return std::to_string(first) + ".." + std::to_string(std::uint64_t{first} + count - 1);
@@ -74,6 +89,7 @@ struct UidPool::Lease::State {
   // go, an idle one marked clean first (uid_lock.hpp) so the next holder,
   // in this process or another, need not reap it. A lost one stays dirty.
   ~State() {
+    (void)sweep_unswept();
     if (lock)
       for (std::uint32_t off = 0; off < marks_end; ++off) {
         if (marks[off] == kNotOurs) continue;
@@ -92,6 +108,125 @@ struct UidPool::Lease::State {
       kill_stack.emplace(std::move(*stack));
     }
     return signal_uid(uid, sig, *kill_stack);
+  }
+
+  Status ensure_sweep_memory() {  // under kill_mu
+    if (!kill_stack) {
+      auto stack = ChildStack::allocate(64 * 1024);
+      if (!stack) return std::move(stack).error().context("uid pool");
+      kill_stack.emplace(std::move(*stack));
+    }
+    if (!sweep_arena) {
+      auto arena = SweepArena::allocate();
+      if (!arena) return std::move(arena).error().context("uid pool");
+      sweep_arena.emplace(std::move(*arena));
+    }
+    return {};
+  }
+
+  // Kills every process of `uid` and removes its files (uid_sweep.hpp),
+  // then looks again from outside: true when nothing of it is left.
+  // kill: whether processes of it may live (a dead holder's uid); a
+  // released one's were killed already.
+  Expected<bool> kill_and_sweep(uid_t uid, bool kill = true) {
+    std::lock_guard k(kill_mu);
+    if (auto st = ensure_sweep_memory(); !st) return std::move(st).error();
+    if (auto st = sweep_uid(uid, *kill_stack, *sweep_arena, nullptr, kill); !st) return std::move(st).error();
+    std::vector<uid_t> one{uid};
+    std::vector<char> found;
+    find_uids_with_files(one, *sweep_arena, found);
+    return !found[0];
+  }
+
+  // Under mu, host-wide. An idle uid (still locked by us, and clean), else
+  // one of the range freshly locked and made clean; nullopt when neither.
+  Expected<std::optional<std::uint32_t>> take_host_wide() {
+    if (!free.empty()) {
+      const std::uint32_t off = free.back();
+      // A byte that says clean goes back to dirty before the uid is a run's
+      // again, or our death would leave its processes and files to a
+      // holder that trusts the byte.
+      if (marks[off] == kIdleMarked && !lock->mark(first + off, false))
+        return Error::from_errno(errno, "uid pool " + range() + ": mark uid " + std::to_string(first + off) +
+                                            " in use in " + lock_path);
+      free.pop_back();
+      return std::optional<std::uint32_t>(off);
+    }
+    for (std::uint32_t i = 0; i < count; ++i) {
+      const std::uint32_t off = (cursor + i) % count;
+      if (marks[off] != kNotOurs) continue;
+      const uid_t uid = first + off;
+      auto got = lock->try_lock(uid);
+      if (!got) return std::move(got).error();
+      if (!*got) continue;  // another run on the host holds it
+      // Ours now. Unless its last holder let go of it marked clean, that
+      // holder may have died leaving processes of it behind, and files of
+      // it in the host's shared directories: one helper kills the ones and
+      // sweeps the others (uid_sweep.hpp). Reap::by_first_process cannot
+      // spare it: the files must be gone before a run has the uid. Then
+      // dirty until we let go of it clean (uid_lock.hpp), so a crash of
+      // ours makes the next holder reap and sweep.
+      if (!lock->left_clean(uid)) {
+        auto swept = kill_and_sweep(uid);
+        if (!swept) {
+          lock->unlock(uid);
+          return std::move(swept).error().context("uid pool " + range() + ": reap uid " + std::to_string(uid) +
+                                                   " before handing it out");
+        }
+        if (!*swept) {
+          // Something of it stays (another user's entry in its directory,
+          // a directory it may not list): kept locked, never handed out.
+          marks[off] = kLost;
+          marks_end = std::max(marks_end, off + 1);
+          continue;
+        }
+      }
+      if (!lock->mark(uid, false)) {
+        int err = errno;
+        lock->unlock(uid);
+        return Error::from_errno(err, "uid pool " + range() + ": mark uid " + std::to_string(uid) + " in use in " +
+                                          lock_path);
+      }
+      cursor = (off + 1) % count;
+      return std::optional<std::uint32_t>(off);
+    }
+    return std::optional<std::uint32_t>();
+  }
+
+  // Under mu. Every unswept uid is swept: one finding walk for all, a
+  // helper for each it finds something of. Swept ones go idle (the free
+  // list); one whose files could not all go is kept, never handed out
+  // (kLost), and its byte stays dirty for the next holder to try again.
+  // Called with the batch full, when a run needs a uid and the range has
+  // no other, and before the pool lets go of its uids.
+  Status sweep_unswept() noexcept {
+    if (unswept.empty()) return {};
+    Status result;
+    {
+      std::lock_guard k(kill_mu);
+      if (auto st = ensure_sweep_memory(); !st) return st;
+      sweep_uids.clear();
+      for (std::uint32_t off : unswept) sweep_uids.push_back(first + off);  // capacity reserved in acquire
+      std::sort(sweep_uids.begin(), sweep_uids.end());
+      find_uids_with_files(sweep_uids, *sweep_arena, sweep_found);
+    }
+    for (std::size_t i = 0; i < sweep_uids.size(); ++i) {
+      const std::uint32_t off = sweep_uids[i] - first;
+      bool clean = !sweep_found[i];
+      if (!clean) {
+        try {
+          auto swept = kill_and_sweep(sweep_uids[i], /*kill=*/false);
+          if (swept) clean = *swept;
+          else if (result.ok()) result = std::move(swept).error();
+        } catch (...) {
+          clean = false;  // a message that could not be built
+        }
+      }
+      marks[off] = clean ? kIdle : kLost;
+      if (clean) free.push_back(off);  // capacity reserved in acquire
+    }
+    unswept.clear();
+    return result;
   }
 };
 
@@ -156,7 +291,7 @@ Status UidPool::status() const {
                         std::to_string(kReaperUid) + ", corral's kill helper's own uid)");
 }
 
-Expected<UidPool::Lease> UidPool::acquire(Reap reap) {
+Expected<UidPool::Lease> UidPool::acquire(Reap) {
   if (auto ok = status(); !ok) return std::move(ok).error();
   Lease::State& s = *state_;
   std::lock_guard lock(s.mu);
@@ -167,7 +302,7 @@ Expected<UidPool::Lease> UidPool::acquire(Reap reap) {
     lease.gid_ = s.pin_gid;
     return lease;
   }
-  std::uint32_t offset;
+  std::uint32_t offset = 0;
   if (s.host_wide) {
     if (auto st = s.open_lock(); !st) return std::move(st).error();
     if (s.marks == nullptr) {
@@ -180,6 +315,10 @@ Expected<UidPool::Lease> UidPool::acquire(Reap reap) {
       // at one fcntl each.
       try {
         s.free.reserve(s.count);
+        const std::size_t batch = std::min<std::size_t>(s.count, kSweepBatch);
+        s.unswept.reserve(batch);
+        s.sweep_uids.reserve(batch);
+        s.sweep_found.reserve(batch);
       } catch (const std::bad_alloc&) {
         return Error(ENOMEM, "uid pool " + s.range() + ": out of memory");
       }
@@ -187,51 +326,19 @@ Expected<UidPool::Lease> UidPool::acquire(Reap reap) {
       if (map == MAP_FAILED) return Error::from_errno(errno, "uid pool " + s.range() + ": map its marks");
       s.marks = static_cast<std::uint8_t*>(map);
     }
-    if (!s.free.empty()) {
-      offset = s.free.back();  // idle: still locked by us, and clean
-      // A byte that says clean goes back to dirty before the uid is a run's
-      // again, or our death would leave its processes to a holder that
-      // trusts the byte.
-      if (s.marks[offset] == kIdleMarked && !s.lock->mark(s.first + offset, false))
-        return Error::from_errno(errno, "uid pool " + s.range() + ": mark uid " + std::to_string(s.first + offset) +
-                                            " in use in " + s.lock_path);
-      s.free.pop_back();
-    } else {
-      bool found = false;
-      for (std::uint32_t i = 0; i < s.count && !found; ++i) {
-        std::uint32_t off = (s.cursor + i) % s.count;
-        if (s.marks[off] != kNotOurs) continue;
-        const uid_t uid = s.first + off;
-        auto got = s.lock->try_lock(uid);
-        if (!got) return std::move(got).error();
-        if (!*got) continue;  // another run on the host holds it
-        // Ours now. Unless its last holder let go of it marked clean, that
-        // holder may have died leaving processes of it behind: reap them.
-        // Then dirty until we let go of it clean (uid_lock.hpp), so a
-        // crash of ours makes the next holder reap.
-        if (s.lock->left_clean(uid)) {
-          // Nothing of it lives: no helper, no kill by the first process.
-        } else if (reap == Reap::by_first_process) {
-          lease.first_reaps_ = true;
-        } else if (auto reaped = s.kill_uid(uid, SIGKILL); !reaped) {
-          s.lock->unlock(uid);
-          return std::move(reaped).error().context("uid pool " + s.range() + ": reap uid " + std::to_string(uid) +
-                                                    " before handing it out");
-        }
-        if (!s.lock->mark(uid, false)) {
-          int err = errno;
-          s.lock->unlock(uid);
-          return Error::from_errno(err, "uid pool " + s.range() + ": mark uid " + std::to_string(uid) + " in use in " +
-                                            s.lock_path);
-        }
-        offset = off;
-        s.cursor = (off + 1) % s.count;
-        found = true;
-      }
-      if (!found)
-        return Error(EAGAIN, "uid pool " + s.range() + ": all " + std::to_string(s.count) +
-                                 " uids are held by runs on this host (" + s.lock_path + ")");
+    auto took = s.take_host_wide();
+    if (!took) return std::move(took).error();
+    if (!*took) {
+      // No idle uid and none of the range left to lock: the unswept ones
+      // are swept now, and one of them is taken.
+      if (auto st = s.sweep_unswept(); !st) return std::move(st).error().context("uid pool " + s.range());
+      took = s.take_host_wide();
+      if (!took) return std::move(took).error();
     }
+    if (!*took)
+      return Error(EAGAIN, "uid pool " + s.range() + ": all " + std::to_string(s.count) +
+                               " uids are held by runs on this host (" + s.lock_path + ")");
+    offset = **took;
     s.marks[offset] = kLeased;
     s.marks_end = std::max(s.marks_end, offset + 1);
   } else if (!s.free.empty()) {
@@ -263,6 +370,7 @@ std::uint32_t UidPool::mark_idle_clean() noexcept {
   Lease::State& s = *state_;
   std::lock_guard lock(s.mu);
   if (!s.host_wide || s.pinned || !s.lock) return 0;
+  (void)s.sweep_unswept();  // clean means no files either (uid_lock.hpp)
   std::uint32_t marked = 0;
   for (std::uint32_t off : s.free) {
     if (s.marks[off] != kIdle) continue;
@@ -289,7 +397,8 @@ UidPool::Lease::Lease(Lease&& other) noexcept
       gid_(other.gid_),
       held_(std::exchange(other.held_, false)),
       clean_(other.clean_),
-      first_reaps_(other.first_reaps_) {}
+      first_reaps_(other.first_reaps_),
+      leaves_files_(other.leaves_files_) {}
 
 UidPool::Lease& UidPool::Lease::operator=(Lease&& other) noexcept {
   if (this != &other) {
@@ -300,6 +409,7 @@ UidPool::Lease& UidPool::Lease::operator=(Lease&& other) noexcept {
     held_ = std::exchange(other.held_, false);
     clean_ = other.clean_;
     first_reaps_ = other.first_reaps_;
+    leaves_files_ = other.leaves_files_;
   }
   return *this;
 }
@@ -322,8 +432,16 @@ void UidPool::Lease::release() noexcept {
       }
     }
     std::lock_guard lock(s.mu);
-    s.marks[offset] = clean ? kIdle : kLost;
-    if (clean) s.free.push_back(offset);  // capacity reserved in acquire
+    if (clean && leaves_files_) {
+      // Nothing of the run lives, but its files may: not another run's
+      // until swept (batched, kSweepBatch).
+      s.marks[offset] = kUnswept;
+      s.unswept.push_back(offset);  // capacity reserved in acquire: at most a batch waits
+      if (s.unswept.size() >= std::min<std::size_t>(s.count, kSweepBatch)) (void)s.sweep_unswept();
+    } else {
+      s.marks[offset] = clean ? kIdle : kLost;
+      if (clean) s.free.push_back(offset);  // capacity reserved in acquire
+    }
     --s.in_use;
   } else {
     std::lock_guard lock(s.mu);

@@ -109,7 +109,11 @@ bool is_root_capable() noexcept;
 //    when a lease ends without having been reaped, every process of the
 //    uid is killed (signal_uid): a uid is never handed out while something
 //    of its last run (a setsid escapee, a dead holder's leftovers) lives.
-//    A uid released here stays locked by the pool, idle and clean, and is
+//    Nor while files of it are left in the host's shared writable
+//    directories (/tmp, /var/tmp, /dev/shm, /run/lock: uid_sweep.hpp):
+//    a lease that may have left some (leaves_host_files) waits for a
+//    sweep at release, and a uid freshly locked whose byte does not say
+//    clean is swept as it is reaped. A uid released here stays locked by the pool, idle and clean, and is
 //    handed out again without a syscall; all go when the pool does. Needs
 //    root (setresuid for the kill).
 class UidPool {
@@ -150,6 +154,11 @@ class UidPool {
     // without reaping it: the first process to run as the uid must kill
     // every other process of it (kill(-1, SIGKILL)) before anything else.
     bool first_process_reaps() const noexcept { return first_reaps_; }
+    // The run may leave files in the host's shared writable directories
+    // (tier process without confined writes): at release the uid waits,
+    // locked, for a sweep of them (uid_sweep.hpp) before another run has
+    // it. Host-wide leases only.
+    void leaves_host_files() noexcept { leaves_files_ = true; }
     // Returns the uid now instead of at destruction. A host-wide lease that
     // is not clean is reaped first (SIGKILL to the uid); if that fails the
     // uid is kept locked and never handed out again by this pool.
@@ -164,9 +173,14 @@ class UidPool {
     bool held_ = false;
     bool clean_ = false;  // reaped by a SIGKILL since it was handed out
     bool first_reaps_ = false;
+    bool leaves_files_ = false;
   };
 
-  // Who kills what a dead holder of a freshly locked uid left behind.
+  // Who kills what a dead holder of a freshly locked uid left behind. Since
+  // a dead holder leaves files too, acquire() now always kills and sweeps
+  // with one helper (uid_sweep.hpp) before it hands such a uid out, and
+  // first_process_reaps() stays false; by_first_process is kept for
+  // callers, and the first process's kill(-1) for a plan that asks.
   //   now: acquire() does, with a helper process (signal_uid).
   //   by_first_process: the caller's first process under the uid does, as
   //     its first act after becoming the uid (spawn.hpp: ChildPlan's

@@ -25,7 +25,8 @@
 // records in the locked byte itself whether the uid may hold processes:
 // kUidDirty when it hands the uid to a run, kUidClean only when it lets go
 // of the lock knowing nothing of the uid lives (every run of it was reaped
-// by a SIGKILL to the uid, or seen to have left nothing). Only a holder
+// by a SIGKILL to the uid, or seen to have left nothing) and no file of it
+// is left in the host's shared writable directories (swept: uid_sweep.hpp). Only a holder
 // writes the byte. A holder that dies leaves kUidDirty; a file that never
 // held a byte there, or any other value, reads as dirty too: the next
 // holder reaps, exactly as before. Clean means clean for the same reason
@@ -55,7 +56,10 @@
 namespace corral {
 
 inline constexpr std::string_view kUidLockPath = "/run/corral/uids.lock";
-inline constexpr char kUidClean = 'c';
+// 's' (swept), not the 'c' corral wrote before its holders swept files
+// (uid_sweep.hpp): a byte written by such a corral means no process of the
+// uid lives, not that none of its files are left, and reads as dirty now.
+inline constexpr char kUidClean = 's';
 inline constexpr char kUidDirty = 'd';
 
 class UidLockFile {
