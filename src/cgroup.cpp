@@ -571,20 +571,25 @@ Expected<int> sweep_stale_run_cgroups(const CgroupProbe& probe, const CgroupSpec
 Expected<UniqueFd> RunCgroup::oom_notifier() const {
   if (version() != CgroupVersion::v1) return UniqueFd();
   for (const auto& dir : dirs()) {
-    UniqueFd control(::open((dir + "/memory.oom_control").c_str(), O_RDONLY | O_CLOEXEC));
-    if (!control) continue;  // not the memory hierarchy
-    UniqueFd event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!event) return Error::from_errno(errno, "cgroup: eventfd for OOM notifications");
-    UniqueFd registry(::open((dir + "/cgroup.event_control").c_str(), O_WRONLY | O_CLOEXEC));
-    if (!registry) return Error::from_errno(errno, "cgroup: open " + dir + "/cgroup.event_control");
-    // "<event fd> <memory.oom_control fd>"; the kernel keeps the cgroup, not
-    // our control fd, so it may be closed once registered.
-    std::string line = std::to_string(event.get()) + " " + std::to_string(control.get());
-    if (::write(registry.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
-      return Error::from_errno(errno, "cgroup: register OOM notification in " + dir);
-    return event;
+    auto event = cgroup_v1_oom_notifier(dir);
+    if (!event || event->valid()) return event;  // else not the memory hierarchy
   }
   return UniqueFd();
+}
+
+Expected<UniqueFd> cgroup_v1_oom_notifier(const std::string& dir) {
+  UniqueFd control(::open((dir + "/memory.oom_control").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!control) return UniqueFd();  // not a v1 memory group
+  UniqueFd event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!event) return Error::from_errno(errno, "cgroup: eventfd for OOM notifications");
+  UniqueFd registry(::open((dir + "/cgroup.event_control").c_str(), O_WRONLY | O_CLOEXEC));
+  if (!registry) return Error::from_errno(errno, "cgroup: open " + dir + "/cgroup.event_control");
+  // "<event fd> <memory.oom_control fd>"; the kernel keeps the cgroup, not
+  // our control fd, so it may be closed once registered.
+  std::string line = std::to_string(event.get()) + " " + std::to_string(control.get());
+  if (::write(registry.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    return Error::from_errno(errno, "cgroup: register OOM notification in " + dir);
+  return event;
 }
 
 }  // namespace corral

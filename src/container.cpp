@@ -16,6 +16,7 @@
 #include "corral/names.hpp"
 #include "corral/run_setup.hpp"
 #include "corral/seccomp.hpp"
+#include "corral/session_join.hpp"
 #include "corral/tier_limits.hpp"
 #include "corral/tier_runner.hpp"
 
@@ -212,15 +213,20 @@ TierFacts finish_container(ContainerRun& c, const RunEnd& end) {
       if (stats->cpu_usage_ns) facts.cpu_seconds = static_cast<double>(*stats->cpu_usage_ns) / 1e9;
       if (stats->memory_peak_bytes) facts.max_rss_bytes = *stats->memory_peak_bytes;
       // The run layer makes it killed_oom only for a SIGKILL death that no
-      // deadline or cancel came before (classify_outcome).
-      const bool ceiling = stats->ceiling_oom(notified);
-      facts.oom_killed = ceiling;
-      const std::uint64_t ooms = stats->oom_kills.value_or(0);
-      facts.oom_kills = ooms;
-      if (!ceiling && (ooms > 0 || notified))
-        notes.push_back(std::string(ooms > 0 ? "the kernel OOM-killed " + std::to_string(ooms) + " process(es) of the run"
-                                             : "the memory controller signalled an OOM to the run's cgroup") +
-                        ", but not at its memory_bytes ceiling (the host or an ancestor cgroup ran out)");
+      // deadline or cancel came before (classify_outcome). A session exec
+      // also has its session's ceiling above it (session_join.hpp).
+      if (c.session) {
+        finish_session_exec_oom(c, *stats, notified, facts);
+      } else {
+        const bool ceiling = stats->ceiling_oom(notified);
+        const std::uint64_t ooms = stats->oom_kills.value_or(0);
+        facts.oom_killed = ceiling;
+        facts.oom_kills = ooms;
+        if (!ceiling && (ooms > 0 || notified))
+          notes.push_back(std::string(ooms > 0 ? "the kernel OOM-killed " + std::to_string(ooms) + " process(es) of the run"
+                                               : "the memory controller signalled an OOM to the run's cgroup") +
+                          ", but not at its memory_bytes ceiling (the host or an ancestor cgroup ran out)");
+      }
       if (stats->pids_limit_hits.value_or(0) > 0)
         notes.push_back("process_count: pids.max refused " + std::to_string(*stats->pids_limit_hits) + " fork(s)");
     }

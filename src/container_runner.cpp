@@ -132,6 +132,10 @@ class ContainerRunner final : public TierRunner {
   int oom_event_fd(const PreparedRun& run) const override {
     return run.container && run.container->oom_event ? run.container->oom_event.get() : -1;
   }
+  // A session exec's eventfd fires for its session's OOMs too (session_join.hpp).
+  bool oom_is_the_runs_own(PreparedRun& run) const override {
+    return !run.container || session_oom_is_the_execs_own(*run.container);
+  }
 
   void kill(PreparedRun& run, const Pidfd& leader, int sig) const override {
     kill_container(*run.container, leader, sig);  // pid 1 + cgroup

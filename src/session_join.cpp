@@ -27,6 +27,7 @@
 #include "corral/landlock.hpp"
 #include "corral/run_setup.hpp"
 #include "corral/session_join.hpp"
+#include "corral/tier_runner.hpp"
 #include "corral/syscalls.hpp"
 #include "session_cgroup.hpp"
 
@@ -82,6 +83,30 @@ struct SessionJoin {
   std::string active_file;
   Pidfd pid1;
   long inside_uid = 0, inside_gid = 0;
+  // OOMs at the session's own ceiling since the exec began (session_join.hpp).
+  // v1: the session group's OOM eventfd and what it counted so far. v2: the
+  // session group's memory.events.local `oom` (the group's own ceiling only;
+  // memory.events adds its children's) and its value at the exec's start.
+  UniqueFd session_oom;
+  std::uint64_t session_ooms = 0;
+  std::string session_events_local;
+  std::uint64_t session_oom_base = 0;
+  std::optional<std::uint64_t> session_memory_bytes;  // for the notes
+  std::uint64_t drain_session_ooms() {
+    std::uint64_t n = 0;
+    if (session_oom && ::read(session_oom.get(), &n, sizeof n) == sizeof n) session_ooms += n;
+    if (!session_events_local.empty()) {
+      const std::uint64_t now = local_ooms();
+      session_ooms = now > session_oom_base ? now - session_oom_base : 0;
+    }
+    return session_ooms;
+  }
+  std::uint64_t local_ooms() const {
+    char buf[512];
+    UniqueFd fd(::open(session_events_local.c_str(), O_RDONLY | O_CLOEXEC));
+    ssize_t n = fd ? ::read(fd.get(), buf, sizeof buf) : -1;
+    return n > 0 ? cgroupfs::keyed_value(std::string_view(buf, static_cast<std::size_t>(n)), "oom").value_or(0) : 0;
+  }
   ~SessionJoin() {
     if (!active_file.empty()) touch_active(active_file);
   }
@@ -219,6 +244,21 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const Sessi
   join->pid1 = std::move(*pid1);
   join->inside_uid = info->inside_uid;
   join->inside_gid = info->inside_uid;
+  join->session_memory_bytes = info->memory_bytes;
+  // v1, a session with a memory ceiling: its group's eventfd too (the
+  // exec's fires for the session's OOMs as well; session_join.hpp).
+  if (info->memory_bytes && c->cgroup->version() == CgroupVersion::v2 && !info->cgroup_dirs.empty()) {
+    join->session_events_local = info->cgroup_dirs.front() + "/memory.events.local";
+    join->session_oom_base = join->local_ooms();
+  }
+  if (info->memory_bytes && c->oom_event)
+    for (const auto& dir : info->cgroup_dirs) {
+      auto event = cgroup_v1_oom_notifier(dir);
+      if (!event) return std::move(event).error().context("session exec: the session's OOM events");
+      if (!event->valid()) continue;  // not the memory hierarchy
+      join->session_oom = std::move(*event);
+      break;
+    }
   c->session = std::move(join);
   // cwd or chdir: either is a path inside here (nothing is bound for an exec).
   run.plan->cwd = req.cwd ? *req.cwd : req.chdir ? *req.chdir : std::string(kContainerWorkspace);
@@ -323,6 +363,55 @@ Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, st
     (void)wait_exit(child.pidfd, true);
   }
   return child;
+}
+
+namespace {
+
+std::string mib(std::uint64_t bytes) {
+  return bytes % (1u << 20) == 0 ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes) + " bytes";
+}
+
+}  // namespace
+
+bool session_oom_is_the_execs_own(ContainerRun& c) {
+  // The kernel signals the group that ran out first, then the groups below
+  // it (mm/memcontrol-v1.c mem_cgroup_oom_notify, a pre-order walk): when
+  // the exec's eventfd is seen, the session's has counted an OOM of the
+  // session's ceiling already.
+  return !c.session || c.session->drain_session_ooms() == 0;
+}
+
+void finish_session_exec_oom(ContainerRun& c, const CgroupStats& stats, bool notified, TierFacts& facts) {
+  const std::uint64_t ooms = stats.oom_kills.value_or(0);
+  facts.oom_kills = ooms;
+  // The exec's own ceiling (its memory_bytes, or the session's when the
+  // exec has none of its own or a higher one): the container tier's rule.
+  if (stats.ceiling_oom(notified)) {
+    facts.oom_killed = true;
+    return;
+  }
+  const std::uint64_t session_ooms = c.session ? c.session->drain_session_ooms() : 0;
+  const std::string ceiling =
+      c.session && c.session->session_memory_bytes ? " (" + mib(*c.session->session_memory_bytes) + ")" : "";
+  if (session_ooms > 0 && ooms > 0) {
+    // The session's group ran out while this exec ran, and the kernel's OOM
+    // killer chose a process of this exec (v1 counts a kill in the victim's
+    // own group only).
+    facts.oom_killed = true;
+    facts.notes.push_back("out of memory under the session's memory_bytes ceiling" + ceiling +
+                          ", which every exec of the session and the files they left on its tmpfs share: the "
+                          "kernel's OOM killer took " + std::to_string(ooms) + " process(es) of this exec");
+    return;
+  }
+  facts.oom_killed = false;
+  if (session_ooms > 0)
+    facts.notes.push_back("the session's memory_bytes ceiling" + ceiling + " ran out during this exec; the "
+                          "kernel's OOM killer took no process of this exec (its victim was another exec's)");
+  else if (ooms > 0 || notified)
+    facts.notes.push_back(std::string(ooms > 0 ? "the kernel OOM-killed " + std::to_string(ooms) + " process(es) of the exec"
+                                               : "the memory controller signalled an OOM to the exec's cgroup") +
+                          ", but not at its memory_bytes ceiling nor the session's (the host or an ancestor "
+                          "cgroup ran out)");
 }
 
 }  // namespace corral

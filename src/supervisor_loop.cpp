@@ -134,7 +134,9 @@ void Supervisor::Impl::handle_cqe(io_uring_cqe* cqe) {
       // first and the cgroup's oom_kill counter stays 0
       // (finish_container, CgroupStats::ceiling_oom).
       run.oom_armed = false;
-      if (cqe->res > 0) {
+      // Not for an OOM of a ceiling the run shares (a session's): there the
+      // kernel's OOM killer alone picks who dies. Not watched again.
+      if (cqe->res > 0 && run.prep.runner->oom_is_the_runs_own(run.prep)) {
         run.end.oom_notified = true;
         if (!run.exited) request_kill(slot, run, SIGKILL);
       }

@@ -17,6 +17,7 @@
 
 #include "corral/session.hpp"
 #include "../src/session_cgroup.hpp"
+#include "host_view.hpp"
 #include "session_support.hpp"
 
 using namespace corral;
@@ -93,6 +94,39 @@ Test(session, two_keys_share_no_files_processes_or_network) {
   h->cancel();
   while (!bg_result) (void)sup->run_once(1);
   cr_expect_eq(bg_result->outcome, Outcome::cancelled);
+}
+
+// What persists between the execs of one session, and only there: files
+// an exec leaves in /tmp, /dev/shm, $HOME (/workspace/home) and /workspace,
+// and its SysV IPC objects, are found by the session's next exec (a warm
+// sandbox), never by an exec of a session of another scope, which has
+// tmpfs mounts and an IPC namespace of its own. Checked from the host too:
+// the file is in a's /tmp, not in b's.
+Test(session, files_and_ipc_persist_within_a_session_and_never_reach_another_scope) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sa{scope_for("persist-a")}, sb{scope_for("persist-b")};
+  auto spec = spec_with_helpers();
+  auto a = open_session(sa.name, "t", spec);
+  auto b = open_session(sb.name, "t", spec);
+  auto sup = supervisor();
+  const std::string plant =
+      "for d in /tmp /dev/shm \"$HOME\" /workspace; do echo planted > \"$d/planted-by-a\" || exit 3; done; "
+      "ipcmk -M 4096 >/dev/null || exit 4; echo ok";
+  auto p = exec(*sup, a.id, {"/bin/sh", "-c", plant});
+  cr_assert_eq(p.exit_code, 0, "%s / %s", p.stderr_capture.text.c_str(), p.detail.c_str());
+  const std::string look =
+      "for d in /tmp /dev/shm \"$HOME\" /workspace; do cat \"$d/planted-by-a\" 2>/dev/null || echo none; done; "
+      "ipcs -m | grep -c '^0x'";
+  auto same = exec(*sup, a.id, {"/bin/sh", "-c", look});
+  cr_expect_eq(same.stdout_capture.text, "planted\nplanted\nplanted\nplanted\n1\n",
+               "the session's next exec: '%s' (%s)", same.stdout_capture.text.c_str(), same.detail.c_str());
+  auto other = exec(*sup, b.id, {"/bin/sh", "-c", look});
+  cr_expect_eq(other.stdout_capture.text, "none\nnone\nnone\nnone\n0\n",
+               "another scope's exec: '%s' (%s)", other.stdout_capture.text.c_str(), other.detail.c_str());
+  const std::string in_a = "/proc/" + std::to_string(a.pid1) + "/root/tmp/planted-by-a";
+  const std::string in_b = "/proc/" + std::to_string(b.pid1) + "/root/tmp/planted-by-a";
+  cr_expect(exists(in_a), "the host does not see a's /tmp file in a");
+  cr_expect(!exists(in_b), "the host sees a's /tmp file in b");
 }
 
 Test(session, a_timed_out_exec_takes_its_setsid_children_and_the_session_serves_on) {
@@ -187,6 +221,54 @@ Test(session, an_oom_exec_is_killed_oom_and_the_session_survives) {
   auto next = exec(*sup, s.id, {"/bin/true"});
   cr_expect_eq(next.outcome, Outcome::exited, "%s", next.detail.c_str());
   cr_expect_eq(next.exit_code, 0);
+}
+
+// An exec with no memory_bytes of its own runs under the session's: when
+// the session's group runs out, the exec whose process the kernel's OOM
+// killer took is killed_oom, from the session's cgroup's evidence (its OOM
+// eventfd: the session's own ceiling, not the host's), not `signaled` as
+// though the host ran out. A neighbour exec in flight that did not
+// allocate is neither killed nor blamed: it ends as it would have, and its
+// detail says the session's ceiling ran out during it and took none of its
+// processes.
+Test(session, an_oom_at_the_sessions_ceiling_is_the_allocating_execs_and_spares_its_neighbour) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("session-oom")};
+  auto spec = spec_with_helpers();
+  spec.base.limits.set(Limit::memory_bytes, 64ull << 20);
+  auto s = open_session(sc.name, "t", spec);
+  auto sup = supervisor();
+  Request calm;
+  calm.argv = {"/bin/sh", "-c", "/bin/sleep 3.4173; echo calm"};
+  calm.limits.set(Limit::wall_seconds, 60);
+  std::shared_ptr<Result> neighbour;
+  auto h = sup->submit(session_exec_request(s.id, calm), RunCallbacks{nullptr, [&](const Result& res) {
+                                                                     neighbour = std::make_shared<Result>(res);
+                                                                   }});
+  cr_assert(h, "submit: %s", h ? "" : h.error().message().c_str());
+  bool running = false;
+  for (int i = 0; i < 500 && !running && !neighbour; ++i) {
+    (void)sup->run_once(0.02);
+    running = corral_test::host_pid_with_argv({"/bin/sleep", "3.4173"}) > 0;
+  }
+  cr_assert(running, "the neighbour never ran");
+  Limits l;
+  l.set(Limit::wall_seconds, 30);
+  auto r = exec(*sup, s.id, {"/helpers/memhog", "grow"}, l);
+  cr_expect_eq(r.outcome, Outcome::killed_oom, "%s", r.detail.c_str());
+  cr_expect(contains(r.detail, "the session's memory_bytes ceiling (64 MiB)"), "%s", r.detail.c_str());
+  while (!neighbour) (void)sup->run_once(1);
+  cr_expect_eq(neighbour->outcome, Outcome::exited, "the neighbour was killed for the session's OOM: %s",
+               neighbour->detail.c_str());
+  cr_expect_eq(neighbour->exit_code, 0, "%s", neighbour->detail.c_str());
+  cr_expect_eq(neighbour->stdout_capture.text, "calm\n");
+  cr_expect(contains(neighbour->detail, "ran out during this exec; the kernel's OOM killer took no process of this exec"),
+            "%s", neighbour->detail.c_str());
+  cr_expect(process_alive(s.pid1));
+  // Under the ceiling again: an exec that stays below it is never killed_oom.
+  auto next = exec(*sup, s.id, {"/helpers/memhog", "touch", "8388608"});
+  cr_expect_eq(next.outcome, Outcome::exited, "%s", next.detail.c_str());
+  cr_expect(!contains(next.detail, "ran out"), "%s", next.detail.c_str());
 }
 
 Test(session, files_refuse_hostile_layouts) {

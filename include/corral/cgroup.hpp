@@ -302,8 +302,15 @@ class RunCgroup {
 
   std::unique_ptr<detail::CgroupBackend> backend_;
   int join_fds_[kCgroupMaxJoinFds] = {-1, -1, -1, -1, -1};
+
   int join_count_ = 0;
 };
+
+// RunCgroup::oom_notifier's eventfd on any v1 memory group `dir` (a
+// session's group): it fires for an OOM at `dir`'s ceiling or an
+// ancestor's, never a descendant's. An empty fd when `dir` has no
+// memory.oom_control (v2, or not the memory hierarchy).
+Expected<UniqueFd> cgroup_v1_oom_notifier(const std::string& dir);
 
 // Make the run's cgroup: the parent group (created when missing and then kept; on v2 with
 // the needed controllers enabled down to it), then a uniquely named child

@@ -23,7 +23,11 @@
 // no_new_privs, seccomp, rlimits). A deadline or cancel kills that cgroup
 // — everything the exec started, setsid or not — and nothing else; its end
 // does too (nothing an exec starts outlives it). An OOM at the exec's
-// ceiling (min of its memory_bytes and the session's) is its killed_oom.
+// ceiling (min of its memory_bytes and the session's) is its killed_oom;
+// one at the session's (its group also counts pid 1, the other execs and
+// files left on its tmpfs mounts) is the killed_oom of the exec whose
+// process the kernel's OOM killer took, and kills no other exec
+// (session_join.hpp).
 // The exec's process holds an flock on the exec's cgroup directory while
 // the exec runs (its leader has PDEATHSIG): the keeper kills and removes an
 // exec cgroup nobody claims, so no guardian process is needed for execs.

@@ -23,6 +23,8 @@ struct PreparedRun;
 struct HostFacts;
 struct ContainerRun;
 struct ChildPlan;
+struct CgroupStats;
+struct TierFacts;
 
 // What an exec needs to know of its live session.
 struct SessionTarget {
@@ -47,5 +49,31 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const Sessi
 // Waits for the exec (one process, no maps to write): a failure before it
 // is a Child with report.stage set, already reaped.
 Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, std::uint64_t ignored_signals);
+
+// ---- an OOM in a session
+//
+// v1 signals an OOM to the group whose ceiling ran out and to every group
+// below it: the exec's eventfd (ContainerRun::oom_event) fires for the
+// exec's own ceiling and for the session's alike, in every exec of the
+// session. So an exec also watches the session's group (an eventfd there
+// fires only for an OOM at the session's ceiling or above it), registered
+// at prepare_session_exec. v1 counts an OOM kill (oom_kill) in the
+// victim's own group only. v2: the session group's memory.events.local
+// `oom` (its own ceiling only) against its value at the exec's start; the
+// exec group's `oom` event is its own ceiling's, its oom_kill its
+// processes' (memory.oom.group 1 there: the victim's whole exec dies).
+//
+// Supervisor, when the exec's eventfd fired: whether this is the exec's own
+// ceiling (the session's eventfd did not fire: kill the whole exec, as a
+// container run's OOM is), or the session's (false: the kernel's OOM killer
+// picks its victim among every exec of the session, and only that one
+// dies; a neighbour exec that did not allocate is not killed for it).
+bool session_oom_is_the_execs_own(ContainerRun& c);
+// finish_container, for a session exec: facts.oom_killed and the notes from
+// the exec group's stats, the exec's eventfd (`notified`) and the session's:
+// killed_oom at the exec's own ceiling (CgroupStats::ceiling_oom), or when
+// the session's ceiling ran out during the exec and the kernel's OOM killer
+// took a process of this exec; otherwise a note says exactly what happened.
+void finish_session_exec_oom(ContainerRun& c, const CgroupStats& stats, bool notified, TierFacts& facts);
 
 }  // namespace corral

@@ -94,6 +94,10 @@ class TierRunner {
   // Readable once the run's memory ceiling is in the OOM path (cgroup v1's
   // eventfd); -1 for none.
   virtual int oom_event_fd(const PreparedRun& run) const = 0;
+  // When that eventfd fired: whether the OOM is the run's own, so the whole
+  // run is killed (false: an OOM of a ceiling shared with others, such as a
+  // session's, where the kernel's OOM killer alone picks who dies).
+  virtual bool oom_is_the_runs_own(PreparedRun&) const { return true; }
   // The group kill: `sig` to everything of the run (leader = the spawned
   // child's pidfd).
   virtual void kill(PreparedRun& run, const Pidfd& leader, int sig) const = 0;
