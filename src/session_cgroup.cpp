@@ -85,7 +85,10 @@ Expected<RunCgroup> claim_exec_cgroup(const CgroupProbe& host, const std::vector
   const bool v2 = probe.backend == CgroupVersion::v2;
   CgroupSpec spec;
   spec.parent = "execs";
-  spec.freezer_kill = false;
+  // v1: in the freezer when the session has a group there (the keeper's
+  // make_freezer_group): an exec shares the session's pid namespace, so the
+  // group kill is all that ends it, and frozen tasks cannot fork.
+  spec.freezer_kill = !v2 && probe.v1_freezer >= 0 && probe.v1[probe.v1_freezer].writable;
   spec.reusable = true;  // v1: kept for the next exec when clean; v2: held while it runs, then removed
   spec.cpu_accounting = v2 || (probe.v1_cpuacct >= 0 && probe.v1[probe.v1_cpuacct].writable);
   // Always in the pids hierarchy when the session is, so that every exec

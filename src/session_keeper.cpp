@@ -36,6 +36,25 @@ std::uint64_t pidns_inode(pid_t pid) {
   return st.st_ino;
 }
 
+// v1: an empty freezer group beside the session's other groups
+// (<our freezer group>/corral/<the session group's name>), so that the exec
+// groups made below the session's (session_cgroup.cpp) are in the freezer
+// too and a kill freezes them first. A container run needs none: SIGKILL to
+// its pid 1 ends its pid namespace, and the kernel stops forks in it first.
+// An exec shares the session's pid namespace, so only the cgroup ends it,
+// and without a freezer a chain of processes that each fork and exit
+// (setsid, out of the group kill's reach) slips between each read of
+// cgroup.procs and the kill. "" when there is no freezer to use.
+std::string make_freezer_group(const CgroupProbe& host, const std::string& session_group) {
+  if (host.backend != CgroupVersion::v1 || host.v1_freezer < 0) return "";
+  const CgroupV1Hierarchy& h = host.v1[host.v1_freezer];
+  if (!h.writable || h.own_dir.empty()) return "";
+  const std::string parent = h.own_dir + "/corral";
+  const std::string dir = parent + "/" + session_group.substr(session_group.rfind('/') + 1);
+  if (::mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) return "";
+  return ::mkdir(dir.c_str(), 0755) == 0 ? dir : "";
+}
+
 // pid 1 is what keeps the session: an OOM of the session's own ceiling must
 // pick an exec's process, never it (host root may lower it).
 void protect_from_oom(pid_t pid) {
@@ -109,12 +128,14 @@ void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::strin
   if (!prep) fail(prep.error().context("session " + id));
   ContainerRun& c = *prep->container;
   // _exit skips destructors: what the preparation made is undone here.
+  std::string freezer_group;  // set once made (make_freezer_group)
   auto undo = [&](const Pidfd* pid1) {
     if (pid1 && pid1->valid()) {
       kill_container(c, *pid1, SIGKILL);
       (void)wait_exit(*pid1, true);
     }
     if (c.cgroup) (void)c.cgroup->remove();
+    if (!freezer_group.empty()) (void)::rmdir(freezer_group.c_str());
     if (prep->workspace) (void)prep->workspace->remove();
     prep->uid_lease.reset();
   };
@@ -165,6 +186,9 @@ void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::strin
   info.outside_gid = prep->uid_lease->gid();
   info.inside_uid = prep->request.user.value_or(kContainerDefaultUid);
   if (c.cgroup) info.cgroup_dirs = c.cgroup->dirs();
+  // Last: the first hierarchy's group is where exec groups are locked.
+  const std::string freezer = c.cgroup ? make_freezer_group(host.cgroups, c.cgroup->dirs().front()) : "";
+  if (!freezer.empty()) info.cgroup_dirs.push_back(freezer_group = freezer);
   info.memory_bytes = prep->limits.get(Limit::memory_bytes);
   info.process_count = prep->limits.get(Limit::process_count);
   info.created = now_realtime();

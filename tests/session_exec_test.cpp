@@ -475,3 +475,33 @@ Test(session_exec, an_exec_is_a_landlock_domain_of_its_own_below_abi_6) {
     }
   }
 }
+
+// A fork rabbit (each process forks one child, which makes a session of its
+// own, and exits; forever) ends with its exec: the exec's group is in the
+// freezer (v1), so its kill freezes the chain before it reads who to kill,
+// instead of racing forks one cgroup.procs read at a time. No wall_seconds:
+// the leader's exit is the exec's end. Checked from the host: no process
+// of the chain is left, and the exec's group held none.
+Test(session_exec, a_fork_rabbit_ends_with_its_exec_and_leaves_nothing, .timeout = 90) {
+  SKIP_UNLESS_SESSIONS();
+  WarmSession w("rabbit");
+  auto& [sc, s, sup] = w;
+  const std::string tag = "rabbit-" + std::to_string(getpid());
+  auto r = exec_sh(*sup, s.id, "exec /helpers/hostile fork-chain " + tag);
+  cr_expect_eq(r.outcome, Outcome::exited, "%s", r.detail.c_str());
+  cr_expect(contains(r.stdout_capture.text, "chain\n"), "%s", r.stdout_capture.text.c_str());
+  cr_expect(!contains(r.detail, "not fully removed"), "%s", r.detail.c_str());
+  if (host().cgroups.backend == CgroupVersion::v1 && host().cgroups.v1_freezer >= 0)
+  {
+    const std::string& t = r.stdout_capture.text;
+    auto at = t.find(":freezer:");
+    cr_expect(at != std::string::npos && t.substr(at, t.find('\n', at) - at).find("/execs/") != std::string::npos,
+              "the exec's group is not in the freezer: %s", t.c_str());
+  }
+  cr_expect_eq(host_processes_with(tag), 0, "the rabbit outlived its exec");
+  for (const auto& d : s.cgroup_dirs)
+    for (const auto& g : exec_groups(d))
+      cr_expect_str_empty(corral_test::read_file(d + "/execs/" + g + "/cgroup.procs").c_str(), "%s/execs/%s", d.c_str(),
+                          g.c_str());
+  cr_expect_eq(exec(*sup, s.id, {"/bin/true"}).exit_code, 0, "the session does not serve after the rabbit");
+}

@@ -16,6 +16,10 @@
  *   setsid-escape          double fork + setsid; the escapee sleeps holding stdout
  *   exit CODE              exit with CODE
  *   fork-bomb MAX          fork up to MAX children, print how many succeeded, all exit
+ *   fork-chain             a fork rabbit: fork one child and exit; the child makes
+ *                          a session of its own (out of a group kill's reach) and
+ *                          does the same, forever (a retry when a fork fails);
+ *                          prints "chain" first. Extra arguments tag the processes
  *   ipc-make KEY DIR       a SysV shm segment (1 MiB) and message queue with KEY and
  *                          the POSIX queue /corral-KEY, all mode 0666 and left behind;
  *                          "shm=ok msg=ok mq=ok" (or the errno); then DIR/made, and
@@ -198,6 +202,16 @@ static int escapees(long ms) {
   if (ms < 0) for (;;) pause();
   nap_ms(ms);
   return 0;
+}
+
+static _Noreturn void fork_chain(void) {
+  printf("chain\n");
+  fflush(stdout);
+  for (;;) {
+    pid_t p = fork();
+    if (p > 0) _exit(0);
+    if (p == 0) setsid();
+  }
 }
 
 static int fork_bomb(int max) {
@@ -458,6 +472,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "escapees") && argc > 2) return escapees(atol(argv[2]));
   if (!strcmp(m, "exit") && argc > 2) return atoi(argv[2]);
   if (!strcmp(m, "fork-bomb") && argc > 2) return fork_bomb(atoi(argv[2]));
+  if (!strcmp(m, "fork-chain")) fork_chain();
   if (!strcmp(m, "ipc-make") && argc > 3) return ipc_make((key_t)atoi(argv[2]), argv[3]);
   if (!strcmp(m, "term-marker") && argc > 2) term_marker(argv[2]);
   if (!strcmp(m, "stop-all") && argc > 2) return stop_all(atol(argv[2]));
