@@ -3,7 +3,9 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/stat.h>
@@ -189,6 +191,53 @@ Test(run, cpu_limit_is_a_resource_kill) {
   cr_assert_str_eq(res.resource.c_str(), "cpu_seconds");
   cr_assert_eq(cli_exit_code(res), 152);
   cr_assert(contains(res.detail, "cpu_seconds=1"), "detail must name the limits: %s", res.detail.c_str());
+}
+
+// Under contention the kernel's RLIMIT_CPU (CPU time sampled at ticks)
+// runs ahead of the exact runtime the rusage holds: pinned to one CPU
+// beside two spinners, most runs got SIGXCPU with 0.81-0.95 s of a 1 s
+// limit in their rusage, which the old rule (within 0.05 s) read as a plain
+// signal. Every round must still be the limit.
+Test(run, a_cpu_limit_met_under_contention_is_still_a_resource_kill) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &allowed)) ++cpu;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  std::vector<pid_t> spinners;
+  for (int i = 0; i < 2; ++i) {
+    pid_t p = fork();
+    if (p == 0) {
+      sched_setaffinity(0, sizeof one, &one);
+      for (;;) {
+      }
+    }
+    cr_assert_gt(p, 0);
+    spinners.push_back(p);
+  }
+  // Before the Harness: its threads, and so the run, inherit the CPU.
+  cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+  std::vector<std::string> ends;
+  {
+    Harness h;
+    for (int round = 0; round < 3; ++round) {
+      Request r = req(Tier::none, {helper("hostile"), "spin"});
+      r.limits.set(Limit::cpu_seconds, 1);
+      Result res = h.run(std::move(r));
+      if (res.outcome != Outcome::killed_resource || res.resource != "cpu_seconds")
+        ends.push_back(res.detail + " (cpu_seconds " + std::to_string(res.cpu_seconds) + ")");
+    }
+  }
+  sched_setaffinity(0, sizeof allowed, &allowed);
+  for (pid_t p : spinners) {
+    kill(p, SIGKILL);
+    waitpid(p, nullptr, 0);
+  }
+  cr_assert(ends.empty(), "%zu of 3 limit kills read otherwise, first: %s", ends.size(),
+            ends.empty() ? "" : ends.front().c_str());
 }
 
 Test(run, file_size_limit_is_a_resource_kill) {
