@@ -475,27 +475,35 @@ Status stage_into(int root, const std::optional<WorkspaceOwner>& owner, std::str
 
 // copy_file_range (in-kernel, reflink where the filesystem can), falling
 // back to read/write when the kernel refuses it for this pair of files.
-Status copy_fd(int src, int dst) {
+// At most `max_bytes`: a file with more (one that grows while it is copied,
+// or says 0 bytes and reads without end, as /proc files do) stops the copy
+// one byte past the cap with EFBIG, never an endless copy. The bytes copied.
+Expected<std::uint64_t> copy_fd(int src, int dst, std::uint64_t max_bytes) {
   bool fallback = false;
   std::string buf;
+  std::uint64_t done = 0;
   for (;;) {
+    if (done > max_bytes) return Error(EFBIG, "more than " + std::to_string(max_bytes) + " bytes");
+    // One byte past the cap at most, to see that there is more.
+    const std::uint64_t left = max_bytes - done == UINT64_MAX ? UINT64_MAX : max_bytes - done + 1;
     ssize_t n;
     if (!fallback) {
-      n = ::copy_file_range(src, nullptr, dst, nullptr, 1 << 30, 0);
+      n = ::copy_file_range(src, nullptr, dst, nullptr, static_cast<std::size_t>(std::min<std::uint64_t>(left, 1 << 30)), 0);
       if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
         fallback = true;
         continue;
       }
     } else {
       if (buf.empty()) buf.resize(1 << 16);
-      n = ::read(src, buf.data(), buf.size());
+      n = ::read(src, buf.data(), static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size())));
       if (n > 0) {
-        if (auto w = write_all(dst, std::string_view(buf.data(), static_cast<std::size_t>(n))); !w) return w;
+        if (auto w = write_all(dst, std::string_view(buf.data(), static_cast<std::size_t>(n))); !w) return w.error();
       }
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno_error("copy");
-    if (n == 0) return {};
+    if (n == 0) return done;
+    done += static_cast<std::uint64_t>(n);
   }
 }
 
@@ -525,10 +533,14 @@ Status Workspace::stage_file(const std::string& host_path, std::string_view name
   return stage_copy(src.get(), name, st.st_mode & 0777, label);
 }
 
-Status Workspace::stage_copy(int src, std::string_view name, mode_t mode, const std::string& label) {
+Status Workspace::stage_copy(int src, std::string_view name, mode_t mode, const std::string& label,
+                             std::uint64_t max_bytes, const std::string& too_big, std::uint64_t* copied) {
   if (auto st = reacquire(); !st) return st;
   return explain_full(stage_into(dir_.get(), owner_, name, mode, label, [&](int fd) -> Status {
-    if (auto c = copy_fd(src, fd); !c) return c.error().context(label);
+    auto c = copy_fd(src, fd, max_bytes);
+    if (!c && c.error().code() == EFBIG && !too_big.empty()) return Error(EFBIG, too_big);
+    if (!c) return c.error().context(label);
+    if (copied) *copied = *c;
     return {};
   }));
 }

@@ -18,11 +18,47 @@ using namespace wsfs;
 // Deep enough for any real tree; a deeper one is refused, not recursed into.
 constexpr int kMaxTreeDepth = 64;
 
+// Why an input is refused: the caps of outputs.
+const char* const kOver = " (an input has the caps of outputs)";
+
 struct Workspace::TreeWalk {
   TreeCaps caps;
   std::vector<std::string>& skipped;
   std::string label;  // "workspace: input 'data' from '/host/data'"
   std::uint64_t files = 0, bytes = 0;
+
+  // One regular file of the input (`rel` its name in the workspace, `shown`
+  // in messages), counted against every cap: its size before the copy, then
+  // the bytes the copy read, so a file that grows while it is copied (or
+  // says 0 bytes and reads on) stops at the cap instead of being copied on.
+  Status copy(Workspace& ws, int src, const std::string& rel, std::uint64_t size, mode_t mode,
+              const std::string& shown) {
+    const std::string who = label + (shown.empty() ? "" : ": " + quoted(shown));
+    if (size > caps.file_bytes)
+      return Error(EFBIG, who + " is " + std::to_string(size) + " bytes, over artifact_bytes=" +
+                              std::to_string(caps.file_bytes) + kOver);
+    if (++files > caps.count)
+      return Error(EFBIG, label + ": more than artifact_count=" + std::to_string(caps.count) + " files" + kOver);
+    if (size > caps.total_bytes - std::min(bytes, caps.total_bytes))
+      return Error(EFBIG, label + ": more than artifact_total_bytes=" + std::to_string(caps.total_bytes) +
+                              " bytes" + kOver);
+    // What the copy may still take: the smaller of the two caps.
+    const std::uint64_t room = caps.total_bytes - bytes;
+    const bool file_cap_binds = caps.file_bytes <= room;
+    const std::string too_big =
+        file_cap_binds ? who + " grew past artifact_bytes=" + std::to_string(caps.file_bytes) +
+                             " bytes while it was copied" + kOver
+                       : label + ": more than artifact_total_bytes=" + std::to_string(caps.total_bytes) +
+                             " bytes (a file grew while it was copied)" + kOver;
+    std::uint64_t copied = 0;
+    if (auto s = ws.stage_copy(src, rel, mode, who, std::min(caps.file_bytes, room), too_big, &copied); !s)
+      return s;
+    bytes += copied;
+    return {};
+  }
+  Status copy(Workspace& ws, int src, const std::string& rel, std::uint64_t size, mode_t mode) {
+    return copy(ws, src, rel, size, mode, rel);
+  }
 };
 
 Status Workspace::stage_tree(int dir, const std::string& name, TreeWalk& walk, int depth) {
@@ -30,7 +66,6 @@ Status Workspace::stage_tree(int dir, const std::string& name, TreeWalk& walk, i
   auto entries = list_dir(dir, 1u << 20);
   if (!entries) return std::move(entries).error().context(walk.label);
   if (entries->empty()) return stage_dir(name, walk.label);
-  const std::string over = " (a directory input has the caps of outputs)";
   for (const auto& e : *entries) {
     std::string rel = name + "/" + e.name;
     struct stat st;
@@ -61,17 +96,8 @@ Status Workspace::stage_tree(int dir, const std::string& name, TreeWalk& walk, i
       walk.skipped.push_back(rel + " (not a regular file)");
       continue;
     }
-    const auto size = static_cast<std::uint64_t>(st.st_size);
-    if (size > walk.caps.file_bytes)
-      return Error(EFBIG, walk.label + ": '" + rel + "' is " + std::to_string(size) + " bytes, over artifact_bytes=" +
-                              std::to_string(walk.caps.file_bytes) + over);
-    if (++walk.files > walk.caps.count)
-      return Error(EFBIG, walk.label + ": more than artifact_count=" + std::to_string(walk.caps.count) + " files" + over);
-    walk.bytes += size;
-    if (walk.bytes > walk.caps.total_bytes)
-      return Error(EFBIG, walk.label + ": more than artifact_total_bytes=" + std::to_string(walk.caps.total_bytes) +
-                              " bytes" + over);
-    if (auto s = stage_copy(src.get(), rel, st.st_mode & 0777, walk.label + ": '" + rel + "'"); !s) return s;
+    if (auto s = walk.copy(*this, src.get(), rel, static_cast<std::uint64_t>(st.st_size), st.st_mode & 0777); !s)
+      return s;
   }
   return {};
 }
@@ -87,10 +113,14 @@ Status Workspace::stage_path(const std::string& host_path, std::string_view name
   if (!src) return errno_error(label);
   struct stat st {};
   if (::fstat(src.get(), &st) != 0) return errno_error(label + ": stat");
-  // A single file keeps the rules it always had (no caps but the workspace's).
-  if (S_ISREG(st.st_mode)) return stage_copy(src.get(), name, st.st_mode & 0777, label);
-  if (!S_ISDIR(st.st_mode)) return Error::invalid(label + ": neither a regular file nor a directory");
   TreeWalk walk{caps, skipped, label};
+  // A single file has the caps a directory's files have: it was uncapped,
+  // and `--input` of a 10 GB file filled the workspace's disk before the run.
+  if (S_ISREG(st.st_mode))
+    return walk.copy(*this, src.get(), std::string(name), static_cast<std::uint64_t>(st.st_size), st.st_mode & 0777,
+                     "");
+  if (!S_ISDIR(st.st_mode))
+    return Error::invalid(label + ": neither a regular file nor a directory (" + dt_name(IFTODT(st.st_mode)) + ")");
   return stage_tree(src.get(), std::string(name), walk, 0);
 }
 

@@ -166,9 +166,13 @@ class Workspace {
   // (& 0777). A FIFO or device on the host side is refused, not opened blocking.
   Status stage_file(const std::string& host_path, std::string_view name, bool no_symlinks = false);
   // A host file as stage_file does, or a host directory copied recursively
-  // under `name` (workspace_stage.cpp) with the caps outputs have
+  // under `name` (workspace_stage.cpp), both with the caps outputs have
   // (artifact_bytes per file, artifact_total_bytes, artifact_count: over
-  // one, the input is refused naming it). Inside the tree no link is
+  // one, the input is refused naming it and the cap). A file is measured
+  // twice: its size before the copy, and the bytes the copy reads, so one
+  // that grows while copied, or says 0 bytes and reads on (a /proc file),
+  // stops at the cap too; a FIFO, device or socket is refused (a single
+  // one) or skipped (in a tree), never opened blocking. Inside the tree no link is
   // followed: a symlink is skipped (in `skipped`, with FIFOs, devices and
   // sockets), so a link out of the tree never brings its target in.
   struct TreeCaps {
@@ -203,8 +207,12 @@ class Workspace {
   // For messages: the quoted path, or "tmpfs workspace <name>".
   std::string label() const;
   Status explain_full(Status st) const;
-  // Copies the open regular file `src` to input `name` with `mode`.
-  Status stage_copy(int src, std::string_view name, mode_t mode, const std::string& label);
+  // Copies the open regular file `src` to input `name` with `mode`: at most
+  // `max_bytes`, or the input is removed again and the Error is EFBIG with
+  // the message `too_big` (when not empty). The bytes copied in `copied`.
+  Status stage_copy(int src, std::string_view name, mode_t mode, const std::string& label,
+                    std::uint64_t max_bytes = UINT64_MAX, const std::string& too_big = {},
+                    std::uint64_t* copied = nullptr);
   // An empty directory at input `name` (and its parents).
   Status stage_dir(std::string_view name, const std::string& label);
   struct TreeWalk;
