@@ -262,6 +262,22 @@ void collect_declared_outputs(const std::vector<DeclaredOutput>& outputs, const 
   if (moved->empty() && !dir.empty()) ::rmdir(dir.c_str());
 }
 
+bool workspace_has_file_of(const Workspace& workspace, std::uint64_t bytes, std::uint64_t max_walk_entries) {
+  if (workspace.released()) return false;
+  WorkspaceOutputSource source(workspace, max_walk_entries);
+  for (const char* glob : {"**", "home/**", "tmp/**"}) {
+    auto listed = source.list(glob);
+    if (!listed) continue;
+    for (const auto& name : *listed) {
+      auto fd = open_beneath(workspace.dirfd(), name, O_PATH | O_NOFOLLOW);
+      struct stat st {};
+      if (fd && ::fstat(fd->get(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) >= bytes)
+        return true;
+    }
+  }
+  return false;
+}
+
 TransferLimits output_caps_for(const Request& request, const Limits& limits) {
   TransferLimits caps = request.output_caps.value_or(
       TransferLimits{UINT64_MAX, UINT64_MAX, UINT64_MAX});

@@ -83,7 +83,9 @@ void classify_outcome(const RunEnd& end, const Limits& limits, Result& r) {
     // itself after 3 ms is `signaled`, not a limit the run met.
     r.outcome = Outcome::killed_resource;
     r.resource = "cpu_seconds";
-  } else if (sig == SIGXFSZ && limits.has(Limit::file_bytes)) {
+  } else if (sig == SIGXFSZ && limits.has(Limit::file_bytes) && end.file_limit_reached) {
+    // With a file at the limit to show for it: the kernel's SIGXFSZ looks
+    // like one the program sent itself, so the signal alone proves nothing.
     r.outcome = Outcome::killed_resource;
     r.resource = "file_bytes";
   } else if (sig == SIGKILL && cpu_limit && spent_half_of(end.status->cpu_seconds(), *cpu_limit)) {
@@ -197,6 +199,11 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   if (facts.cpu_seconds) r.cpu_seconds = *facts.cpu_seconds;
   if (facts.max_rss_bytes) r.max_rss_bytes = *facts.max_rss_bytes;
   if (facts.kill_confirmed) r.kill_confirmed = facts.kill_confirmed;
+  auto file_cap = run.limits.get(Limit::file_bytes);
+  const bool sigxfsz = end.status && !end.status->exited && end.status->signal == SIGXFSZ;
+  // Found again by name when it is released (a rare path: SIGXFSZ).
+  if (sigxfsz && file_cap && run.workspace && run.workspace->reacquire().ok())
+    end.file_limit_reached = workspace_has_file_of(*run.workspace, *file_cap);
   classify_outcome(end, run.limits, r);
   if (r.outcome == Outcome::spawn_failed && end.report.stage == SpawnStage::execve) explain_exec_failure(run, r.spawn_errno);
   if (facts.oom_killed.value_or(false) && r.outcome != Outcome::killed_oom)
@@ -217,6 +224,10 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
       detail += "; the working directory " + quote_input(req.chdir ? *req.chdir : *req.cwd) +
                 (req.chdir ? " (chdir)" : " (cwd)") + " could not be entered";
   }
+  if (sigxfsz && file_cap && r.outcome == Outcome::signaled)
+    detail += "; no file in the workspace reached file_bytes (" + std::to_string(*file_cap) +
+              " bytes): the limit may have stopped a write or truncate past it elsewhere (outside the workspace, or "
+              "at an offset past the limit), or the program raised SIGXFSZ itself; corral cannot tell which";
   for (const auto& note : facts.notes) detail += "; " + note;
   r.refused_syscalls = end.refused_syscalls;
   for (const auto& [name, count] : r.refused_syscalls)

@@ -327,3 +327,32 @@ Test(judge_io, a_program_raising_sigxcpu_itself_is_signaled_not_a_cpu_limit) {
   cr_assert_eq(j["signal"], SIGXCPU);
   cr_assert(j["resource"].is_null() || j["resource"] == "", "%s", r.out.c_str());
 }
+
+// SIGXFSZ alone was taken as the file_bytes limit, yet the kernel's SIGXFSZ
+// and one a program sends itself carry the same siginfo (SI_USER, its own
+// pid). The evidence is a workspace file cut at the limit: a program
+// stopped writing past file_bytes leaves one, a program raising SIGXFSZ
+// itself does not (and is `signaled`, with a detail saying why).
+Test(judge_io, a_write_past_file_bytes_is_a_file_bytes_kill) {
+  Ran r = shell(corral_bin() +
+                " run --json --limit file_bytes=1000 --limit wall_seconds=30 -- dd if=/dev/zero of=big bs=100 count=50");
+  json j = json::parse(r.out);
+  cr_assert_eq(j["outcome"], "killed_resource", "%s", r.out.c_str());
+  cr_assert_eq(j["resource"], "file_bytes", "%s", r.out.c_str());
+  cr_assert_eq(j["signal"], SIGXFSZ);
+  cr_assert_eq(r.code, 128 + SIGXFSZ);
+}
+
+Test(judge_io, a_program_raising_sigxfsz_itself_is_signaled_not_a_file_bytes_kill) {
+  // A file under the limit does not count either.
+  Ran r = shell(corral_bin() +
+                " run --json --limit file_bytes=1000 --limit wall_seconds=30 -- sh -c 'head -c 999 /dev/zero >f; kill -XFSZ $$'");
+  json j = json::parse(r.out);
+  cr_assert_eq(j["outcome"], "signaled", "%s", r.out.c_str());
+  cr_assert_eq(j["signal"], SIGXFSZ);
+  cr_assert(j["resource"].is_null() || j["resource"] == "", "%s", r.out.c_str());
+  std::string detail = j["detail"];
+  cr_assert(contains(detail, "no file in the workspace reached file_bytes (1000 bytes)") &&
+                contains(detail, "raised SIGXFSZ itself"),
+            "%s", detail.c_str());
+}

@@ -108,4 +108,14 @@ void collect_declared_outputs(const std::vector<DeclaredOutput>& outputs, const 
 void collect_run_outputs(const Request& request, const Limits& limits, const Workspace& workspace, Result& result,
                          const SecretSet* secrets);
 
+// Whether a regular file of at least `bytes` bytes is in the workspace
+// (home/ and tmp/ included), found by the same walk as list() (openat2
+// beneath it, no symlink followed, at most `max_walk_entries` entries and
+// kMaxWalkDepth levels). finish_run's evidence that a SIGXFSZ death was the
+// file_bytes limit: RLIMIT_FSIZE cuts a write at the limit, so a program
+// stopped while writing a file leaves it exactly that long, while a program
+// that raised SIGXFSZ itself leaves nothing that size. An error reads as no.
+bool workspace_has_file_of(const Workspace& workspace, std::uint64_t bytes,
+                           std::uint64_t max_walk_entries = 100000);
+
 }  // namespace corral

@@ -155,6 +155,12 @@ struct RunEnd {
   // The supervisor's CPU watch found the run at its cpu_seconds and killed
   // it (SIGKILL): killed_resource, resource cpu_seconds.
   bool cpu_limit_hit = false;
+  // A SIGXFSZ death with evidence of the file_bytes limit: a file in the
+  // workspace at least file_bytes long (workspace_has_file_of), set by
+  // finish_run. The kernel's SIGXFSZ and one a program sends itself carry
+  // the same siginfo (SI_USER, its own pid), so without it classify_outcome
+  // says `signaled`.
+  bool file_limit_reached = false;
   // At a wall_seconds kill, how long the program had waited for a CPU
   // (runqueue_wait_seconds; process tiers): a run starved by the host's
   // load, not one that hung.
