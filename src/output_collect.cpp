@@ -81,9 +81,7 @@ class WithholdSecretNames final : public OutputSource {
     return listed;
   }
   Expected<std::optional<std::uint64_t>> stat(std::string_view name) override { return inner_.stat(name); }
-  Expected<std::string> read(std::string_view name, std::uint64_t at_most) override {
-    return inner_.read(name, at_most);
-  }
+  Expected<std::unique_ptr<OutputReader>> open(std::string_view name) override { return inner_.open(name); }
   const std::vector<std::string>& withheld() const { return withheld_; }
 
  private:
@@ -194,7 +192,29 @@ Expected<std::optional<std::uint64_t>> WorkspaceOutputSource::stat(std::string_v
   return std::optional<std::uint64_t>{static_cast<std::uint64_t>(st.st_size)};
 }
 
-Expected<std::string> WorkspaceOutputSource::read(std::string_view name, std::uint64_t at_most) {
+namespace {
+
+// A workspace file opened by WorkspaceOutputSource::open: the fd that was
+// checked, read as it is (the transfer's buffer bounds what it holds).
+class FdReader final : public OutputReader {
+ public:
+  FdReader(UniqueFd fd, std::string name) : fd_(std::move(fd)), name_(std::move(name)) {}
+  Expected<std::size_t> read(std::span<char> buf) override {
+    for (;;) {
+      ssize_t n = ::read(fd_.get(), buf.data(), buf.size());
+      if (n >= 0) return static_cast<std::size_t>(n);
+      if (errno != EINTR) return Error::from_errno(errno, "read " + q(name_));
+    }
+  }
+
+ private:
+  UniqueFd fd_;
+  std::string name_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<OutputReader>> WorkspaceOutputSource::open(std::string_view name) {
   // O_NONBLOCK: a fifo swapped in since stat() must not block the supervisor.
   auto fd = open_beneath(workspace_.dirfd(), name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
   if (!fd) return std::move(fd).error();
@@ -202,17 +222,7 @@ Expected<std::string> WorkspaceOutputSource::read(std::string_view name, std::ui
   if (::fstat(fd->get(), &st) != 0) return Error::from_errno(errno, "fstat " + q(name));
   if (!S_ISREG(st.st_mode)) return Error(EPERM, q(name) + " is no longer a regular file");
   if (Status ok = check_single_link(st, name); !ok) return ok.error();
-  std::string out;
-  char buf[65536];
-  while (out.size() < at_most) {
-    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(sizeof buf, at_most - out.size()));
-    ssize_t n = ::read(fd->get(), buf, want);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Error::from_errno(errno, "read " + q(name));
-    if (n == 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
+  return std::unique_ptr<OutputReader>(std::make_unique<FdReader>(std::move(*fd), std::string(name)));
 }
 
 void collect_declared_outputs(const std::vector<DeclaredOutput>& outputs, const TransferLimits& limits,
@@ -245,7 +255,9 @@ void collect_declared_outputs(const std::vector<DeclaredOutput>& outputs, const 
     for (const auto& d : delivered)
       result.artifacts.push_back({d.name, d.bytes, d.sha256, d.landed ? d.landed->location : std::string()});
   };
-  TransferResult moved = transfer(outputs, limits, source, sink ? &*sink : nullptr);
+  // Streamed: a file costs the transfer's buffer, not its size; a consumed
+  // output is listed with its size and digest, its bytes are not kept.
+  TransferResult moved = transfer(outputs, limits, source, sink ? &*sink : nullptr, Consumed::digest_only);
   for (const auto& name : source.withheld())
     result.artifact_notes.push_back("outputs: " + printable_name(name) + ": its name contains a secret's value; not delivered");
   for (const auto& note : workspace_source.notes()) result.artifact_notes.push_back("outputs: " + note);

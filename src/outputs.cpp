@@ -2,6 +2,7 @@
 
 #include "corral/capture.hpp"
 #include "corral/names.hpp"
+#include "corral/sha256.hpp"
 
 #include <utf8proc.h>
 
@@ -104,9 +105,16 @@ struct Planned {
   std::string source_path;
   std::string landing;
   std::uint64_t size = 0;
-  std::string content;   // filled in phase 3
+  // Filled in phase 3: the digest, the sink's writer holding the bytes
+  // (land), or the bytes themselves (consume, when the caller keeps them).
+  std::string sha256;
+  std::unique_ptr<SinkWriter> writer;
+  std::string content;
   bool skipped = false;  // phase 3 found it gone, refused or changed
 };
+
+// The read buffer: a transfer holds this much of a file at a time.
+constexpr std::size_t kChunk = 64 * 1024;
 
 class Transfer {
  public:
@@ -208,31 +216,66 @@ class Transfer {
                            ", over max_total_bytes (" + std::to_string(limits_.max_total_bytes) +
                            ")");
       total_ += bytes;
-      planned_.push_back(Planned{&output, std::move(file), std::move(landing), bytes, {}});
+      planned_.push_back(Planned{&output, std::move(file), std::move(landing), bytes, {}, {}, {}, false});
     }
     return still_required(output);
   }
 
   std::vector<SkippedOutput> take_skipped() { return std::move(skipped_); }
 
-  // Phase 3: read everything, sizes checked again. A file that is gone,
-  // refused or changed since its stat is skipped on its own (an output the
-  // route requires refuses the transfer instead).
-  std::optional<TransferError> read_all(const std::vector<DeclaredOutput>& outputs) {
+  // Phase 3: read everything, sizes checked again, each file streamed
+  // through one buffer into its digest and its sink writer (nothing lands
+  // before phase 4). A file that is gone, refused or changed since its stat
+  // is skipped on its own (an output the route requires refuses the
+  // transfer instead), its writer dropped with what it held.
+  std::optional<TransferError> read_all(const std::vector<DeclaredOutput>& outputs, Sink* sink, Consumed consumed) {
+    std::vector<char> buf(kChunk);
     for (auto& p : planned_) {
       std::string label = output_label(*p.output);
-      auto bytes = source_.read(p.source_path, p.size + 1);
-      if (!bytes) {
-        int code = bytes.error().code();
+      auto refuse_or_skip = [&](const Error& e, const std::string& what) -> std::optional<TransferError> {
+        int code = e.code();
         if (code != EPERM && code != ENOENT)
           return failure(TransferErrorKind::source_failed, code,
-                         label + ": read " + quote_input(p.source_path) + ": " + bytes.error().message());
-        if (auto refused = skip_planned(p, TransferErrorKind::required_missing, code,
-                                        "read " + quote_input(p.source_path) + ": " + bytes.error().message()))
-          return refused;
+                         label + ": " + what + " " + quote_input(p.source_path) + ": " + e.message());
+        return skip_planned(p, TransferErrorKind::required_missing, code,
+                            what + " " + quote_input(p.source_path) + ": " + e.message());
+      };
+      auto reader = source_.open(p.source_path);
+      if (!reader) {
+        if (auto refused = refuse_or_skip(reader.error(), "read")) return refused;
         continue;
       }
-      std::uint64_t got = bytes->size();
+      const bool lands = p.output->disposition == Disposition::land;
+      std::unique_ptr<SinkWriter> writer;
+      if (lands) {
+        auto begun = sink->begin(p.landing, p.output->media_type);
+        if (!begun) return sink_failed(p, begun.error());
+        writer = std::move(*begun);
+      }
+      const bool keep = !lands && consumed == Consumed::content;
+      Sha256 digest;
+      std::uint64_t got = 0;
+      std::optional<Error> read_error;
+      // One byte more than the stat said, to see a file that grew.
+      while (got <= p.size) {
+        std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), p.size + 1 - got));
+        auto n = (*reader)->read(std::span<char>(buf.data(), want));
+        if (!n) {
+          read_error = n.error();
+          break;
+        }
+        if (*n == 0) break;
+        std::string_view chunk(buf.data(), *n);
+        got += *n;
+        digest.update(chunk);
+        if (writer)
+          if (Status st = writer->write(chunk); !st) return sink_failed(p, st.error());
+        if (keep) p.content.append(chunk);
+      }
+      if (read_error) {
+        if (auto refused = refuse_or_skip(*read_error, "read")) return refused;
+        continue;
+      }
       if (got > p.size && got > limits_.max_bytes_per_file) {
         if (auto refused = skip_planned(p, TransferErrorKind::cap_exceeded, EFBIG,
                                         quote_input(p.source_path) +
@@ -250,7 +293,10 @@ class Transfer {
           return refused;
         continue;
       }
-      p.content = std::move(*bytes);
+      if (writer)
+        if (Status st = writer->finish(); !st) return sink_failed(p, st.error());
+      p.sha256 = digest.hex_digest();
+      p.writer = std::move(writer);
     }
     std::erase_if(planned_, [](const Planned& p) { return p.skipped; });
     for (const auto& output : outputs)
@@ -258,8 +304,8 @@ class Transfer {
     return std::nullopt;
   }
 
-  // Phase 4: deliver in order. Only the sink's own failure can stop it.
-  TransferResult deliver_all(Sink* sink) {
+  // Phase 4: land in order. Only the sink's own failure can stop it.
+  TransferResult deliver_all() {
     std::vector<Delivered> delivered;
     for (auto& p : planned_) {
       Delivered d;
@@ -268,20 +314,17 @@ class Transfer {
       d.media_type = p.output->media_type;
       d.disposition = p.output->disposition;
       d.bytes = p.size;
-      d.sha256 = sha256_hex(p.content);
+      d.sha256 = p.sha256;
       if (p.output->disposition == Disposition::consume) {
         d.content = std::move(p.content);
       } else {
-        Artifact artifact{p.landing, p.output->media_type, std::move(p.content), d.sha256};
-        auto landed = sink->deliver(artifact);
+        auto landed = p.writer->commit(d.sha256);
+        p.writer.reset();
         if (!landed) {
-          std::string done;
-          for (const auto& before : delivered) done += (done.empty() ? "" : ", ") + quote_input(before.name);
-          TransferError error = failure(
-              TransferErrorKind::delivery_failed, landed.error().code(),
-              output_label(*p.output) + ": deliver " + quote_input(p.landing) + ": " +
-                  landed.error().message() + " (delivered before it: " +
-                  (done.empty() ? std::string("none") : done) + ")");
+          TransferError error = failure(TransferErrorKind::delivery_failed, landed.error().code(),
+                                        output_label(*p.output) + ": deliver " + quote_input(p.landing) + ": " +
+                                            landed.error().message() + " (delivered before it: " +
+                                            names_of(delivered) + ")");
           error.delivered_before = std::move(delivered);
           return error;
         }
@@ -295,6 +338,19 @@ class Transfer {
  private:
   const TransferLimits& limits_;
   OutputSource& source_;
+
+  static std::string names_of(const std::vector<Delivered>& delivered) {
+    std::string done;
+    for (const auto& before : delivered) done += (done.empty() ? "" : ", ") + quote_input(before.name);
+    return done.empty() ? std::string("none") : done;
+  }
+  // The sink failed while a file was written into it (phase 3): nothing
+  // was landed yet.
+  TransferError sink_failed(const Planned& p, const Error& e) const {
+    return failure(TransferErrorKind::delivery_failed, e.code(),
+                   output_label(*p.output) + ": deliver " + quote_input(p.landing) + ": " + e.message() +
+                       " (delivered before it: none)");
+  }
   void skip(const std::string& match, std::string why) {
     skipped_.push_back(SkippedOutput{match, std::move(why) + "; not delivered"});
   }
@@ -381,7 +437,7 @@ Status validate_declaration(const std::vector<DeclaredOutput>& outputs, bool glo
 }
 
 TransferResult transfer(const std::vector<DeclaredOutput>& outputs, const TransferLimits& limits,
-                        OutputSource& source, Sink* sink) {
+                        OutputSource& source, Sink* sink, Consumed consumed) {
   // Phase 1: the declaration alone.
   if (!sink) {
     for (const auto& output : outputs)
@@ -401,11 +457,11 @@ TransferResult transfer(const std::vector<DeclaredOutput>& outputs, const Transf
   for (const auto& output : outputs)
     if (auto problem = t.plan(output)) return finish(std::move(*problem));
 
-  // Phase 3: read everything.
-  if (auto problem = t.read_all(outputs)) return finish(std::move(*problem));
+  // Phase 3: read everything (into the sink's writers, not landed yet).
+  if (auto problem = t.read_all(outputs, sink, consumed)) return finish(std::move(*problem));
 
   // Phase 4: deliver.
-  return finish(t.deliver_all(sink));
+  return finish(t.deliver_all());
 }
 
 std::string sha256_hex(std::string_view bytes) { return Sha256::hex_of(bytes); }

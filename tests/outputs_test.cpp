@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <map>
 
 #include "support.hpp"
@@ -48,15 +49,32 @@ class FakeSource final : public OutputSource {
     if (!it->second.size_known) return std::optional<std::uint64_t>{};
     return std::optional<std::uint64_t>{it->second.bytes.size()};
   }
-  Expected<std::string> read(std::string_view name, std::uint64_t at_most) override {
+  Expected<std::unique_ptr<OutputReader>> open(std::string_view name) override {
     note("read:" + std::string(name));
-    last_at_most = at_most;
+    last_at_most = 0;
     auto it = files.find(std::string(name));
     if (it == files.end()) return Error(ENOENT, "no such file");
-    std::string bytes = it->second.bytes + std::string(it->second.grows_by, 'g');
-    if (bytes.size() > at_most) bytes.resize(at_most);
-    return bytes;
+    return std::unique_ptr<OutputReader>(
+        std::make_unique<Reader>(it->second.bytes + std::string(it->second.grows_by, 'g'), last_at_most));
   }
+  // The file's bytes; last_at_most is how far into the file the transfer
+  // asked to read (the offset plus the buffer it gave).
+  class Reader final : public OutputReader {
+   public:
+    Reader(std::string bytes, std::uint64_t& furthest) : bytes_(std::move(bytes)), furthest_(furthest) {}
+    Expected<std::size_t> read(std::span<char> buf) override {
+      furthest_ = std::max<std::uint64_t>(furthest_, at_ + buf.size());
+      std::size_t n = std::min(buf.size(), bytes_.size() - at_);
+      std::copy_n(bytes_.data() + at_, n, buf.data());
+      at_ += n;
+      return n;
+    }
+
+   private:
+    std::string bytes_;
+    std::size_t at_ = 0;
+    std::uint64_t& furthest_;
+  };
   std::uint64_t last_at_most = 0;
 
  private:

@@ -3,6 +3,9 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <filesystem>
+
 #include "corral/outputs.hpp"
 #include "support.hpp"
 
@@ -160,7 +163,18 @@ Test(sink, a_transfer_through_a_poisoned_root_reports_what_landed) {
     Expected<std::optional<std::uint64_t>> stat(std::string_view) override {
       return std::optional<std::uint64_t>{2};
     }
-    Expected<std::string> read(std::string_view, std::uint64_t) override { return std::string("ok"); }
+    struct Ok final : OutputReader {
+      std::string_view left = "ok";
+      Expected<std::size_t> read(std::span<char> buf) override {
+        std::size_t n = std::min(buf.size(), left.size());
+        left.copy(buf.data(), n);
+        left.remove_prefix(n);
+        return n;
+      }
+    };
+    Expected<std::unique_ptr<OutputReader>> open(std::string_view) override {
+      return std::unique_ptr<OutputReader>(std::make_unique<Ok>());
+    }
   } source;
   auto sink = open_sink(root.path());
   auto r = transfer({DeclaredOutput{"a.txt", "text/plain", true, "", Disposition::land},
@@ -171,4 +185,30 @@ Test(sink, a_transfer_through_a_poisoned_root_reports_what_landed) {
   cr_assert(r.error().message().find("delivered before it: 'a.txt'") != std::string::npos, "%s",
             r.error().message().c_str());
   cr_assert(!exists(outside / "b.txt"));
+}
+
+// A writer streams into a temporary file in the root: dropped before its
+// commit it leaves nothing, committed it lands whole under its name (its
+// parents made only then).
+Test(sink, a_streamed_artifact_lands_only_at_commit_and_leaves_nothing_when_dropped) {
+  TempDir root;
+  auto sink = open_sink(root.path());
+  {
+    auto dropped = sink.begin("gone/a.txt", "text/plain");
+    cr_assert(dropped.ok(), "%s", dropped.error().message().c_str());
+    cr_assert((*dropped)->write("half").ok());
+  }
+  cr_assert(std::filesystem::is_empty(root.path()), "a dropped writer left something in the root");
+  auto w = sink.begin("d/e/b.txt", "text/plain");
+  cr_assert(w.ok(), "%s", w.error().message().c_str());
+  for (int i = 0; i < 3; ++i) cr_assert((*w)->write("abc").ok());
+  cr_assert(!exists(root / "d"), "a parent was made before the commit");
+  cr_assert((*w)->finish().ok());
+  auto landed = (*w)->commit("");
+  cr_assert(landed.ok(), "%s", landed.error().message().c_str());
+  cr_assert_eq(landed->bytes, 9u);
+  cr_assert_eq(corral_test::read_file(root / "d/e/b.txt"), "abcabcabc");
+  std::size_t entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(root.path())) entries += e.path().filename() == "d" ? 0 : 1;
+  cr_assert_eq(entries, 0u, "a temporary file was left in the root");
 }

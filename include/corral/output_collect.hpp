@@ -47,7 +47,8 @@ namespace corral {
 //               absent; EPERM for a symlink (never followed) and for a hard
 //               link (st_nlink > 1: it may be a host file the program could
 //               not read)
-//   read(...)   through the fd that was checked, at most `at_most` bytes
+//   open(name)  the fd that was checked (a regular file, one link), read
+//               by the transfer a buffer at a time
 // The walk behind list() gives up (E2BIG) past max_walk_entries directory
 // entries, and does not enter a directory more than kMaxWalkDepth levels
 // below the root: it says so once per glob in notes() and lists the rest.
@@ -67,7 +68,7 @@ class WorkspaceOutputSource final : public OutputSource {
 
   Expected<std::vector<std::string>> list(std::string_view glob) override;
   Expected<std::optional<std::uint64_t>> stat(std::string_view name) override;
-  Expected<std::string> read(std::string_view name, std::uint64_t at_most) override;
+  Expected<std::unique_ptr<OutputReader>> open(std::string_view name) override;
   // What list() left out and why, e.g. "output '**/x': directories more
   // than 256 levels deep are not searched (...)"; unmasked (the caller
   // masks secrets, as for every artifact note).

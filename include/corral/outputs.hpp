@@ -7,10 +7,18 @@
 //      a sink present when any output lands;
 //   2. stat: every declared output found (or skipped when optional), its
 //      size known, per-file, total and count caps checked;
-//   3. read: every file read, its size checked again;
-//   4. deliver: to the sink, in declaration order.
-// Every refusal the policy can make happens in phases 1-3; phase 4 can only
-// fail on the sink's own I/O, and then the error lists what was delivered.
+//   3. read: every file read, its size checked again, and streamed as it
+//      is read (a fixed 64 KiB buffer, whatever the file's size) into the
+//      SHA-256 and into the sink's writer (SinkWriter: a temporary file for
+//      FilesystemSink), where nothing shows under a landing name yet;
+//   4. deliver: each writer committed (renamed into place), in declaration
+//      order.
+// Every refusal the policy can make happens in phases 1-3; the sink can
+// fail in phase 3 (writing) with nothing delivered, and in phase 4, and
+// then the error lists what was delivered. corral's memory for a transfer
+// is the buffer and the names, not the files: a 1 GiB artifact costs no
+// more than a small one (a `consume` output's bytes excepted, when the
+// caller keeps them: Consumed::content).
 // A file is judged on its own, as `corral run --output` judges each file:
 // a glob's match whose name no destination may hold, or that would be the
 // same file at the destination as an output already planned (a declared
@@ -25,7 +33,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -83,6 +93,15 @@ Status check_collisions(const std::vector<std::string>& landing_names);
 // landing names. Used by the route gate and by transfer() phase 1.
 Status validate_declaration(const std::vector<DeclaredOutput>& outputs, bool globs_allowed);
 
+// One file of an OutputSource, read front to back.
+class OutputReader {
+ public:
+  virtual ~OutputReader() = default;
+  // Up to buf.size() bytes into buf; 0 at the end of the file. An Error
+  // is the source failing.
+  virtual Expected<std::size_t> read(std::span<char> buf) = 0;
+};
+
 // What the run's outputs look like from outside. Names are relative paths.
 class OutputSource {
  public:
@@ -95,10 +114,9 @@ class OutputSource {
   // (a hard link out of a workspace; the message says why); any other
   // Error is the source failing.
   virtual Expected<std::optional<std::uint64_t>> stat(std::string_view name) = 0;
-  // At most `at_most` bytes of the file (the transfer asks for one more
-  // byte than it expects, to see a file that grew). ENOENT and EPERM as
-  // for stat().
-  virtual Expected<std::string> read(std::string_view name, std::uint64_t at_most) = 0;
+  // The file opened for reading (the transfer reads one more byte than it
+  // expects, to see a file that grew). ENOENT and EPERM as for stat().
+  virtual Expected<std::unique_ptr<OutputReader>> open(std::string_view name) = 0;
 };
 
 enum class TransferErrorKind : std::uint8_t {
@@ -122,7 +140,7 @@ struct Delivered {
   Disposition disposition = Disposition::land;
   std::uint64_t bytes = 0;
   std::string sha256;               // lowercase hex
-  std::string content;              // the bytes, for `consume` only
+  std::string content;              // the bytes, for `consume` under Consumed::content only
   std::optional<Landed> landed;     // for `land` only
 };
 
@@ -167,9 +185,15 @@ class [[nodiscard]] TransferResult {
   std::vector<SkippedOutput> skipped_;
 };
 
+// What a `consume` output returns: its bytes in Delivered::content (held
+// in memory, up to max_bytes_per_file each), or only its size and SHA-256
+// (read through the fixed buffer like a landing output: the collector's
+// choice, output_collect.hpp).
+enum class Consumed : std::uint8_t { content, digest_only };
+
 // Runs the four phases above. `sink` may be null when no output lands.
 TransferResult transfer(const std::vector<DeclaredOutput>& outputs, const TransferLimits& limits,
-                        OutputSource& source, Sink* sink);
+                        OutputSource& source, Sink* sink, Consumed consumed = Consumed::content);
 
 // Lowercase hex SHA-256 of `bytes` (OpenSSL libcrypto).
 std::string sha256_hex(std::string_view bytes);

@@ -1,6 +1,7 @@
-// Where collected outputs land. A Sink receives one artifact at a time, after
-// every declared output was stat'ed, capped and read (outputs.hpp), so a
-// sink only ever sees artifacts that passed every policy check.
+// Where collected outputs land. A Sink receives one artifact at a time
+// (outputs.hpp): each is written as it is read, and landed (commit) only
+// after every declared output was stat'ed, capped and read, so a sink only
+// ever lands artifacts that passed every policy check.
 //
 // FilesystemSink writes under one root directory and cannot be led out of
 // it: each parent is opened with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)
@@ -10,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
 
 #include "corral/fd.hpp"
 #include "corral/status.hpp"
@@ -33,10 +36,29 @@ struct Landed {
   std::uint64_t bytes = 0;
 };
 
+// One artifact on its way in, a chunk at a time (the transfer streams a
+// file of any size through a fixed buffer: outputs.hpp). Nothing shows
+// under the landing name before commit(); a writer destroyed uncommitted
+// leaves nothing behind.
+class SinkWriter {
+ public:
+  virtual ~SinkWriter() = default;
+  virtual Status write(std::string_view bytes) = 0;
+  // Every byte was given: what the writer holds open may be closed (a
+  // transfer holds up to max_files writers until it commits them).
+  virtual Status finish() = 0;
+  // Lands the bytes under the name begin() was given.
+  virtual Expected<Landed> commit(const std::string& sha256) = 0;
+};
+
 class Sink {
  public:
   virtual ~Sink() = default;
   virtual Expected<Landed> deliver(const Artifact& artifact) = 0;
+  // A writer for artifact `name`. The default gathers the bytes in memory
+  // and calls deliver() at commit (enough for a sink of small artifacts);
+  // FilesystemSink streams them into a file instead.
+  virtual Expected<std::unique_ptr<SinkWriter>> begin(const std::string& name, const std::string& media_type);
 };
 
 class FilesystemSink final : public Sink {
@@ -56,15 +78,20 @@ class FilesystemSink final : public Sink {
   // redirect writes.
   static Expected<FilesystemSink> open(const std::string& root, Existing existing = Existing::refuse);
 
-  // Creates missing parents (mode 0755 before umask) and writes the file
-  // (0644 before umask) through a temporary name in the same directory, then
-  // renames it into place, so a failed write never leaves a partial file
-  // under the landing name.
+  // Writes the file (0644 before umask) under a temporary name in the
+  // root, then creates missing parents (mode 0755 before umask) and renames
+  // it into place, so a failed write never leaves a partial file under the
+  // landing name. deliver() is begin(), one write() and commit().
   Expected<Landed> deliver(const Artifact& artifact) override;
+  // The same a chunk at a time: only the temporary file grows, corral's
+  // memory does not. The temporary file is removed when the writer is
+  // dropped uncommitted.
+  Expected<std::unique_ptr<SinkWriter>> begin(const std::string& name, const std::string& media_type) override;
 
   const std::string& root() const { return root_; }
 
  private:
+  class Writer;
   FilesystemSink(std::string root, UniqueFd fd, Existing existing)
       : root_(std::move(root)), root_fd_(std::move(fd)), existing_(existing) {}
 
