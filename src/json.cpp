@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <set>
 #include <utility>
 #include <vector>
@@ -221,7 +222,11 @@ Expected<std::string> base64_decode(std::string_view text) {
 
 // Every key is present in every Result (schema/result.schema.json): one that
 // does not apply to this outcome is null, a list with nothing in it is [].
-std::string result_to_json(const Result& r, long line) {
+namespace {
+
+// result_to_json's object with the streams' values empty: ResultJson fills
+// them in as it writes.
+std::string result_skeleton(const Result& r, long line) {
   json j;
   j["schema_version"] = kResultSchemaVersion;
   j["id"] = r.id.empty() ? json(nullptr) : json(r.id);
@@ -241,10 +246,11 @@ std::string result_to_json(const Result& r, long line) {
   j["error"] = failed ? json(to_utf8_lossy(r.detail.substr(0, r.detail.find("; ")))) : json(nullptr);
   auto stream = [&](const char* name, const CapturedStream& c) {
     std::string n(name);
-    j[n] = to_utf8_lossy(c.text);
+    // to_utf8_lossy(c.text), made by ResultJson a part at a time.
+    j[n] = "";
     // The kept bytes exactly (secrets already masked as ***), for a judge
     // that compares bytes: the text above replaces invalid UTF-8.
-    if (r.binary_output) j[n + "_b64"] = base64_encode(c.text);
+    if (r.binary_output) j[n + "_b64"] = "";
     j[n + "_bytes"] = c.bytes;
     j[n + "_truncated"] = c.truncated;
     j[n + "_sha256"] = c.sha256;
@@ -282,6 +288,106 @@ std::string result_to_json(const Result& r, long line) {
   if (!r.timings.exec) timings["exec"] = nullptr;  // tier container: not measured
   j["timings"] = std::move(timings);
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// How much of a stream one part takes: 64 KiB is at most 384 KiB of JSON
+// (every byte a NUL, \u0000).
+constexpr std::size_t kPartBytes = 64 * 1024;
+
+// Where a part of `text` from `from` may end: not inside a character
+// to_utf8_lossy would read whole. A byte that is not a continuation byte
+// (10xxxxxx) always starts what to_utf8_lossy reads next; failing one in the
+// last four bytes, no character (at most four bytes) spans the cut.
+std::size_t cut_at(std::string_view text, std::size_t from, std::size_t want) {
+  std::size_t end = from + want;
+  if (end >= text.size()) return text.size();
+  for (std::size_t back = 0; back < 4 && end - back > from; ++back)
+    if ((static_cast<unsigned char>(text[end - back]) & 0xC0) != 0x80) return end - back;
+  return end;
+}
+
+}  // namespace
+
+ResultJson::ResultJson(const Result& r, long line, bool borrow,
+                       const std::function<std::string(std::string_view)>& tag)
+    : skeleton_(result_skeleton(r, line)) {
+  if (tag) skeleton_ = tag(skeleton_);
+  const CapturedStream* streams[2] = {&r.stdout_capture, &r.stderr_capture};
+  for (int i = 0; i < 2; ++i) {
+    if (borrow) {
+      text_[i] = streams[i]->text;
+    } else {
+      owned_[i] = streams[i]->text;
+      text_[i] = owned_[i];
+    }
+  }
+  // A key's `"name":""` with raw quotes occurs once: inside a string value
+  // every quote is escaped, and these keys are top-level keys of ours.
+  auto place = [&](const char* key, int stream, bool base64) {
+    std::string pattern = std::string("\"") + key + "\":\"\"";
+    auto at = skeleton_.find(pattern);
+    if (at != std::string::npos) slots_.push_back({at + pattern.size() - 1, stream, base64});
+  };
+  place("stdout", 0, false);
+  place("stderr", 1, false);
+  if (r.binary_output) {
+    place("stdout_b64", 0, true);
+    place("stderr_b64", 1, true);
+  }
+  std::sort(slots_.begin(), slots_.end(), [](const Slot& a, const Slot& b) { return a.at < b.at; });
+}
+
+std::string ResultJson::part(const Slot& slot, std::size_t from, std::size_t& next_from) const {
+  std::string_view text = text_[slot.stream];
+  if (slot.base64) {
+    // Whole groups of three bytes until the last part: the parts' base64 is
+    // the whole's.
+    std::size_t take = std::min(kPartBytes - kPartBytes % 3, text.size() - from);
+    next_from = from + take;
+    return base64_encode(text.substr(from, take));
+  }
+  next_from = cut_at(text, from, kPartBytes);
+  std::string escaped = json(to_utf8_lossy(text.substr(from, next_from - from)))
+                            .dump(-1, ' ', false, json::error_handler_t::replace);
+  return escaped.substr(1, escaped.size() - 2);  // the quotes are the skeleton's
+}
+
+std::string ResultJson::next() {
+  while (slot_ < slots_.size()) {
+    const Slot& slot = slots_[slot_];
+    if (skeleton_pos_ < slot.at) {
+      std::string out = skeleton_.substr(skeleton_pos_, slot.at - skeleton_pos_);
+      skeleton_pos_ = slot.at;
+      return out;
+    }
+    if (text_pos_ < text_[slot.stream].size()) {
+      std::size_t next_from = 0;
+      std::string out = part(slot, text_pos_, next_from);
+      text_pos_ = next_from;
+      if (!out.empty()) return out;
+      continue;
+    }
+    ++slot_;
+    text_pos_ = 0;
+  }
+  std::string out = skeleton_.substr(std::min(skeleton_pos_, skeleton_.size()));
+  skeleton_pos_ = skeleton_.size();
+  return out;
+}
+
+std::uint64_t ResultJson::size() const {
+  std::uint64_t total = skeleton_.size();
+  for (const Slot& slot : slots_)
+    for (std::size_t from = 0, next_from = 0; from < text_[slot.stream].size(); from = next_from)
+      total += part(slot, from, next_from).size();
+  return total;
+}
+
+std::string result_to_json(const Result& r, long line) {
+  ResultJson made(r, line, /*borrow=*/true);
+  std::string out;
+  for (std::string part = made.next(); !part.empty(); part = made.next()) out += part;
+  return out;
 }
 
 Status check_json_depth(std::string_view text) {

@@ -4,7 +4,9 @@
 // use almost no memory themselves (a sparse file, a pipe of NULs), so the
 // peak is corral's.
 //   - declared outputs are streamed (collected and landed a buffer at a
-//     time): a 1 GiB artifact cost ~1 GiB when it was read whole.
+//     time): a 1 GiB artifact cost ~1 GiB when it was read whole;
+//   - `--json` writes a Result's streams as it escapes them: a stdout of
+//     NULs (6 bytes each as \u0000) cost ~13x the capture cap.
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -14,9 +16,12 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "corral/capture.hpp"
+#include "corral/json.hpp"
 #include "corral/sha256.hpp"
 #include "support.hpp"
 
@@ -112,3 +117,91 @@ Test(memory_bounds, a_256_mib_artifact_lands_in_bounded_memory) {
   cr_assert_lt(m.max_rss_kb, 64 * kMiB, "corral peaked at %ld KiB landing a 256 MiB artifact", m.max_rss_kb);
 }
 
+// ---- --json of a Result
+
+namespace {
+
+// `corral run --json` of a program that writes the stdout cap's worth (16
+// MiB by default) of `byte`; the Result's stdout must be `each` per byte.
+void expect_json_in_bounded_memory(const std::string& tr, const std::string& each) {
+  const std::size_t cap = 16u << 20;
+  Measured m = run_corral({"run", "--json", "--tier", "none", "--", "sh", "-c",
+                       "head -c " + std::to_string(cap) + " /dev/zero" + tr});
+  cr_assert_eq(m.code, 0, "exit %d: %s", m.code, m.err.c_str());
+  json j = json::parse(m.out);
+  std::string got = j["stdout"];
+  cr_assert_eq(got.size(), cap * each.size());
+  cr_assert_eq(got.compare(0, each.size(), each), 0);
+  cr_assert_eq(got.compare(got.size() - each.size(), each.size(), each), 0);
+  cr_assert_eq(j["stdout_bytes"], cap);
+  // The capture holds the cap (16 MiB); the JSON is written as it is made.
+  cr_assert_lt(m.max_rss_kb, 64 * kMiB, "corral peaked at %ld KiB writing %zu bytes of JSON", m.max_rss_kb,
+               m.out.size());
+}
+
+}  // namespace
+
+// Each NUL is 6 bytes of JSON (\u0000): 96 MiB of text, built whole and
+// copied before (~13x the cap: 210 MB of RSS).
+Test(memory_bounds, json_of_a_stdout_of_nul_bytes_is_written_in_bounded_memory) {
+  expect_json_in_bounded_memory("", std::string(1, '\0'));
+}
+
+// Each invalid byte is U+FFFD (3 bytes).
+Test(memory_bounds, json_of_a_stdout_of_invalid_utf8_is_written_in_bounded_memory) {
+  expect_json_in_bounded_memory(" | tr '\\0' '\\377'", "\xEF\xBF\xBD");
+}
+
+// A batch result line the same: made as the ring writes it.
+Test(memory_bounds, a_batch_result_line_of_nul_bytes_is_written_in_bounded_memory) {
+  TempDir dir;
+  write_file(dir / "jobs",
+             R"({"id":"nul","tier":"none","argv":["head","-c","16777216","/dev/zero"]})" "\n"
+             R"({"id":"bad","tier":"none","argv":["sh","-c","head -c 16777216 /dev/zero | tr '\\0' '\\377'"]})" "\n");
+  Measured m = run_corral({"batch", "--parallel", "1", dir / "jobs"});
+  cr_assert_eq(m.code, 0, "exit %d: %s", m.code, m.err.c_str());
+  std::istringstream lines(m.out);
+  std::size_t n = 0;
+  for (std::string line; std::getline(lines, line); ++n) {
+    json j = json::parse(line);
+    cr_assert_eq(j["outcome"], "exited", "%s", j["detail"].dump().c_str());
+    cr_assert_eq(j["stdout"].get<std::string>().size(), j["id"] == "nul" ? 16u << 20 : 48u << 20);
+  }
+  cr_assert_eq(n, 2u);
+  cr_assert_lt(m.max_rss_kb, 96 * kMiB, "corral batch peaked at %ld KiB", m.max_rss_kb);
+}
+
+// The parts joined are the text a whole conversion makes: characters and
+// ill-formed sequences across the 64 KiB part edges, stdout and stderr,
+// with and without base64.
+Test(memory_bounds, result_json_parts_are_the_whole_text) {
+  std::string text;
+  const std::string pieces[] = {"\xE2\x82\xAC", "\xF0\x9F\x98\x80", "\xE2\x82", "\x80\x80\x80\x80", "\xC3",
+                                "\xFF", "a", std::string(1, '\0'), "\"\\\n"};
+  // Each piece starting 0-3 bytes before a multiple of 64 KiB (a part edge).
+  std::size_t edge = 0;
+  for (const auto& p : pieces)
+    for (std::size_t before = 0; before < 4; ++before) {
+      ++edge;
+      text.append(65536 * edge - before - text.size(), 'x');
+      text += p;
+    }
+  corral::Result r;
+  r.stdout_capture.text = text;
+  r.stderr_capture.text = text.substr(7);
+  for (bool binary : {false, true}) {
+    r.binary_output = binary;
+    corral::ResultJson made(r, 3);
+    std::string joined;
+    std::size_t parts = 0;
+    for (std::string part = made.next(); !part.empty(); part = made.next(), ++parts) joined += part;
+    cr_assert_gt(parts, 8u);
+    cr_assert_eq(joined.size(), made.size());
+    json j = json::parse(joined);
+    cr_assert(j["stdout"] == corral::to_utf8_lossy(text));
+    cr_assert(j["stderr"] == corral::to_utf8_lossy(text.substr(7)));
+    cr_assert_eq(j["line"], 3);
+    if (binary) cr_assert(j["stdout_b64"] == corral::base64_encode(text));
+    cr_assert_eq(joined, corral::result_to_json(r, 3));
+  }
+}

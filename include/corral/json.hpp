@@ -2,9 +2,12 @@
 // output, audit). The field names are the CLI contract.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "corral/door.hpp"
 #include "corral/request.hpp"
@@ -58,6 +61,43 @@ Status check_json_depth(std::string_view text);
 // job's line number) sets "line"; "error" is the reason a job could not
 // start (spawn_failed), as in error_to_json.
 std::string result_to_json(const Result& result, long line = 0);
+
+// The same text made a part at a time, so that writing a Result costs a
+// part, not the text: a stdout of 16 MiB of NUL bytes is ~96 MiB of JSON
+// (each NUL is \u0000), which the old result_to_json built whole and then
+// copied. The captured streams are made valid UTF-8 and escaped as each
+// part is asked for (64 KiB of a stream at a time, cut where no character
+// spans); everything else is one small skeleton. The parts, joined, are
+// result_to_json's text byte for byte.
+class ResultJson {
+ public:
+  // `borrow`: the streams are read from `result`, which must outlive this;
+  // otherwise they are copied (a batch writes a line after its Result is
+  // gone). `tag`, when given, rewrites the skeleton first (a shard's fields
+  // spliced in: tag_shard_result), keeping its `"stdout":""` places.
+  ResultJson(const Result& result, long line, bool borrow = false,
+             const std::function<std::string(std::string_view)>& tag = {});
+  // The next part (at most ~400 KiB); empty once everything was given.
+  std::string next();
+  // The length of the whole text, in bytes (a pass over the streams, made
+  // as next() makes them, without keeping any).
+  std::uint64_t size() const;
+
+ private:
+  struct Slot {
+    std::size_t at;     // where in skeleton_ the value's text goes
+    int stream;         // 0 stdout, 1 stderr
+    bool base64;        // stdout_b64/stderr_b64
+  };
+  // The text of `slot` from `from` on: one part, and where the next starts.
+  std::string part(const Slot& slot, std::size_t from, std::size_t& next_from) const;
+
+  std::string skeleton_;
+  std::vector<Slot> slots_;
+  std::string owned_[2];
+  std::string_view text_[2];
+  std::size_t skeleton_pos_ = 0, slot_ = 0, text_pos_ = 0;
+};
 
 // Standard base64 (RFC 4648, '+' '/', '=' padding): stdin_b64 in a job,
 // stdout_b64/stderr_b64 in a Result. Decoding refuses anything else,

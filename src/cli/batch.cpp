@@ -19,8 +19,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "cli.hpp"
 #include "corral/audit.hpp"
@@ -270,7 +272,7 @@ class Batch {
       if (cpu) cpu_.finished();
       if (r.outcome != Outcome::exited || r.exit_code != 0) ++failed_;
       ++outcomes_[static_cast<std::size_t>(r.outcome)];
-      emit(result_to_json(r, at), r.id, at);
+      emit_result(r, at);
       if (!session.empty()) sessions_.finished(session);
     };
     auto handle = sup_.submit(std::move(req), std::move(cb));
@@ -319,6 +321,22 @@ class Batch {
     }
     out_.write(line);
     queued_.push_back(Queued{out_.written() + out_.queued(), id, at});
+  }
+
+  // A Result's line made a part at a time as the ring writes it (ResultJson:
+  // its streams are escaped then, not held escaped whole).
+  void emit_result(const Result& r, long at) {
+    std::function<std::string(std::string_view)> tag;
+    if (options_.shard) tag = [this](std::string_view s) { return tag_shard_result(s, *options_.shard, options_.jobs_sha256); };
+    auto made = std::make_shared<ResultJson>(r, at, /*borrow=*/false, tag);
+    if (out_.error() != 0) return lost(r.id, at);
+    const std::uint64_t size = made->size() + 1;
+    out_.write_made(size, [made, newline = true]() mutable {
+      std::string part = made->next();
+      if (part.empty() && std::exchange(newline, false)) return std::string("\n");
+      return part;
+    });
+    queued_.push_back(Queued{out_.written() + out_.queued(), r.id, at});
   }
 
   // After a loop turn: results fully written are counted; a failed write

@@ -1,5 +1,6 @@
 #include "output.hpp"
 
+#include "corral/json.hpp"
 #include "corral/names.hpp"
 
 #include <unistd.h>
@@ -45,17 +46,51 @@ void RingWriter::write(std::string_view data) {
   // Small pieces (a line each) are joined into the last chunk when it is not
   // the one being written, so the ring sees few large writes.
   constexpr std::size_t kJoinBelow = 256 * 1024;
-  bool back_free = !chunks_.empty() && !(in_flight_ && chunks_.size() == 1);
-  if (back_free && chunks_.back().size() < kJoinBelow) chunks_.back().append(data);
-  else chunks_.emplace_back(data);
+  bool back_free = !chunks_.empty() && !(in_flight_ && chunks_.size() == 1) && !chunks_.back().more;
+  if (back_free && chunks_.back().bytes.size() < kJoinBelow) chunks_.back().bytes.append(data);
+  else chunks_.push_back(Chunk{std::string(data), {}, 0});
   queued_ += data.size();
   if (over()) was_over_ = true;
   kick();
 }
 
+void RingWriter::write_made(std::uint64_t size, std::function<std::string()> more) {
+  if (size == 0) return;
+  if (error_ != 0) {
+    lost_ += size;
+    return;
+  }
+  chunks_.push_back(Chunk{{}, std::move(more), size});
+  queued_ += size;
+  if (over()) was_over_ = true;
+  // A made chunk starts empty: its first part is made when it is the front
+  // (advance(), from kick() or done()).
+  kick();
+}
+
+void RingWriter::advance() {
+  while (!chunks_.empty() && offset_ >= chunks_.front().bytes.size()) {
+    Chunk& front = chunks_.front();
+    offset_ = 0;
+    if (front.more && front.unmade > 0) {
+      front.bytes = front.more();
+      // Never more than was promised (queued() counted it), never stuck:
+      // a maker that ends early leaves its count to be dropped.
+      if (front.bytes.size() > front.unmade) front.bytes.resize(static_cast<std::size_t>(front.unmade));
+      front.unmade -= front.bytes.size();
+      if (!front.bytes.empty()) return;
+      queued_ -= static_cast<std::size_t>(front.unmade);
+      lost_ += front.unmade;
+    }
+    chunks_.pop_front();
+  }
+}
+
 void RingWriter::kick() {
   if (in_flight_ || chunks_.empty() || error_ != 0) return;
-  std::string_view rest = std::string_view(chunks_.front()).substr(offset_);
+  advance();
+  if (chunks_.empty()) return;
+  std::string_view rest = std::string_view(chunks_.front().bytes).substr(offset_);
   // The front chunk is not touched while the ring writes from it: write()
   // appends only to a later chunk, and a deque keeps its elements in place.
   if (auto st = sup_.write_fd(fd_, rest, [this](int res) { done(res); }); !st) {
@@ -81,10 +116,7 @@ void RingWriter::done(int res) {
     offset_ += n;
     queued_ -= n;
     written_ += n;
-    if (offset_ >= chunks_.front().size()) {
-      chunks_.pop_front();
-      offset_ = 0;
-    }
+    advance();
   }
   if (was_over_ && queued_ < high_ / 2) {
     was_over_ = false;
@@ -100,6 +132,15 @@ bool RingWriter::flush(const int* interrupted) {
     if (!*more && queued_ > 0) break;  // nothing in the ring: no write will finish
   }
   return queued_ == 0 && error_ == 0;
+}
+
+void write_result_json(RingWriter& out, const Result& result, const int* interrupted) {
+  ResultJson made(result, 0, /*borrow=*/true);
+  for (std::string part = made.next(); !part.empty(); part = made.next()) {
+    out.write(part);
+    if (out.over() && !out.flush(interrupted)) return;  // a failed write or a signal: the rest is not needed
+  }
+  out.write("\n");
 }
 
 void end_process(int code) {

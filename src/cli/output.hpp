@@ -29,6 +29,13 @@ int exit_code_for_error(int err);
 // every block, and exit() would run the static destructors.
 [[noreturn]] void end_process(int code);
 
+// A Result as JSON and a newline, written a part at a time (ResultJson): at
+// most the high water queued before the loop turns to write it, so
+// `corral run --json` of a 16 MiB stdout of NULs costs about a part, not
+// the ~96 MiB of text. Stops early when a write failed or *interrupted.
+class RingWriter;
+void write_result_json(RingWriter& out, const Result& result, const int* interrupted);
+
 // corral's own output to one of its fds (stdout, stderr), written through
 // the supervisor's ring so that nothing written there blocks the loop
 // (DESIGN: "Nothing corral writes to its own stdout/stderr may block the
@@ -45,6 +52,11 @@ class RingWriter {
 
   // Queue data and start writing it. After a failure, data is dropped.
   void write(std::string_view data);
+  // Queue `size` bytes that `more` makes a part at a time, as the ring
+  // writes them (each call: the next part; "" when all `size` were given):
+  // a long line (a Result's JSON) costs its parts, not its length. Counted
+  // in queued() whole from the start.
+  void write_made(std::uint64_t size, std::function<std::string()> more);
   std::size_t queued() const { return queued_; }
   bool over() const { return queued_ >= high_; }
   // The first write error (errno), 0 while none.
@@ -66,7 +78,16 @@ class RingWriter {
   Supervisor& sup_;
   int fd_;
   std::size_t high_;
-  std::deque<std::string> chunks_;
+  // The bytes to write; a chunk with `more` is a made one (write_made):
+  // its next part replaces it once it is written.
+  struct Chunk {
+    std::string bytes;
+    std::function<std::string()> more;
+    std::uint64_t unmade = 0;  // bytes `more` has still to give
+  };
+  std::deque<Chunk> chunks_;
+  // The front chunk written: its next part, or the next chunk.
+  void advance();
   std::size_t offset_ = 0;  // of chunks_.front() already written
   std::size_t queued_ = 0;
   bool in_flight_ = false;  // chunks_.front() is being written

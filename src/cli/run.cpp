@@ -452,7 +452,7 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
           static_cast<unsigned long long>(pump->passed()));
     if (pump->error()) say("--stdin: reading %s: %s", o.stdin_file.c_str(), std::strerror(pump->error()));
   }
-  if (o.json) out.write(result_to_json(r) + "\n");
+  if (o.json) write_result_json(out, r, &got_signal);
   bool out_ok = out.flush(&got_signal);
   err.flush(&got_signal);
   // Both modes passed on what the Result kept; what was cut is said the same way.
