@@ -236,11 +236,7 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   if (!end.refusal_failure.empty()) detail += "; " + end.refusal_failure;
   // --output globs and a route's declared outputs: one collector.
   if (run.workspace) collect_run_outputs(run.request, run.limits, *run.workspace, r, run.secrets.get());
-  if (run.workspace) {
-    if (auto st = run.workspace->remove(); !st) detail += "; workspace not fully removed: " + st.error().message();
-    run.workspace.reset();
-  }
-  run.uid_lease.reset();
+  release_workspace_and_uid(run, detail);
   std::string limits = run.limits.describe();
   if (!limits.empty()) detail += "; limits: " + limits;
   for (const auto& w : run.warnings) detail += "; not enforced: " + w;

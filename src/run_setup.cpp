@@ -85,6 +85,14 @@ std::vector<std::string> secret_values(const std::vector<SecretRef>& refs) {
   return values;
 }
 
+void release_workspace_and_uid(PreparedRun& run, std::string& detail) {
+  if (run.workspace) {
+    if (auto st = run.workspace->remove(); !st) detail += "; workspace not fully removed: " + st.error().message();
+    run.workspace.reset();
+  }
+  run.uid_lease.reset();
+}
+
 Result unstarted_result(PreparedRun& run) {
   Result r;
   r.id = run.request.id;
@@ -100,11 +108,7 @@ Result unstarted_result(PreparedRun& run) {
   r.stdout_capture.sha256 = r.stderr_capture.sha256 = Sha256::hex_of("");
   r.timings.plan = run.plan_seconds;
   std::string detail = "could not start: " + why.message();
-  if (run.workspace) {
-    if (auto st = run.workspace->remove(); !st) detail += "; workspace not fully removed: " + st.error().message();
-    run.workspace.reset();
-  }
-  run.uid_lease.reset();
+  release_workspace_and_uid(run, detail);
   std::string limits = run.limits.describe();
   if (!limits.empty()) detail += "; limits: " + limits;
   r.warnings = run.warnings;

@@ -118,6 +118,11 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
 // Removes the workspace and returns the uid lease.
 Result unstarted_result(PreparedRun& run);
 
+// What every end of a run does, started or not: the workspace removed (a
+// failure to remove it is added to `detail`) and the uid given back, after
+// the workspace, whose files are the uid's.
+void release_workspace_and_uid(PreparedRun& run, std::string& detail);
+
 // A secret's value as prepare_run resolves it: the file from_file names
 // (read_secret_file), else corral's variable from_env (default: name). An
 // empty value is refused: it could not be masked.
