@@ -4,6 +4,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@ namespace corral_test {
 
 struct CliRun {
   int code = -1;  // exit code; 128+signal when a signal ended it
+  long max_rss_kb = 0;  // peak RSS of corral (and of what it ran), from wait4
   std::string out, err;
 };
 
@@ -39,8 +41,11 @@ inline CliRun run_cli(const std::vector<std::string>& args, const std::vector<st
   }
   CliRun run;
   int status = 0;
-  if (pid > 0 && waitpid(pid, &status, 0) == pid)
+  struct rusage usage {};
+  if (pid > 0 && wait4(pid, &status, 0, &usage) == pid) {
     run.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    run.max_rss_kb = usage.ru_maxrss;
+  }
   run.out = read_file(out_path);
   run.err = read_file(err_path);
   return run;

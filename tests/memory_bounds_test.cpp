@@ -23,6 +23,7 @@
 #include "corral/capture.hpp"
 #include "corral/json.hpp"
 #include "corral/sha256.hpp"
+#include "cli_runner.hpp"
 #include "support.hpp"
 
 using namespace corral_test;
@@ -30,38 +31,10 @@ using json = nlohmann::json;
 
 namespace {
 
-struct Measured {
-  int code = -1;
-  long max_rss_kb = 0;  // of the corral process (and the program it ran)
-  std::string out, err;
-};
+using Measured = CliRun;
 
-// `corral ARGS...` with stdout and stderr to files; its peak RSS from wait4.
-Measured run_corral(const std::vector<std::string>& args) {
-  TempDir capture;
-  std::string out_path = capture / "out", err_path = capture / "err";
-  std::string bin = build_dir() + "/bin/corral";
-  pid_t pid = fork();
-  if (pid == 0) {
-    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);
-    std::vector<char*> argv{bin.data()};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(bin.c_str(), argv.data());
-    _exit(127);
-  }
-  Measured m;
-  int status = 0;
-  struct rusage ru {};
-  cr_assert_eq(wait4(pid, &status, 0, &ru), pid);
-  m.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  m.max_rss_kb = ru.ru_maxrss;
-  m.out = read_file(out_path);
-  m.err = read_file(err_path);
-  return m;
-}
+// `corral ARGS...`; its peak RSS (max_rss_kb) from wait4.
+Measured run_corral(const std::vector<std::string>& args) { return run_cli(args); }
 
 std::string zeros_sha256(std::uint64_t bytes) {
   corral::Sha256 h;
