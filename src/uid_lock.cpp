@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "corral/syscalls.hpp"
@@ -64,14 +65,29 @@ Expected<bool> UidLockFile::held_elsewhere(uid_t uid) const noexcept {
   return fl.l_type != F_UNLCK;
 }
 
-bool UidLockFile::left_clean(uid_t uid) const noexcept {
-  char byte = 0;
-  return ::pread(fd_.get(), &byte, 1, static_cast<off_t>(uid)) == 1 && byte == kUidClean;
+bool UidLockFile::left_clean(uid_t uid) const noexcept { return byte(uid) == kUidClean; }
+
+bool UidLockFile::mark(uid_t uid, bool clean) noexcept { return write_byte(uid, clean ? kUidClean : kUidDirty); }
+
+char UidLockFile::byte(uid_t uid) const noexcept {
+  char b = 0;
+  return ::pread(fd_.get(), &b, 1, static_cast<off_t>(uid)) == 1 ? b : 0;
 }
 
-bool UidLockFile::mark(uid_t uid, bool clean) noexcept {
-  const char byte = clean ? kUidClean : kUidDirty;
+bool UidLockFile::write_byte(uid_t uid, char byte) noexcept {
   return ::pwrite(fd_.get(), &byte, 1, static_cast<off_t>(uid)) == 1;
+}
+
+long UidLockFile::read_bytes(uid_t first, char* out, std::size_t n) const noexcept {
+  std::size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::pread(fd_.get(), out + got, n - got, static_cast<off_t>(first) + static_cast<off_t>(got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;  // the file ends here
+    got += static_cast<std::size_t>(r);
+  }
+  return static_cast<long>(got);
 }
 
 namespace {

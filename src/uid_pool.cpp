@@ -28,14 +28,23 @@ enum Mark : std::uint8_t {
   kLost = 3,     // locked, could not be made clean: kept, never handed out
   kIdleMarked = 4,  // kIdle, and its byte already says clean (mark_idle_clean)
   kUnswept = 5,  // locked, no process of it lives, its files not swept yet: never handed out
+  kUnsweptMarked = 6,  // kUnswept, and its byte already says so (kUidUnswept): a holder before us let
+                       // go of it unswept, or mark_idle_clean wrote it
 };
 
 // Uids released by runs that may have left files in the host's shared
 // directories (Lease::leaves_host_files) wait this many to a sweep: one
 // finding walk (a statx per entry of /tmp and the rest, uid_sweep.hpp)
 // serves them all, and only a uid it finds something of costs a helper.
-// Meanwhile the next runs take other uids of the range.
+// Meanwhile the next runs take other uids of the range. A process that
+// ends with some unswept lets go of them unswept (kUidUnswept), and a later
+// acquire, in any process, that finds a batch of such bytes sweeps them
+// together (take_clean_by_hint): a one-shot `corral run` walks /tmp and the
+// rest once in kSweepBatch runs, not at every end.
 constexpr std::size_t kSweepBatch = 32;
+// Bytes of the lock file read at a time when looking for a uid its last
+// holder left clean.
+constexpr std::size_t kHintChunk = 4096;
 }  // namespace
 
 struct UidPool::Lease::State {
@@ -87,13 +96,16 @@ struct UidPool::Lease::State {
 
   // The pool goes (its last lease too): every uid it still holds is let
   // go, an idle one marked clean first (uid_lock.hpp) so the next holder,
-  // in this process or another, need not reap it. A lost one stays dirty.
+  // in this process or another, need not reap it, an unswept one marked
+  // unswept (the next holder sweeps it, with others: kSweepBatch). A lost
+  // one stays as it is (dirty or unswept: the next holder tries again).
   ~State() {
-    (void)sweep_unswept();
     if (lock)
       for (std::uint32_t off = 0; off < marks_end; ++off) {
         if (marks[off] == kNotOurs) continue;
-        if (marks[off] == kIdle) (void)lock->mark(first + off, true);  // kIdleMarked: written already
+        // kIdleMarked, kUnsweptMarked: written already.
+        if (marks[off] == kIdle) (void)lock->mark(first + off, true);
+        else if (marks[off] == kUnswept) (void)lock->write_byte(first + off, kUidUnswept);
         lock->unlock(first + off);
       }
     if (marks) ::munmap(marks, count);
@@ -141,17 +153,9 @@ struct UidPool::Lease::State {
   // Under mu, host-wide. An idle uid (still locked by us, and clean), else
   // one of the range freshly locked and made clean; nullopt when neither.
   Expected<std::optional<std::uint32_t>> take_host_wide() {
-    if (!free.empty()) {
-      const std::uint32_t off = free.back();
-      // A byte that says clean goes back to dirty before the uid is a run's
-      // again, or our death would leave its processes and files to a
-      // holder that trusts the byte.
-      if (marks[off] == kIdleMarked && !lock->mark(first + off, false))
-        return Error::from_errno(errno, "uid pool " + range() + ": mark uid " + std::to_string(first + off) +
-                                            " in use in " + lock_path);
-      free.pop_back();
-      return std::optional<std::uint32_t>(off);
-    }
+    if (!free.empty()) return take_idle();
+    auto hinted = take_clean_by_hint();
+    if (!hinted || *hinted) return hinted;
     for (std::uint32_t i = 0; i < count; ++i) {
       const std::uint32_t off = (cursor + i) % count;
       if (marks[off] != kNotOurs) continue;
@@ -222,11 +226,176 @@ struct UidPool::Lease::State {
           clean = false;  // a message that could not be built
         }
       }
-      marks[off] = clean ? kIdle : kLost;
+      if (clean && marks[off] == kUnsweptMarked) {
+        // Its byte says unswept: clean now, and said so at once (a byte
+        // left saying unswept would cost the next holder a walk). Handed
+        // out, it is marked dirty first, as every kIdleMarked uid is.
+        (void)lock->mark(sweep_uids[i], true);
+        marks[off] = kIdleMarked;
+      } else {
+        marks[off] = clean ? kIdle : kLost;
+      }
       if (clean) free.push_back(off);  // capacity reserved in acquire
     }
     unswept.clear();
     return result;
+  }
+
+  // Under mu, host-wide, the free list empty. A uid of the range that its
+  // last holder let go of clean, found by reading the lock file's bytes
+  // (kHintChunk at a time) instead of locking each uid to read its own:
+  // one pread for thousands of uids, then one fcntl and one pread for the
+  // one taken. The bytes are hints (a holder may change its byte at any
+  // time): a uid is taken only if its byte still says clean once we hold
+  // its lock.
+  // Uids the bytes say were let go unswept are counted on the way: once a
+  // batch of them is seen, or no clean uid is left, a batch is made clean
+  // (make_batch_clean) and one of it taken. nullopt when none could be:
+  // the caller then reaps uids one at a time.
+  Expected<std::optional<std::uint32_t>> take_clean_by_hint() {
+    char bytes[kHintChunk];
+    std::uint32_t unswept_seen[kSweepBatch], others_seen[kSweepBatch];
+    const std::size_t room = std::min<std::size_t>(count, kSweepBatch) - unswept.size();
+    std::size_t n_unswept = 0, n_others = 0;
+    // From the cursor to the end of the range, then from its start.
+    const std::uint32_t segments[2][2] = {{cursor, count}, {0, cursor}};
+    for (const auto& seg : segments) {
+      for (std::uint32_t at = seg[0]; at < seg[1] && n_unswept < room;) {
+        const std::size_t want = std::min<std::size_t>(kHintChunk, seg[1] - at);
+        const long n = lock->read_bytes(first + at, bytes, want);
+        if (n < 0) return std::optional<std::uint32_t>();  // the reaping loop goes on without hints
+        for (long i = 0; i < static_cast<long>(want) && n_unswept < room; ++i) {
+          const std::uint32_t off = at + static_cast<std::uint32_t>(i);
+          if (marks[off] != kNotOurs) continue;
+          const char b = i < n ? bytes[i] : 0;  // 0: never written
+          if (b == kUidUnswept) {
+            unswept_seen[n_unswept++] = off;
+            continue;
+          }
+          if (b != kUidClean) {
+            if (n_others < room) others_seen[n_others++] = off;
+            continue;
+          }
+          auto got = lock->try_lock(first + off);
+          if (!got) return std::move(got).error();
+          if (!*got) continue;  // another run on the host holds it
+          if (lock->byte(first + off) == kUidClean) {
+            if (!lock->mark(first + off, false)) {
+              int err = errno;
+              lock->unlock(first + off);
+              return Error::from_errno(err, "uid pool " + range() + ": mark uid " + std::to_string(first + off) +
+                                                " in use in " + lock_path);
+            }
+            cursor = (off + 1) % count;
+            return std::optional<std::uint32_t>(off);
+          }
+          lock->unlock(first + off);  // changed under us: the reaping loop deals with it
+        }
+        if (n < static_cast<long>(want) && n_others >= room) break;  // the file ends: the rest is never used
+        at += static_cast<std::uint32_t>(want);
+      }
+    }
+    // Uids never used or left dirty join the batch only when no clean one
+    // is left, and only a few of a small range: the batch's uids are held
+    // while it is made clean, and a small range is shared by few.
+    const std::size_t others = std::min<std::size_t>({n_others, count / 16, room - n_unswept});
+    return make_batch_clean(unswept_seen, n_unswept, others_seen, others);
+  }
+
+  // Under mu. Locks the uids of `unswept_seen` whose byte still says
+  // unswept and those of `others_seen` (never used, or a dead holder's:
+  // every process of each killed first, one helper each), sweeps them with
+  // one walk (sweep_unswept), keeps one and lets the others go, clean, for
+  // any run on the host. The one kept, or nullopt if none came clean.
+  Expected<std::optional<std::uint32_t>> make_batch_clean(const std::uint32_t* unswept_seen, std::size_t n_unswept,
+                                                          const std::uint32_t* others_seen, std::size_t n_others) {
+    std::uint32_t batch[kSweepBatch];
+    std::size_t n = 0;
+    auto take_lock = [&](std::uint32_t off) -> Expected<bool> {
+      auto got = lock->try_lock(first + off);
+      if (!got || !*got) return got;
+      marks_end = std::max(marks_end, off + 1);
+      batch[n++] = off;
+      unswept.push_back(off);  // capacity reserved in acquire: a batch at most waits
+      return true;
+    };
+    for (std::size_t i = 0; i < n_unswept; ++i) {
+      const std::uint32_t off = unswept_seen[i];
+      auto got = take_lock(off);
+      if (!got) return std::move(got).error();
+      if (!*got) continue;
+      if (lock->byte(first + off) == kUidUnswept) {
+        marks[off] = kUnsweptMarked;
+      } else {  // changed under us
+        --n;
+        unswept.pop_back();
+        lock->unlock(first + off);
+      }
+    }
+    for (std::size_t i = 0; i < n_others; ++i) {
+      const std::uint32_t off = others_seen[i];
+      auto got = take_lock(off);
+      if (!got) return std::move(got).error();
+      if (!*got) continue;
+      // Its byte says neither clean nor unswept: something of it may live.
+      // Dirty until we let go of it clean, so a crash of ours makes the
+      // next holder reap it again.
+      bool killed = lock->mark(first + off, false);
+      if (killed) {
+        try {
+          killed = kill_uid(first + off, SIGKILL).ok();
+        } catch (...) {
+          killed = false;  // a message that could not be built: the kill did not happen
+        }
+      }
+      if (killed) {
+        marks[off] = kUnswept;
+      } else {
+        --n;
+        unswept.pop_back();
+        lock->unlock(first + off);
+      }
+    }
+    if (n == 0) return std::optional<std::uint32_t>();
+    if (auto st = sweep_unswept(); !st) return std::move(st).error();
+    std::optional<std::uint32_t> kept;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint32_t off = batch[i];
+      if (marks[off] != kIdle && marks[off] != kIdleMarked) continue;  // kLost: kept locked, never handed out
+      if (auto it = std::find(free.begin(), free.end(), off); it != free.end()) free.erase(it);
+      if (!kept) {
+        kept = off;
+        continue;
+      }
+      // Not ours to keep: said clean and let go, for the next run on the host.
+      if (marks[off] == kIdle) (void)lock->mark(first + off, true);
+      lock->unlock(first + off);
+      marks[off] = kNotOurs;
+    }
+    if (!kept) return kept;
+    if (!lock->mark(first + *kept, false)) {
+      int err = errno;
+      marks[*kept] = kNotOurs;
+      lock->unlock(first + *kept);
+      return Error::from_errno(err, "uid pool " + range() + ": mark uid " + std::to_string(first + *kept) +
+                                        " in use in " + lock_path);
+    }
+    cursor = (*kept + 1) % count;
+    return kept;
+  }
+
+  // Under mu: the last idle uid of the free list, marked dirty again if its
+  // byte said otherwise.
+  Expected<std::optional<std::uint32_t>> take_idle() {
+    const std::uint32_t off = free.back();
+    // A byte that says clean goes back to dirty before the uid is a run's
+    // again, or our death would leave its processes and files to a
+    // holder that trusts the byte.
+    if (marks[off] == kIdleMarked && !lock->mark(first + off, false))
+      return Error::from_errno(errno, "uid pool " + range() + ": mark uid " + std::to_string(first + off) +
+                                          " in use in " + lock_path);
+    free.pop_back();
+    return std::optional<std::uint32_t>(off);
   }
 };
 
@@ -370,7 +539,11 @@ std::uint32_t UidPool::mark_idle_clean() noexcept {
   Lease::State& s = *state_;
   std::lock_guard lock(s.mu);
   if (!s.host_wide || s.pinned || !s.lock) return 0;
-  (void)s.sweep_unswept();  // clean means no files either (uid_lock.hpp)
+  // Clean means no files either (uid_lock.hpp): an unswept uid is said
+  // unswept, and whoever holds it next sweeps it with others (kSweepBatch),
+  // not this process at its end.
+  for (std::uint32_t off : s.unswept)
+    if (s.marks[off] == kUnswept && s.lock->write_byte(s.first + off, kUidUnswept)) s.marks[off] = kUnsweptMarked;
   std::uint32_t marked = 0;
   for (std::uint32_t off : s.free) {
     if (s.marks[off] != kIdle) continue;

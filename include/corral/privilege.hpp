@@ -112,8 +112,12 @@ bool is_root_capable() noexcept;
 //    Nor while files of it are left in the host's shared writable
 //    directories (/tmp, /var/tmp, /dev/shm, /run/lock: uid_sweep.hpp):
 //    a lease that may have left some (leaves_host_files) waits for a
-//    sweep at release, and a uid freshly locked whose byte does not say
-//    clean is swept as it is reaped. A uid released here stays locked by the pool, idle and clean, and is
+//    sweep at release (batched: one walk of those directories for up to
+//    32 uids; a pool that ends first lets them go marked unswept, and a
+//    later acquire, in any process, sweeps them in a batch before one is
+//    handed out), and a uid freshly locked whose byte says neither clean
+//    nor unswept is swept as it is reaped. A uid its last holder let go
+//    of clean is preferred (one read of the lock file finds them). A uid released here stays locked by the pool, idle and clean, and is
 //    handed out again without a syscall; all go when the pool does. Needs
 //    root (setresuid for the kill).
 class UidPool {
@@ -220,12 +224,13 @@ class UidPool {
   Status status() const;
   std::uint32_t in_use() const noexcept;
   // Host-wide: records in the lock file that each idle uid (released
-  // clean, still locked by this pool) is clean, as the pool's end does, but
-  // keeps holding them. For a process that ends with _exit once its runs
+  // clean, still locked by this pool) is clean, and each one released but
+  // not yet swept is unswept (no process of it lives; the next holder
+  // sweeps it), as the pool's end does, but keeps holding them. For a process that ends with _exit once its runs
   // are over (the CLI after Supervisor::close()): the kernel drops the
   // locks, and the next holder of those uids, in any process, needs no reap
   // (uid_lock.hpp). An idle uid handed out again is marked dirty first.
-  // Returns how many were marked.
+  // Returns how many were marked clean.
   std::uint32_t mark_idle_clean() noexcept;
 
  private:

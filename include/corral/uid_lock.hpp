@@ -46,6 +46,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -61,6 +62,15 @@ inline constexpr std::string_view kUidLockPath = "/run/corral/uids.lock";
 // uid lives, not that none of its files are left, and reads as dirty now.
 inline constexpr char kUidClean = 's';
 inline constexpr char kUidDirty = 'd';
+// Reaped, not swept: no process of the uid lives (its holder killed them),
+// but files of it may be left in the host's shared writable directories.
+// A process that ends (the one-shot CLI) lets go of its runs' uids so
+// instead of sweeping them itself: a sweep is a walk of /tmp and the rest
+// (a statx per entry, ~1.5 ms on a host with ~450 entries there), and one
+// walk serves up to kSweepBatch uids (uid_pool.cpp). A holder never hands
+// such a uid to a run before it is swept; what reads it as anything but
+// clean (an older corral: dirty) reaps and sweeps it first.
+inline constexpr char kUidUnswept = 'u';
 
 class UidLockFile {
  public:
@@ -82,6 +92,15 @@ class UidLockFile {
   // Holder only: records whether <uid> may hold processes (see above).
   // False when the byte could not be written (then the next holder reaps).
   bool mark(uid_t uid, bool clean) noexcept;
+  // Holder only: the byte of <uid> (0 where none was ever written), and
+  // writing one of kUidClean, kUidDirty, kUidUnswept.
+  char byte(uid_t uid) const noexcept;
+  bool write_byte(uid_t uid, char byte) noexcept;
+  // Anyone, as a hint (a holder may change them at any time): the bytes of
+  // uids [first, first + n) into `out`. How many the file has (fewer than
+  // n where it ends: no byte was ever written past it), -1 when they could
+  // not be read.
+  long read_bytes(uid_t first, char* out, std::size_t n) const noexcept;
 
   int fd() const noexcept { return fd_.get(); }
   const std::string& path() const noexcept { return path_; }
