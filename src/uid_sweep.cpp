@@ -42,7 +42,7 @@ struct Level {
   std::uint64_t dev;
   std::uint64_t ino;
   std::int64_t resume;     // d_off of the entry entered (the listing's next position)
-  std::uint8_t foreign;    // other users' world-writable directories entered to get here
+  std::uint8_t foreign;    // other users' directories entered to get here
   bool own;                // the uid's: removed when emptied
   std::uint8_t passes;     // listings of it done (a pass that removed something is repeated)
   bool removed_this_pass;
@@ -69,10 +69,12 @@ bool stat_at(int dirfd, const char* name, int flags, struct statx* st) noexcept 
                    STATX_TYPE | STATX_MODE | STATX_UID | STATX_INO, reinterpret_cast<long>(st)) == 0;
 }
 
-// Another user's directory the walked uid may have written in: world-
-// writable and searchable (the sticky bit or not).
-bool foreign_writable(const struct statx& st) noexcept {
-  return S_ISDIR(st.stx_mode) && (st.stx_mode & S_IWOTH) && (st.stx_mode & S_IXOTH);
+// Another user's directory the walked uid may have reached: searchable by
+// others. Writable by others or not: a world-writable directory below one
+// that is not (/tmp/x/pub, x 0755) is reached through it, and the uid's
+// files there are found and removed the way the uid made them.
+bool foreign_searchable(const struct statx& st) noexcept {
+  return S_ISDIR(st.stx_mode) && (st.stx_mode & S_IXOTH);
 }
 
 // What the walk does with the entries of the uids it looks for.
@@ -203,7 +205,7 @@ void walk_root(const char* root, const Target& t, char* dents, Level* levels) no
       enter_own = true;
     }
     if (cur.passes > 0) continue;
-    if (!enter_own && !(foreign_writable(st) && cur.foreign < kSweepForeignDepth)) continue;
+    if (!enter_own && !(foreign_searchable(st) && cur.foreign < kSweepForeignDepth)) continue;
     if (d + 1 >= kSweepMaxLevels) {
       if (enter_own) t.left();
       continue;

@@ -227,3 +227,47 @@ Test(uid_sweep_batch, a_dead_holders_uid_made_clean_in_a_batch_has_its_escapee_k
   for (uid_t u = kFirst + 1; u < kFirst + 512; ++u) clean += lock_byte(lock, u) == kUidClean;
   cr_expect_eq(clean, 31, "the rest of the batch is let go clean for any run on the host: %d read clean", clean);
 }
+
+// A world-writable directory below another user's directory that is not
+// (/tmp/x/pub, x 0755 root's, pub 1777): the uid reached pub through x (o+x)
+// and left a secret there. The sweep reaches it the same way: the next
+// holder of the uid finds it gone.
+Test(uid_sweep_batch, a_secret_below_a_searchable_directory_of_another_user_is_swept) {
+  need_root();
+  TempDir dir;
+  const std::string lock = dir / "uids.lock";
+  Secrets secrets;
+  const std::string x = "/tmp/csb-" + secrets.tag + "-x", pub = x + "/pub", trap = pub + "/secret";
+  (void)!system(("rm -rf " + x).c_str());
+  cr_assert_eq(mkdir(x.c_str(), 0755), 0);
+  cr_assert_eq(mkdir(pub.c_str(), 0755), 0);
+  cr_assert_eq(chmod(pub.c_str(), 01777), 0);
+  constexpr uid_t kUid = 300450;
+  {
+    UidPool pool(kUid, 1);
+    pool.lock_host_wide(lock);
+    auto lease = pool.acquire();
+    cr_assert(lease.ok(), "%s", lease.ok() ? "" : lease.error().message().c_str());
+    lease->leaves_host_files();
+    pid_t run = fork();
+    if (run == 0) {
+      if (setresgid(kUid, kUid, kUid) != 0 || setresuid(kUid, kUid, kUid) != 0) _exit(99);
+      int fd = open(trap.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+      _exit(fd >= 0 && write(fd, "secret\n", 7) == 7 ? 0 : 98);
+    }
+    int st = 0;
+    waitpid(run, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the run could not plant %s", trap.c_str());
+    lease->release();
+  }
+  {
+    UidPool pool(kUid, 1);
+    pool.lock_host_wide(lock);
+    auto lease = pool.acquire();
+    cr_assert(lease.ok(), "%s", lease.ok() ? "" : lease.error().message().c_str());
+    struct stat st;
+    cr_expect_neq(lstat(trap.c_str(), &st), 0, "uid %u was handed out again with its secret in %s", kUid,
+                  pub.c_str());
+  }
+  (void)!system(("rm -rf " + x).c_str());
+}

@@ -16,11 +16,11 @@
 // host has (/run/lock: lock files such as LCK..ttyS0 are looked up there by
 // name, a planted one poisons the next run; /dev/mqueue when mounted: the
 // host's POSIX message queues, a file each). Below a root, entries of the
-// uid at any depth (its own trees), and other users' directories that are
-// world-writable and searchable (/tmp/.X11-unix, a 1777 directory someone
-// made), entered kSweepForeignDepth levels deep. A world-writable directory
-// below another user's directory that is not (/tmp/x/pub, x 0755) is not
-// entered: see README "Tiers".
+// uid at any depth (its own trees), and other users' directories the uid
+// can search (o+x: /tmp/.X11-unix, a 1777 directory someone made, and a
+// 0755 one with a 1777 one inside, /tmp/x/pub), entered kSweepForeignDepth
+// levels deep. Not reached: a writable directory deeper than that below
+// the roots, and world-writable places off the list (README "Tiers").
 //
 // How: the removal runs as the uid itself, in a CLONE_VM helper that is
 // (kReaperUid, uid, kReaperUid) as signal_uid's is (uid_lock.hpp): it kills
@@ -37,8 +37,8 @@
 //
 // Cost: the uid's helper runs only for a uid that owns something there (or
 // whose last holder died); the finding walk is one statx per entry of the
-// roots and of the world-writable directories below them, once for a batch
-// of uids (uid_pool.cpp).
+// roots and of the searchable directories below them (3 levels), once for
+// a batch of uids (uid_pool.cpp).
 #pragma once
 
 #include <sys/types.h>
@@ -53,8 +53,8 @@
 namespace corral {
 
 inline constexpr const char* kSweepRoots[] = {"/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue"};
-// Levels of other users' world-writable directories entered below a root:
-// /tmp/.X11-unix is 1, a 1777 directory inside it 2.
+// Levels of other users' directories entered below a root: /tmp/.X11-unix
+// is 1, a 1777 directory inside it 2.
 inline constexpr int kSweepForeignDepth = 3;
 
 // The walk's working memory, made in the parent (the helper cannot
