@@ -236,7 +236,8 @@ Expected<UidPool::Lease> UidPool::acquire(Reap) {
       // at one fcntl each.
       try {
         s.free.reserve(s.count);
-        const std::size_t batch = std::min<std::size_t>(s.count, kSweepBatch);
+        // What waits of ours, and a batch of other processes' (make_batch_clean).
+        const std::size_t batch = std::min<std::size_t>(s.count, kReleaseBatch + kSweepBatch);
         s.unswept.reserve(batch);
         s.sweep_uids.reserve(batch);
         s.sweep_found.reserve(batch);
@@ -359,10 +360,10 @@ void UidPool::Lease::release() noexcept {
     std::lock_guard lock(s.mu);
     if (clean && leaves_files_) {
       // Nothing of the run lives, but its files may: not another run's
-      // until swept (batched, kSweepBatch).
+      // until swept (batched, kReleaseBatch).
       s.marks[offset] = kUnswept;
       s.unswept.push_back(offset);  // capacity reserved in acquire: at most a batch waits
-      if (s.unswept.size() >= std::min<std::size_t>(s.count, kSweepBatch)) (void)s.sweep_unswept();
+      if (s.unswept.size() >= std::min<std::size_t>(s.count, kReleaseBatch)) (void)s.sweep_unswept();
     } else {
       s.marks[offset] = clean ? kIdle : kLost;
       if (clean) s.free.push_back(offset);  // capacity reserved in acquire

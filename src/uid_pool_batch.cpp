@@ -75,7 +75,8 @@ Status UidPool::Lease::State::sweep_unswept() noexcept {
 Expected<std::optional<std::uint32_t>> UidPool::Lease::State::take_clean_by_hint() {
   char bytes[kHintChunk];
   std::uint32_t unswept_seen[kSweepBatch], others_seen[kSweepBatch];
-  const std::size_t room = std::min<std::size_t>(count, kSweepBatch) - unswept.size();
+  // Capacity of `unswept`: what waits of ours (below kReleaseBatch) and this.
+  const std::size_t room = std::min<std::size_t>(count, kSweepBatch);
   std::size_t n_unswept = 0, n_others = 0;
   // From the cursor to the end of the range, then from its start.
   const std::uint32_t segments[2][2] = {{cursor, count}, {0, cursor}};

@@ -37,13 +37,16 @@ enum Mark : std::uint8_t {
 
 // Uids released by runs that may have left files in the host's shared
 // directories (Lease::leaves_host_files) wait this many to a sweep: one
-// finding walk (a statx per entry of /tmp and the rest, uid_sweep.hpp)
-// serves them all, and only a uid it finds something of costs a helper.
-// Meanwhile the next runs take other uids of the range. A process that
-// ends with some unswept lets go of them unswept (kUidUnswept), and a later
-// acquire, in any process, that finds a batch of such bytes sweeps them
-// together (take_clean_by_hint): a one-shot `corral run` walks /tmp and the
-// rest once in kSweepBatch runs, not at every end.
+// finding walk (a statx per entry of /tmp and the rest, uid_sweep.hpp:
+// ~1,000 here) serves them all, and only a uid it finds something of costs
+// a helper. Meanwhile the next runs take other uids of the range (a range
+// smaller than the batch is swept when it has no other uid to give).
+constexpr std::size_t kReleaseBatch = 128;
+// A process that ends with some unswept lets go of them marked unswept
+// (kUidUnswept), and a later acquire, in any process, that finds this many
+// such bytes (or no clean uid) sweeps them together (take_clean_by_hint): a
+// loop of one-shot `corral run` walks /tmp and the rest once in
+// kSweepBatch runs, not at every end.
 constexpr std::size_t kSweepBatch = 32;
 // Bytes of the lock file read at a time when looking for a uid its last
 // holder left clean.
