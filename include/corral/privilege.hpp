@@ -113,7 +113,7 @@ bool is_root_capable() noexcept;
 //    directories (/tmp, /var/tmp, /dev/shm, /run/lock: uid_sweep.hpp):
 //    a lease that may have left some (leaves_host_files) waits for a
 //    sweep at release (batched: one walk of those directories for up to
-//    32 uids; a pool that ends first lets them go marked unswept, and a
+//    128 uids; a pool that ends first lets them go marked unswept, and a
 //    later acquire, in any process, sweeps them in a batch before one is
 //    handed out), and a uid freshly locked whose byte says neither clean
 //    nor unswept is swept as it is reaped. A uid its last holder let go
