@@ -28,6 +28,7 @@
 using namespace corral;
 using corral_test::helper;
 using corral_test::TempDir;
+using corral_test::alive;  // reaps it when we are the subreaper
 
 namespace {
 
@@ -49,13 +50,6 @@ std::vector<pid_t> escapee_pids(const std::string& out) {
   for (std::size_t pos = 0; (pos = out.find("escapee ", pos)) != std::string::npos; pos += 8)
     pids.push_back(static_cast<pid_t>(std::stol(out.substr(pos + 8))));
   return pids;
-}
-
-bool alive(pid_t pid) {
-  (void)waitpid(pid, nullptr, WNOHANG);  // ours when we are the subreaper
-  std::string stat = corral_test::read_file("/proc/" + std::to_string(pid) + "/stat");
-  auto close = stat.rfind(')');
-  return !stat.empty() && close != std::string::npos && stat.size() > close + 2 && stat[close + 2] != 'Z';
 }
 
 // Polls up to `ms` for every pid to be gone; the ones still alive.

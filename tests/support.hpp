@@ -19,6 +19,7 @@
 #include <functional>
 #include <sstream>
 #include <initializer_list>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -241,6 +242,28 @@ inline corral::MapEnforcementView all_hard_view() {
   corral::MapEnforcementView view;
   for (const auto& t : corral::corral_tiers()) view.set_all(std::string(t.name), "hard");
   return view;
+}
+
+// Alive and not a zombie (a zombie answers kill(pid, 0) too); reaps it if
+// it is a child of ours that died.
+inline bool alive(pid_t pid) {
+  if (waitpid(pid, nullptr, WNOHANG) == pid) return false;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = stat.rfind(')');
+  return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] != 'Z';
+}
+
+// The byte a uid pool keeps for `uid` in its lock file (uid_lock.hpp), 0
+// where none was written.
+inline char uid_lock_byte(const std::string& path, uid_t uid) {
+  char b = 0;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    if (pread(fd, &b, 1, static_cast<off_t>(uid)) != 1) b = 0;
+    close(fd);
+  }
+  return b;
 }
 
 }  // namespace corral_test

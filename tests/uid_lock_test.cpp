@@ -18,6 +18,7 @@
 
 using namespace corral;
 using corral_test::TempDir;
+using corral_test::alive;
 
 namespace {
 
@@ -49,14 +50,6 @@ pid_t start_as_uid(uid_t uid) {
   return p;
 }
 
-// Alive and not a zombie (reaps it if it is one of ours that died).
-bool alive(pid_t pid) {
-  if (waitpid(pid, nullptr, WNOHANG) == pid) return false;
-  std::string stat = corral_test::read_file("/proc/" + std::to_string(pid) + "/stat");
-  if (stat.empty()) return false;
-  auto close = stat.rfind(')');
-  return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] != 'Z';
-}
 
 bool gone_within(pid_t pid, int ms) {
   for (int i = 0; i < ms / 10; ++i) {
@@ -284,19 +277,6 @@ Test(uid_lock, supervisors_in_two_processes_never_run_as_the_same_uid) {
   cr_assert_str_eq(third->stdout_capture.text.c_str(), "299500\n");
 }
 
-namespace {
-// The byte of `uid` in the lock file, as another process sees it.
-char lock_byte(const std::string& path, uid_t uid) {
-  char b = 0;
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    if (pread(fd, &b, 1, static_cast<off_t>(uid)) != 1) b = 0;
-    close(fd);
-  }
-  return b;
-}
-}  // namespace
-
 // The mark that spares a fresh holder its reap (a helper process per
 // one-shot run): dirty while held, clean only when a holder let go of the
 // uid knowing nothing of it lives; a holder that dies leaves it dirty and
@@ -335,12 +315,12 @@ Test(uid_lock, a_uid_is_marked_clean_only_when_let_go_with_nothing_of_it_alive) 
   }
   char c;
   cr_assert_eq(read(ready[0], &c, 1), 1);
-  cr_assert_eq(lock_byte(lock, kUid), kUidDirty, "a held uid must read dirty");
+  cr_assert_eq(corral_test::uid_lock_byte(lock, kUid), kUidDirty, "a held uid must read dirty");
   (void)!write(go[1], "x", 1);
   int status = 0;
   waitpid(p, &status, 0);
   cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  cr_assert_eq(lock_byte(lock, kUid), kUidClean, "let go with its escapee reaped: clean");
+  cr_assert_eq(corral_test::uid_lock_byte(lock, kUid), kUidClean, "let go with its escapee reaped: clean");
   // 2. A holder that dies holding it, with an escapee: dirty, and the next
   //    holder reaps.
   int out[2];
@@ -366,7 +346,7 @@ Test(uid_lock, a_uid_is_marked_clean_only_when_let_go_with_nothing_of_it_alive) 
   cr_assert_eq(read(out[0], &escapee, sizeof escapee), (ssize_t)sizeof escapee);
   waitpid(holder, nullptr, 0);
   wait_for_uid(escapee, kUid);
-  cr_assert_eq(lock_byte(lock, kUid), kUidDirty, "a holder that died must leave the uid dirty");
+  cr_assert_eq(corral_test::uid_lock_byte(lock, kUid), kUidDirty, "a holder that died must leave the uid dirty");
   cr_assert(alive(escapee));
   {
     UidPool pool(kUid, 1);
@@ -377,7 +357,7 @@ Test(uid_lock, a_uid_is_marked_clean_only_when_let_go_with_nothing_of_it_alive) 
   }
   // The lease was clean (reaped at acquire, nothing started since) but never
   // released by a kill: release() reaps it, then the pool marks it clean.
-  cr_assert_eq(lock_byte(lock, kUid), kUidClean);
+  cr_assert_eq(corral_test::uid_lock_byte(lock, kUid), kUidClean);
 }
 
 // A pool can say its idle uids are clean before it ends (a CLI ends with
@@ -394,11 +374,11 @@ Test(uid_lock, idle_uids_are_marked_clean_while_held_and_dirty_again_when_reused
   auto lease = pool.acquire();
   cr_assert(lease.ok(), "%s", lease.ok() ? "" : lease.error().message().c_str());
   cr_assert_eq(pool.mark_idle_clean(), 0u, "a leased uid is not idle");
-  cr_assert_eq(lock_byte(lock, kUid), kUidDirty);
+  cr_assert_eq(corral_test::uid_lock_byte(lock, kUid), kUidDirty);
   lease->release();  // reaped (a SIGKILL to the uid): idle and clean
-  cr_assert_eq(lock_byte(lock, kUid), kUidDirty, "idle but not yet said: dirty");
+  cr_assert_eq(corral_test::uid_lock_byte(lock, kUid), kUidDirty, "idle but not yet said: dirty");
   cr_assert_eq(pool.mark_idle_clean(), 1u);
-  cr_assert_eq(lock_byte(lock, kUid), kUidClean);
+  cr_assert_eq(corral_test::uid_lock_byte(lock, kUid), kUidClean);
   auto other = UidLockFile::open(lock);
   cr_assert(other.ok());
   auto held = other->held_elsewhere(kUid);
@@ -406,7 +386,7 @@ Test(uid_lock, idle_uids_are_marked_clean_while_held_and_dirty_again_when_reused
   auto again = pool.acquire();
   cr_assert(again.ok(), "%s", again.ok() ? "" : again.error().message().c_str());
   cr_assert_eq(again->uid(), kUid);
-  cr_assert_eq(lock_byte(lock, kUid), kUidDirty, "a uid handed out again must read dirty");
+  cr_assert_eq(corral_test::uid_lock_byte(lock, kUid), kUidDirty, "a uid handed out again must read dirty");
 }
 
 // The one-shot CLI's end: Supervisor::close(), then _exit. The uid of its run
@@ -438,6 +418,6 @@ Test(uid_lock, a_supervisor_closed_then_exited_at_once_leaves_its_uid_clean) {
   int status = 0;
   waitpid(p, &status, 0);
   cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
-  cr_assert_eq(lock_byte(std::string(kUidLockPath), kUid), kUidClean,
+  cr_assert_eq(corral_test::uid_lock_byte(std::string(kUidLockPath), kUid), kUidClean,
                "a run reaped clean, its supervisor closed: the uid must read clean");
 }

@@ -21,6 +21,7 @@
 
 using namespace corral;
 using corral_test::TempDir;
+using corral_test::alive;
 
 namespace {
 
@@ -28,22 +29,7 @@ void need_root() {
   if (!is_root_capable()) cr_skip_test("needs root: a host-wide uid pool kills and sweeps as the uid (setresuid)");
 }
 
-char lock_byte(const std::string& path, uid_t uid) {
-  char b = 0;
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    if (pread(fd, &b, 1, static_cast<off_t>(uid)) != 1) b = 0;
-    close(fd);
-  }
-  return b;
-}
 
-// Alive and not a zombie (a zombie answers kill(pid, 0) too).
-bool alive(pid_t pid) {
-  std::string stat = corral_test::read_file("/proc/" + std::to_string(pid) + "/stat");
-  auto close = stat.rfind(')');
-  return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] != 'Z';
-}
 
 struct Secrets {
   std::string tag = std::to_string(getpid());
@@ -122,8 +108,8 @@ Test(uid_sweep_batch, a_pool_that_ends_lets_its_uid_go_unswept_and_the_next_hold
   bool found = false;
   const uid_t a = one_shot_process(lock, kFirst, 4, secrets, &found);
   cr_assert_neq(a, 0u);
-  cr_expect_eq(lock_byte(lock, a), kUidUnswept, "a pool that ended must let its run's uid go marked unswept, not %c",
-               lock_byte(lock, a));
+  cr_expect_eq(corral_test::uid_lock_byte(lock, a), kUidUnswept, "a pool that ended must let its run's uid go marked unswept, not %c",
+               corral_test::uid_lock_byte(lock, a));
   cr_expect(secrets.there(a), "the pool's end walked the shared directories: the secret of %u is gone already", a);
   // A pool of that uid alone: it must take it, and sweep it first.
   const uid_t b = one_shot_process(lock, a, 1, secrets, &found);
@@ -154,7 +140,7 @@ Test(uid_sweep_batch, unswept_uids_wait_for_a_batch_and_go_in_one_sweep, .timeou
   cr_expect_eq(distinct.size(), 32u, "an unswept uid was handed out again before a batch was swept");
   for (uid_t u : used) {
     cr_expect(secrets.there(u), "the secret of %u is gone before its batch: a process walked at its end", u);
-    cr_expect_eq(lock_byte(lock, u), kUidUnswept, "uid %u reads %c", u, lock_byte(lock, u));
+    cr_expect_eq(corral_test::uid_lock_byte(lock, u), kUidUnswept, "uid %u reads %c", u, corral_test::uid_lock_byte(lock, u));
   }
   bool found = true;
   const uid_t last = one_shot_process(lock, kFirst, kCount, secrets, &found);
@@ -163,10 +149,10 @@ Test(uid_sweep_batch, unswept_uids_wait_for_a_batch_and_go_in_one_sweep, .timeou
   for (uid_t u : used) {
     if (u == last) continue;
     cr_expect(!secrets.there(u), "the batch left the secret of %u", u);
-    cr_expect_eq(lock_byte(lock, u), kUidClean, "a swept uid let go must read clean, %u reads %c", u,
-                 lock_byte(lock, u));
+    cr_expect_eq(corral_test::uid_lock_byte(lock, u), kUidClean, "a swept uid let go must read clean, %u reads %c", u,
+                 corral_test::uid_lock_byte(lock, u));
   }
-  cr_expect(secrets.there(last) && lock_byte(lock, last) == kUidUnswept);
+  cr_expect(secrets.there(last) && corral_test::uid_lock_byte(lock, last) == kUidUnswept);
 }
 
 // A range never used but for one uid whose holder died holding it, with an
@@ -208,7 +194,7 @@ Test(uid_sweep_batch, a_dead_holders_uid_made_clean_in_a_batch_has_its_escapee_k
   waitpid(holder, nullptr, 0);
   for (int i = 0; i < 500 && !secrets.there(kFirst); ++i) usleep(2000);
   cr_assert(secrets.there(kFirst), "the escapee did not plant its secret");
-  cr_assert_eq(lock_byte(lock, kFirst), kUidDirty);
+  cr_assert_eq(corral_test::uid_lock_byte(lock, kFirst), kUidDirty);
   cr_assert(alive(escapee), "the escapee must outlive its holder");
   UidPool pool(kFirst, 512);
   pool.lock_host_wide(lock);
@@ -222,9 +208,9 @@ Test(uid_sweep_batch, a_dead_holders_uid_made_clean_in_a_batch_has_its_escapee_k
   }
   cr_expect(!lives, "uid %u was handed out with its dead holder's escapee alive", kFirst);
   cr_expect(!secrets.there(kFirst), "uid %u was handed out with its dead holder's secret in /tmp", kFirst);
-  cr_expect_eq(lock_byte(lock, kFirst), kUidDirty, "a uid handed out reads dirty");
+  cr_expect_eq(corral_test::uid_lock_byte(lock, kFirst), kUidDirty, "a uid handed out reads dirty");
   int clean = 0;
-  for (uid_t u = kFirst + 1; u < kFirst + 512; ++u) clean += lock_byte(lock, u) == kUidClean;
+  for (uid_t u = kFirst + 1; u < kFirst + 512; ++u) clean += corral_test::uid_lock_byte(lock, u) == kUidClean;
   cr_expect_eq(clean, 31, "the rest of the batch is let go clean for any run on the host: %d read clean", clean);
 }
 
