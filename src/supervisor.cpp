@@ -8,24 +8,6 @@
 
 namespace corral {
 
-namespace {
-
-// Whether a read with RWF_NOWAIT of an empty pipe, whose read end is
-// blocking, says EAGAIN (and so a run's pipes need no O_NONBLOCK of their
-// own). Older kernels refuse the flag on pipes (EOPNOTSUPP).
-bool pipe_reads_nowait() {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return false;
-  char byte;
-  iovec iov{&byte, 1};
-  const bool eagain = ::preadv2(fds[0], &iov, 1, -1, RWF_NOWAIT) < 0 && errno == EAGAIN;
-  ::close(fds[0]);
-  ::close(fds[1]);
-  return eagain;
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------------------
 
 Supervisor::Supervisor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -53,7 +35,6 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   static constexpr char kHex[] = "0123456789abcdef";
   for (unsigned char b : rnd) impl->owner_token += {kHex[b >> 4], kHex[b & 0xf]};
   impl->scratch.reset(new char[kScratchBytes]);
-  impl->nowait_reads = pipe_reads_nowait();
 
   // The fd table is what bounds runs in flight: raise the soft limit to the
   // hard one (raising the hard limit needs CAP_SYS_RESOURCE; we don't try).
@@ -292,8 +273,8 @@ Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) 
   run.out.fd = std::move(child->stdout_read);
   run.err.fd = std::move(child->stderr_read);
   if (!s.nowait_reads)
-    for (const Pipe* pipe : {&run.out, &run.err})
-      if (pipe->fd) (void)::fcntl(pipe->fd.get(), F_SETFL, O_NONBLOCK);
+    for (Pipe* pipe : {&run.out, &run.err})
+      if (pipe->fd) pipe->nonblocking = ::fcntl(pipe->fd.get(), F_SETFL, O_NONBLOCK) == 0;
   run.err.eof = !run.err_capture;
   s.by_pid[run.pidfd.pid()] = slot;
   // The leader leads its own group (pgid = pid); as root the uid is the run's alone.

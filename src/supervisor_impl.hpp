@@ -106,6 +106,7 @@ struct Pipe {
   bool ready = false;   // data left after the read budget
   bool held = false;    // not read while the run's output is paused
   bool grown = false;   // F_SETPIPE_SZ tried (drain_pipe: a busy stream)
+  bool nonblocking = false;  // our end is O_NONBLOCK: read(2), not preadv2(RWF_NOWAIT)
 };
 
 struct Run {
@@ -228,9 +229,12 @@ struct Supervisor::Impl {
   // one-run process, for reads that mostly use a few bytes of it.
   std::unique_ptr<char[]> scratch;
   // Whether preadv2(RWF_NOWAIT) reads a pipe without blocking (pipes have
-  // FMODE_NOWAIT: Linux 5.8 and later); probed once at create. Without it
-  // each run's read ends are made O_NONBLOCK at submit.
-  bool nowait_reads = false;
+  // FMODE_NOWAIT: Linux 5.8 and later). Assumed, not probed at create (a
+  // probe was a pipe2, a preadv2 and two closes of every supervisor): the
+  // first read a kernel refuses (EOPNOTSUPP) makes that pipe's end
+  // O_NONBLOCK and clears this, and then each later run's read ends are
+  // made O_NONBLOCK at submit (drain_pipe).
+  bool nowait_reads = true;
   UniqueFd signal_fd;
   bool signal_armed = false;
   std::function<void(int)> signal_handler;

@@ -167,10 +167,21 @@ void Supervisor::Impl::drain_pipe(std::uint32_t slot, Run& run, Pipe& pipe, Op o
     }
     // RWF_NOWAIT: EAGAIN on an empty pipe without O_NONBLOCK on our end,
     // which took an fcntl per pipe (the program's end stays blocking either
-    // way). Where the kernel lacks it, submit made our ends O_NONBLOCK.
+    // way). Where the kernel lacks it, our end is made O_NONBLOCK: by
+    // submit once a read was refused, else just below.
     iovec iov{scratch.get(), kScratchBytes};
-    ssize_t n = nowait_reads ? ::preadv2(pipe.fd.get(), &iov, 1, -1, RWF_NOWAIT)
-                             : ::read(pipe.fd.get(), scratch.get(), kScratchBytes);
+    ssize_t n = pipe.nonblocking ? ::read(pipe.fd.get(), scratch.get(), kScratchBytes)
+                                 : ::preadv2(pipe.fd.get(), &iov, 1, -1, RWF_NOWAIT);
+    if (n < 0 && errno == EOPNOTSUPP && !pipe.nonblocking) {
+      // This kernel refuses RWF_NOWAIT on a pipe (before Linux 5.8): no
+      // byte was read. This end becomes O_NONBLOCK and is read again; later
+      // runs' ends are made so at submit.
+      nowait_reads = false;
+      if (::fcntl(pipe.fd.get(), F_SETFL, O_NONBLOCK) == 0) {
+        pipe.nonblocking = true;
+        continue;
+      }
+    }
     if (n > 0) {
       // A failure (an unprivileged user past fs.pipe-user-pages-soft) keeps the size it has.
       if (!pipe.grown && static_cast<std::size_t>(n) >= kDefaultPipeBytes) {

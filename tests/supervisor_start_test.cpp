@@ -1,0 +1,59 @@
+// What a supervisor no longer asks the kernel at create, and still gets
+// right: through the real CLI, a one-run process (supervisor.cpp).
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <string>
+
+#include "support.hpp"
+
+using namespace corral_test;
+
+// The supervisor no longer probes whether preadv2(RWF_NOWAIT) reads a pipe
+// (a pipe2, a preadv2 and two closes at every create): it assumes so, and
+// a kernel that refuses the flag (EOPNOTSUPP, before Linux 5.8) makes the
+// refused pipe's end O_NONBLOCK and reads it again. Here a seccomp filter
+// refuses every preadv2 with EOPNOTSUPP, as such a kernel would. The
+// program writes a line, then sleeps past a 1 s deadline holding its
+// stdout open: the line must be passed on, and the deadline must still
+// fire (exit 124), which it could not if the loop sat in a blocking read
+// of the empty pipe until the sleep ended.
+Test(supervisor_start, a_kernel_that_refuses_rwf_nowait_on_pipes_still_gets_output_and_the_deadline) {
+  const std::string bin = build_dir() + "/bin/corral";
+  TempDir dir;
+  const std::string out_path = dir / "out";
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int null = open("/dev/null", O_RDWR);
+    if (out < 0 || null < 0) _exit(126);
+    dup2(null, 0);
+    dup2(out, 1);
+    dup2(null, 2);
+    sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_preadv2, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EOPNOTSUPP),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof code / sizeof code[0]), code};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+      _exit(126);
+    execl(bin.c_str(), bin.c_str(), "run", "--tier", "none", "--limit", "wall_seconds=1", "--", "/bin/sh", "-c",
+          "echo first line; exec sleep 20", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status), "corral died of signal %d", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  cr_assert_eq(WEXITSTATUS(status), 124, "corral exited %d, not 124 (the deadline)", WEXITSTATUS(status));
+  cr_assert_eq(read_file(out_path), "first line\n");
+}
