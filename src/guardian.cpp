@@ -247,11 +247,13 @@ void Guardian::adopt(const Guardian& other) noexcept {
 int Guardian::keep_fd() const noexcept { return shared_ ? shared_->keep_fd : -1; }
 
 void Guardian::stop() noexcept {
-  if (!shared_ || !quit_write_) return;
+  if (!shared_ || !quit_write_ || stopped_) return;
+  stopped_ = true;
   shared_->quit.store(1, std::memory_order_release);
   char byte = 'q';
+  // The byte wakes it; the write end stays open until the destructor (or
+  // the exit): closing it now would be one more call for the same wake-up.
   (void)sys::write_all(quit_write_.get(), &byte, 1);
-  quit_write_.reset();
 }
 
 Guardian::~Guardian() {

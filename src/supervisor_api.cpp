@@ -13,8 +13,10 @@ Status Supervisor::watch_signals(std::initializer_list<int> signals, std::functi
   if (fd < 0) return Error::from_errno(errno, "watch_signals: signalfd");
   if (!impl_->signal_fd) impl_->signal_fd.reset(fd);
   impl_->signal_handler = std::move(handler);
+  // The poll goes in with the loop's next io_uring_enter: a signal that
+  // comes before is blocked, and waits in the signalfd until then.
   if (!impl_->signal_armed) impl_->arm_signals();
-  return impl_->submit("watch signals");
+  return {};
 }
 
 Status Supervisor::watch_fd(int fd, std::function<void()> on_ready) {

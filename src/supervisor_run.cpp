@@ -38,8 +38,11 @@ void Supervisor::Impl::close() {
   in_flight = active = held_fds = 0;
   // What close_later queued is closed now: unsubmitted entries die with the ring.
   if (ring_ready && io_uring_sq_ready(&ring) > 0) (void)submit("close the fds of finished runs");
-  guardian.reset();  // nothing of ours runs any more: it exits, killing nothing
-  owner.reset();     // our record goes before its lock does (leftovers.hpp)
+  // Nothing of ours runs any more: it exits, killing nothing. Its memory
+  // and fds go with the destructor or the exit (a one-run CLI _exits next:
+  // no poll, closes or munmaps of a teardown the exit does anyway).
+  if (guardian) guardian->stop();
+  owner.reset();  // our record goes before its lock does (leftovers.hpp)
 }
 
 Supervisor::Impl::~Impl() {

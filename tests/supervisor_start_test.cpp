@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstddef>
 #include <string>
 
@@ -56,4 +57,35 @@ Test(supervisor_start, a_kernel_that_refuses_rwf_nowait_on_pipes_still_gets_outp
   cr_assert(WIFEXITED(status), "corral died of signal %d", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   cr_assert_eq(WEXITSTATUS(status), 124, "corral exited %d, not 124 (the deadline)", WEXITSTATUS(status));
   cr_assert_eq(read_file(out_path), "first line\n");
+}
+
+// watch_signals() no longer submits its signalfd poll on its own: the poll
+// goes in with the loop's next io_uring_enter. SIGTERM to a one-run CLI
+// whose program runs (its first line passed on, so the loop is turning)
+// still cancels the run: corral exits 128+15 at once, not when the
+// program's 30 s sleep would end.
+Test(supervisor_start, sigterm_cancels_a_one_run_cli_whose_loop_armed_the_signal_poll_with_its_first_submit) {
+  const std::string bin = build_dir() + "/bin/corral";
+  TempDir dir;
+  const std::string out_path = dir / "out";
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int null = open("/dev/null", O_RDWR);
+    if (out < 0 || null < 0) _exit(126);
+    dup2(null, 0);
+    dup2(out, 1);
+    dup2(null, 2);
+    execl(bin.c_str(), bin.c_str(), "run", "--tier", "none", "--", "/bin/sh", "-c", "echo started; exec sleep 30",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int tries = 0; tries < 3000 && read_file(out_path).empty(); ++tries) usleep(10000);
+  cr_assert_eq(read_file(out_path), "started\n");
+  cr_assert_eq(kill(pid, SIGTERM), 0);
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status), "corral died of signal %d", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  cr_assert_eq(WEXITSTATUS(status), 128 + SIGTERM);
 }

@@ -78,11 +78,17 @@ class Guardian {
 
   pid_t pid() const noexcept { return pidfd_.pid(); }
 
+  // Tells the guardian to exit killing nothing (a flag, and a byte on its
+  // pipe): for a supervisor that has nothing running any more. One write;
+  // its stacks, table and fds are freed by the destructor, or by the exit
+  // of a process that ends right after (Supervisor::close). Idempotent.
+  void stop() noexcept;
+
   struct Shared;  // what the guardian reads (guardian.cpp)
 
  private:
   Guardian() = default;
-  void stop() noexcept;
+  bool stopped_ = false;
   Shared* shared_ = nullptr;  // in table_ (mmap'd)
   void* table_ = nullptr;
   std::size_t table_bytes_ = 0;
