@@ -1,21 +1,23 @@
 // The static CLI's start-up: four things a static start does dearly on a
 // VM, done cheaply. All only in the static link (Makefile: CLI_LINK).
 //
-// 1. The ELF entry (-Wl,-e,corral_cli_entry): map the binary's pages in two
-// madvise calls, then glibc's _start as usual.
+// 1. The ELF entry (-Wl,-e,corral_cli_entry): make the binary's writable
+// pages in a few madvise calls, then glibc's _start as usual.
 //
-// A one-run `corral run` is a process start, and on a VM a page fault is
-// dear (an exception the hypervisor sees: 12-35 us here, against ~0.2 us
-// per page for a kernel that maps pages it was asked for). Started cold, the
-// CLI faulted ~45 times on its 4 MiB of code (each fault maps the 64 KiB
-// around it: the run path's code is scattered over the whole text) and ~20
-// times on its writable data: the static PIE's self-relocation writes every
-// page of .data.rel.ro (vtables, tables of pointers) and .got, one
-// copy-on-write fault each. MADV_POPULATE_READ (Linux 5.14) maps all of the
-// text in one call; MADV_POPULATE_WRITE makes the private copies of the
-// data pages, and zero pages of .bss, in one call. This runs before
-// _dl_relocate_static_pie, so those writes find their pages made. On an
-// older kernel both calls fail (EINVAL) and nothing else changes.
+// The static PIE's self-relocation writes every page of .data.rel.ro
+// (vtables, tables of pointers) and .got: one copy-on-write fault each,
+// ~20 for a one-run `corral run`. MADV_POPULATE_WRITE (Linux 5.14) makes the
+// private copies of those pages, and the zero pages of .bss, in one call
+// before _dl_relocate_static_pie, so its writes find their pages made. On
+// an older kernel the call fails (EINVAL) and the pages fault in as before.
+//
+// The code is left to fault in. It was populated too (MADV_POPULATE_READ
+// over all 4 MiB of text, to save the ~45 read faults of a run whose code
+// is scattered over the whole text, each mapping the 64 KiB around it), but
+// mapping 1,024 pages costs more than those faults: on a Firecracker VM
+// (Linux 6.18) build/bench/oneshot gave oneshot_none 3.07-3.34x bare with
+// it and 2.60-3.07x without, in 4 interleaved rounds; on bare metal a read
+// fault of a cached page is cheaper still.
 //
 // Runs before glibc is set up: no TLS (so no stack protector), no errno,
 // nothing relocated. It reads only the ELF header through __ehdr_start, a
@@ -57,8 +59,7 @@ char corral_relro_pad[kRelroPadBytes] = {};
 
 namespace {
 
-constexpr int kPopulateRead = 22;   // MADV_POPULATE_READ (Linux 5.14; glibc 2.36's header lacks it)
-constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE
+constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE (Linux 5.14; glibc 2.36's header lacks it)
 constexpr std::uintptr_t kPage = 4096;
 constexpr std::uintptr_t kStackPrefault = 32 * 1024;
 
@@ -89,9 +90,7 @@ corral_cli_prefault() {
     if (ph.p_type != PT_LOAD) continue;
     const std::uintptr_t start = bias + ph.p_vaddr;
     const std::uintptr_t end = start + ph.p_memsz;
-    if (ph.p_flags & PF_X) {
-      raw_madvise(start, end, kPopulateRead);
-    } else if (ph.p_flags & PF_W) {
+    if (ph.p_flags & PF_W) {
       // Around the pad (page-aligned, inside this segment): two calls.
       const auto pad = reinterpret_cast<std::uintptr_t>(corral_relro_pad);
       if (pad >= start && pad + kRelroPadBytes <= end) {
