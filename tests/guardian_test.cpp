@@ -223,6 +223,58 @@ Test(guardian, escapees_die_at_the_end_of_the_run_among_hundreds_of_runs) {
   cr_assert(left.empty(), "%zu escapee(s) outlived the run", left.size());
 }
 
+// A sibling of the leader (clone with CLONE_PARENT) is a child of the
+// thread that cloned the leader, where no reparenting brings it: once the
+// Spawner's spawn thread is up (from the second process-tier spawn), that
+// thread, not the loop's. The end-of-run check must read every thread's
+// children list, or the sibling counts as known and its setsid takes it
+// out of the group kill. (With the check reading only the loop thread's
+// list, this fails: the sibling outlives the run.)
+Test(guardian, a_sibling_of_the_leader_on_the_spawn_thread_dies_at_the_end_of_the_run) {
+  need_root();
+  corral_test::Harness h;
+  // The spawn thread starts at the second such spawn and clones once set up.
+  for (int i = 0; i < 4; ++i) {
+    Request warm;
+    warm.tier = Tier::os_process;
+    warm.argv = {"/bin/true"};
+    Result w = h.run(std::move(warm));
+    cr_assert_eq(w.outcome, Outcome::exited, "%s", w.detail.c_str());
+  }
+  Request r;
+  r.tier = Tier::os_process;
+  r.inputs.push_back(Input{"hostile", std::nullopt, helper("hostile"), 0755});
+  r.argv = {"./hostile", "sibling", "300"};
+  std::string out;
+  std::optional<Result> result;
+  RunCallbacks cb;
+  cb.on_output = [&](StreamId, std::string_view d) { out += d; };
+  cb.on_result = [&](const Result& res) { result = res; };
+  auto handle = h.sup->submit(std::move(r), cb);
+  cr_assert(handle.ok());
+  std::vector<pid_t> pids;
+  bool on_other_thread = false;
+  while (!result) {
+    (void)h.sup->run_once(0.02);
+    if (pids.empty()) pids = escapee_pids(out);
+    if (pids.empty() || on_other_thread) continue;
+    // Whose child it is, while the run lasts: not this thread's.
+    DIR* d = opendir("/proc/self/task");
+    while (dirent* e = d ? readdir(d) : nullptr) {
+      if (e->d_name[0] == '.' || std::atol(e->d_name) == static_cast<long>(gettid())) continue;
+      std::string list = " " + corral_test::read_file(std::string("/proc/self/task/") + e->d_name + "/children");
+      if (list.find(" " + std::to_string(pids[0]) + " ") != std::string::npos) on_other_thread = true;
+    }
+    if (d) closedir(d);
+  }
+  cr_assert_eq(result->outcome, Outcome::exited, "%s", result->detail.c_str());
+  cr_assert_eq(pids.size(), 1u, "stdout: %s", out.c_str());
+  auto left = still_alive(pids, 1000);
+  kill_all(left);
+  cr_assert(on_other_thread, "the sibling was not a child of another thread (the spawn thread)");
+  cr_assert(left.empty(), "the leader's sibling outlived the run");
+}
+
 Test(guardian, escapees_die_at_cancel) {
   need_root();
   corral_test::Harness h;

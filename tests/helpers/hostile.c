@@ -14,6 +14,8 @@
  *   close-stdout           close stdout early and keep running a little
  *   self-stop              stop itself with SIGSTOP
  *   setsid-escape          double fork + setsid; the escapee sleeps holding stdout
+ *   sibling MS             clone(CLONE_PARENT): a child of our parent, not ours, that makes a
+ *                          session of its own, prints "escapee <pid>" and pauses; we sleep MS
  *   exit CODE              exit with CODE
  *   fork-bomb MAX          fork up to MAX children, print how many succeeded, all exit
  *   fork-chain             a fork rabbit: fork one child and exit; the child makes
@@ -47,6 +49,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <mqueue.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,6 +203,25 @@ static int escapees(long ms) {
     }
   }
   if (ms < 0) for (;;) pause();
+  nap_ms(ms);
+  return 0;
+}
+
+// A sibling, not a child: clone(CLONE_PARENT) gives it our parent (the
+// thread of the supervisor that cloned us), where no reparenting at our
+// exit would bring it; a session of its own puts it out of a group kill.
+static int sibling(long ms) {
+  long p = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
+  if (p == 0) {
+    setsid();
+    printf("escapee %d\n", getpid());
+    fflush(stdout);
+    for (;;) pause();
+  }
+  if (p < 0) {
+    perror("clone");
+    return 1;
+  }
   nap_ms(ms);
   return 0;
 }
@@ -470,6 +492,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "self-stop")) { raise(SIGSTOP); return 0; }
   if (!strcmp(m, "setsid-escape")) return setsid_escape();
   if (!strcmp(m, "escapees") && argc > 2) return escapees(atol(argv[2]));
+  if (!strcmp(m, "sibling") && argc > 2) return sibling(atol(argv[2]));
   if (!strcmp(m, "exit") && argc > 2) return atoi(argv[2]);
   if (!strcmp(m, "fork-bomb") && argc > 2) return fork_bomb(atoi(argv[2]));
   if (!strcmp(m, "fork-chain")) fork_chain();
