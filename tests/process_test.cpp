@@ -146,9 +146,9 @@ Test(process, pidfd_open_names_a_missing_pid) {
   cr_assert(p.error().message().find("pidfd_open") != std::string::npos);
 }
 
-// ignored_signal_mask() reads SigIgn from /proc/self/status: it must name
-// exactly the signals sigaction() reports as SIG_IGN (an ignored SIGHUP and
-// SIGUSR2 in, a handled SIGUSR1 and a default SIGTERM out), bit n for signal n.
+// ignored_signal_mask() must name exactly the signals sigaction() reports
+// as SIG_IGN (an ignored SIGHUP and SIGUSR2 in, a handled SIGUSR1 and a
+// default SIGTERM out), bit n for signal n.
 Test(process, ignored_signal_mask_matches_sigaction) {
   struct sigaction ign {}, handled {}, old_hup {}, old_usr1 {}, old_usr2 {};
   ign.sa_handler = SIG_IGN;
