@@ -210,6 +210,16 @@ Test(judge_io, piped_stdin_without_the_flag_is_not_passed_and_corral_says_so) {
   cr_assert(contains(missing.err, "--stdin: open /nonexistent/input"), "%s", missing.err.c_str());
 }
 
+// The writer upstream may start after corral: the note looks at the pipe
+// once the run has ended, so bytes that came while it ran are seen. (It
+// looked before the run started: with the writer 0.3 s late it said
+// nothing.)
+Test(judge_io, stdin_written_while_the_run_lasts_still_gets_the_note) {
+  Ran r = shell("(sleep 0.3; printf 'late\\n') | " + corral_bin() + " run -- sleep 1");
+  cr_assert_eq(r.code, 0, "%s", r.err.c_str());
+  cr_assert(contains(r.err, "corral: note: corral's stdin is not passed to the program"), "%s", r.err.c_str());
+}
+
 // Bytes that are not UTF-8 came back as U+FFFD only; with binary_output the
 // Result also has them exactly, and a secret is still ***.
 Test(judge_io, binary_output_gives_the_bytes_exactly_with_secrets_masked) {

@@ -271,7 +271,9 @@ void report_lost(const char* what, const RingWriter& w) {
 // `printf 'a\nb\n' | corral run -- wc -l` printed 0 with no word why: a
 // pipe or file on corral's stdin with bytes waiting, and no --stdin, gets
 // one line saying they are not passed on. (A terminal or /dev/null: no
-// line; nothing is read either way.)
+// line; nothing is read either way.) Asked once the run has ended, not
+// before it starts: a writer upstream of the pipe starts with corral, and
+// a corral that reached this first saw an empty pipe and said nothing.
 void hint_unpassed_stdin() {
   struct stat st {};
   if (fstat(0, &st) != 0 || !(S_ISFIFO(st.st_mode) || (S_ISREG(st.st_mode) && st.st_size > 0))) return;
@@ -374,9 +376,8 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
     stdin_file.reset(::open(o.stdin_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
     if (!stdin_file) return refuse("--stdin: open " + o.stdin_file + ": " + std::strerror(errno), 2);
     stdin_source = stdin_file.get();
-  } else if (!o.request.stdin_text) {
-    hint_unpassed_stdin();
   }
+  const bool stdin_unpassed = stdin_source < 0 && !o.request.stdin_text;
   // Destroyed after the supervisor (declared first): a write of the pump's
   // that the ring still holds reads the pump's buffer until the ring is gone.
   std::unique_ptr<StdinPump> pump;
@@ -462,6 +463,7 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
     report_lost("the program's stdout", out);
     report_lost("the program's stderr", err);
   }
+  if (stdin_unpassed) hint_unpassed_stdin();
   report_end(r);
   if (!o.json) report_refusals(r);
   int code = got_signal ? 128 + got_signal : cli_exit_code(r);
