@@ -45,23 +45,23 @@ UidPool::Lease::State::~State() {
   if (marks) ::munmap(marks, count);
 }
 
+Status UidPool::Lease::State::ensure_kill_stack() {
+  if (kill_stack) return {};
+  // Raw syscalls and a small frame: 64 KiB is plenty.
+  auto stack = ChildStack::allocate(64 * 1024);
+  if (!stack) return std::move(stack).error().context("uid pool");
+  kill_stack.emplace(std::move(*stack));
+  return {};
+}
+
 Status UidPool::Lease::State::kill_uid(uid_t uid, int sig) {
   std::lock_guard k(kill_mu);
-  if (!kill_stack) {
-    // Raw syscalls and a small frame: 64 KiB is plenty.
-    auto stack = ChildStack::allocate(64 * 1024);
-    if (!stack) return std::move(stack).error().context("uid pool");
-    kill_stack.emplace(std::move(*stack));
-  }
+  if (auto st = ensure_kill_stack(); !st) return st;
   return signal_uid(uid, sig, *kill_stack);
 }
 
 Status UidPool::Lease::State::ensure_sweep_memory() {
-  if (!kill_stack) {
-    auto stack = ChildStack::allocate(64 * 1024);
-    if (!stack) return std::move(stack).error().context("uid pool");
-    kill_stack.emplace(std::move(*stack));
-  }
+  if (auto st = ensure_kill_stack(); !st) return st;
   if (!sweep_arena) {
     auto arena = SweepArena::allocate();
     if (!arena) return std::move(arena).error().context("uid pool");

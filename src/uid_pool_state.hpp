@@ -94,6 +94,7 @@ struct UidPool::Lease::State {
   // uid_pool.cpp: the lock file, the pool's end, the kill helper, taking a uid.
   Status open_lock();  // under mu
   ~State();
+  Status ensure_kill_stack();  // under kill_mu
   Status kill_uid(uid_t uid, int sig);
   Status ensure_sweep_memory();  // under kill_mu
   Expected<bool> kill_and_sweep(uid_t uid, bool kill = true);
