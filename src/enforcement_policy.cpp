@@ -29,6 +29,11 @@ class EnforcementPolicy final : public RunPolicy {
     if (Status st = audit->record(audit_record(request, result), secrets); !st)
       result.warnings.push_back("audit line not written: " + st.error().message());
   }
+  Status refused(const Request& asked, const std::string& reason, long line, std::span<const std::string> secrets,
+                 AuditSink* audit) const override {
+    if (!audit) return {};
+    return audit->record(audit_refusal(reason, &asked, nullptr, line), secrets);
+  }
 };
 
 }  // namespace

@@ -150,6 +150,31 @@ std::size_t Supervisor::capacity() const {
 
 Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) {
   Impl& s = *impl_;
+  if (!s.options.audit) return start(std::move(request), std::move(callbacks));
+  // What the refusal's audit line says was asked (audit_refusal reads no
+  // more): kept aside, as the run takes the request. A payload's source is
+  // not, only its interpreter and name.
+  Request asked;
+  asked.id = request.id;
+  asked.argv = request.argv;
+  asked.tier = request.tier;
+  asked.limits = request.limits;
+  asked.route = request.route;
+  asked.provenance = request.provenance;
+  asked.secrets = request.secrets;
+  if (request.payload) asked.payload = ProgramPayload{{}, request.payload->interpreter, request.payload->filename};
+  const long line = callbacks.audit_line;
+  auto started = start(std::move(request), std::move(callbacks));
+  if (started) return started;
+  const RunPolicy& policy = s.options.policy ? *s.options.policy : default_run_policy();
+  const std::string reason = started.error().message();
+  if (Status st = policy.refused(asked, reason, line, secret_values(asked.secrets), s.options.audit.get()); !st)
+    return Error(started.error().code(), reason + "; its audit line was not written: " + st.error().message());
+  return started;
+}
+
+Expected<RunHandle> Supervisor::start(Request request, RunCallbacks callbacks) {
+  Impl& s = *impl_;
   if (s.closed) return Error::invalid("submit: the supervisor was closed");
   const bool session_exec = !request.session.empty();
   if (s.options.session_execs_only && !session_exec)

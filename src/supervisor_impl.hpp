@@ -168,6 +168,10 @@ class CheckMemo final : public RunPolicy {
                 AuditSink* audit) const override {
     default_run_policy().finished(request, result, secrets, audit);
   }
+  Status refused(const Request& asked, const std::string& reason, long line, std::span<const std::string> secrets,
+                 AuditSink* audit) const override {
+    return default_run_policy().refused(asked, reason, line, secrets, audit);
+  }
   void forget() { passed_.clear(); }
 
  private:

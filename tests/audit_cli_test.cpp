@@ -72,13 +72,14 @@ Test(audit_cli, a_refused_job_a_malformed_line_and_a_refused_run_each_write_an_a
              "not json\n"
              "{\"id\": \"bogus\", \"argv\": [\"true\"], \"bogus\": 1}\n"
              "{\"id\": \"hostpath\", \"argv\": [\"true\"], \"tier\": \"none\", "
-             "\"inputs\": [{\"name\": \"x\", \"host_path\": \"/etc/hostname\"}]}\n");
+             "\"inputs\": [{\"name\": \"x\", \"host_path\": \"/etc/hostname\"}]}\n"
+             "{\"id\": \"unset\", \"argv\": [\"true\"], \"tier\": \"none\", \"secret_env\": [\"CORRAL_AUDIT_CLI_UNSET\"]}\n");
   CliRun b = run_cli({"batch", "--audit", audit, jobs});
   cr_assert_eq(b.code, 0, "exit %d: %s", b.code, b.err.c_str());
-  cr_assert_eq(json_lines(b.out).size(), 5u, "%s", b.out.c_str());
+  cr_assert_eq(json_lines(b.out).size(), 6u, "%s", b.out.c_str());
   const std::string text = read_file(audit);
   auto lines = json_lines(text);
-  cr_assert_eq(lines.size(), 5u, "one audit line per job line, refused or not:\n%s", text.c_str());
+  cr_assert_eq(lines.size(), 6u, "one audit line per job line, refused or not:\n%s", text.c_str());
 
   json ran = with(lines, "id", "ok");
   cr_assert(ran["outcome"] == "exited" && ran["line"].is_null() && ran["error"].is_null(), "%s", ran.dump().c_str());
@@ -96,6 +97,13 @@ Test(audit_cli, a_refused_job_a_malformed_line_and_a_refused_run_each_write_an_a
   cr_expect(bogus["id"] == "bogus" && bogus["argv"] == json::array({"true"}), "as far as it reads: %s",
             bogus.dump().c_str());
   expect_refusal_line(with(lines, "line", 5), "host paths are not allowed here", text);
+  // Refused by the supervisor (the secret is not set): its line, written
+  // once (by the supervisor), with the job's line number.
+  json by_supervisor = with(lines, "line", 6);
+  expect_refusal_line(by_supervisor, "CORRAL_AUDIT_CLI_UNSET is not set", text);
+  cr_expect(by_supervisor["id"] == "unset" && by_supervisor["argv"] == json::array({"true"}) &&
+                by_supervisor["tier"] == "none",
+            "%s", by_supervisor.dump().c_str());
 
   // corral run: the gate's refusal, and a refusal by the supervisor (an unset secret).
   const std::string run_audit = dir / "run-audit.jsonl";

@@ -327,3 +327,83 @@ Test(audit, a_run_whose_input_cannot_be_staged_is_a_spawn_failed_result_with_its
   cr_assert(j["run_id"] == res->run_id && j["outcome"] == "spawn_failed", "%s", lines[0].c_str());
   cr_assert(j["error"].get<std::string>().find("data.txt") != std::string::npos, "%s", lines[0].c_str());
 }
+
+namespace {
+
+// A sink whose disk is full: every append fails.
+class FullAuditSink final : public AuditSink {
+ protected:
+  Status append_line(const std::string&) override { return Error(ENOSPC, "audit: append: no space left"); }
+};
+
+}  // namespace
+
+// A library caller's refused submit() leaves a line. On the old code only
+// the CLI and batch wrote one (each its own): a program holding a
+// Supervisor with an audit sink could probe the gate with request after
+// refused request, and the audit showed none of them.
+Test(audit, every_refused_submit_of_a_library_caller_writes_a_line) {
+  const std::string value = "s3cret-" + std::to_string(getpid());
+  setenv("CORRAL_AUDIT_REFUSED_SET", value.c_str(), 1);
+  unsetenv("CORRAL_AUDIT_REFUSED_UNSET");
+  auto sink = std::make_shared<MemoryAuditSink>();
+  SupervisorOptions o;
+  o.audit = sink;
+  corral_test::Harness h(o);
+
+  // Refused while it is prepared: a secret that is not set. The one that
+  // is set is masked where the request repeats it (its argv, its id).
+  Request unset;
+  unset.id = "probe-" + value;
+  unset.tier = Tier::os_process;
+  unset.argv = {"true", value};
+  unset.limits.set(Limit::wall_seconds, 5);
+  unset.secrets.push_back(SecretRef{"SET", "CORRAL_AUDIT_REFUSED_SET"});
+  unset.secrets.push_back(SecretRef{"UNSET", "CORRAL_AUDIT_REFUSED_UNSET"});
+  RunCallbacks cb;
+  cb.audit_line = 12;
+  auto refused = h.sup->submit(unset, cb);
+  cr_assert(!refused.ok(), "an unset secret ran");
+  // Refused before anything is prepared: no argv.
+  Request empty;
+  empty.id = "empty";
+  empty.tier = Tier::none;
+  cr_assert(!h.sup->submit(empty).ok(), "an empty argv ran");
+  // And a run, for the count: one line per request.
+  Request ok;
+  ok.tier = Tier::none;
+  ok.argv = {"true"};
+  cr_assert_eq(h.run(ok).exit_code, 0);
+
+  auto lines = sink->lines();
+  cr_assert_eq(lines.size(), 3u, "one line per request, refused or run");
+  for (const auto& line : lines) cr_assert_eq(line.find(value), std::string::npos, "secret in: %s", line.c_str());
+  json a = json::parse(lines[0]);
+  cr_assert(a["outcome"] == "error" && a["run_id"] == "" && a["line"] == 12, "%s", lines[0].c_str());
+  const std::vector<std::string> secrets{value};
+  cr_assert(a["error"] == scrub_secrets(refused.error().message(), secrets), "the Error's reason: %s", lines[0].c_str());
+  cr_assert(a["error"].get<std::string>().find("CORRAL_AUDIT_REFUSED_UNSET") != std::string::npos, "%s",
+            lines[0].c_str());
+  cr_assert(a["id"] == "probe-***" && a["argv"] == json::array({"true", "***"}) && a["tier"] == "os_process", "%s",
+            lines[0].c_str());
+  cr_assert(a["limits"] == json({{"wall_seconds", 5}}), "%s", lines[0].c_str());
+  json b = json::parse(lines[1]);
+  cr_assert(b["outcome"] == "error" && b["id"] == "empty" && b["line"].is_null() && b["tier"] == "none", "%s",
+            lines[1].c_str());
+  cr_assert(json::parse(lines[2])["outcome"] == "exited", "%s", lines[2].c_str());
+}
+
+// An audit line that cannot be written is not lost silently: the refusal
+// says so (there is no Result to carry a warning).
+Test(audit, a_refusal_whose_line_cannot_be_written_says_so) {
+  SupervisorOptions o;
+  o.audit = std::make_shared<FullAuditSink>();
+  corral_test::Harness h(o);
+  Request empty;
+  empty.tier = Tier::none;
+  auto refused = h.sup->submit(empty);
+  cr_assert(!refused.ok());
+  const std::string why = refused.error().message();
+  cr_assert(why.find("its audit line was not written") != std::string::npos && why.find("no space left") != std::string::npos,
+            "%s", why.c_str());
+}

@@ -3,7 +3,8 @@
 // header; DESIGN.md "Layers"). Before a run: is what it asks enforceable
 // here. While it is prepared: what enforces each limit and guarantee of its
 // tier on this host. When it ends: what was applied to it (the Result's
-// `enforcement`) and the audit line. The policy layer implements it
+// `enforcement`) and the audit line; when it gets no run, the audit line
+// of its refusal. The policy layer implements it
 // (src/enforcement_policy.cpp: the enforcement map and the audit sink);
 // a caller may install its own (RunContext::policy, SupervisorOptions::policy).
 //
@@ -46,6 +47,13 @@ class RunPolicy {
   // its line with `secrets` scrubbed; a failure is a warning on the Result.
   virtual void finished(const Request& request, Result& result, std::span<const std::string> secrets,
                         AuditSink* audit) const = 0;
+  // A request that got no run (submit() returned an Error: refused, or
+  // corral's own failure before a child existed): `audit`, when set, gets
+  // its line, outcome "error" with `reason`, `line` the caller's (a batch
+  // job's line number; 0: none), with `secrets` scrubbed. The Error of a
+  // failed append is returned: there is no Result to carry a warning.
+  virtual Status refused(const Request& asked, const std::string& reason, long line,
+                         std::span<const std::string> secrets, AuditSink* audit) const = 0;
 };
 
 // The policy a run gets when its caller installs none: the enforcement map

@@ -37,6 +37,9 @@ struct RunCallbacks {
   std::function<void(StreamId, std::string_view)> on_output;
   // The final result; called exactly once per submitted run.
   std::function<void(const Result&)> on_result;
+  // Not a callback: the `line` of the audit line a refused submit() writes
+  // (a batch job's line number; 0: none). See SupervisorOptions::audit.
+  long audit_line = 0;
 };
 
 struct SupervisorOptions {
@@ -50,7 +53,10 @@ struct SupervisorOptions {
   double drain_seconds = 0.5;
   // When set, every finished run appends one JSON line here (audit.hpp),
   // with the run's secret values scrubbed; a failed append becomes a
-  // warning on that run's Result. Shared: batch and run use the same sink.
+  // warning on that run's Result. So does every submit() that returns an
+  // Error (outcome "error", the Error's message as its reason): a refused
+  // request leaves a line whoever the caller is. Shared: batch and run use
+  // the same sink.
   std::shared_ptr<AuditSink> audit;
   // A supervisor for execs into live sessions only (`corral session exec`):
   // no host-wide uid lock, workspace base, owner record or sweep of dead
@@ -116,8 +122,9 @@ class Supervisor {
 
   // Validate, plan and spawn. A request corral refuses (bad limit,
   // unenforceable limit not acknowledged, too many runs for the fd limit)
-  // is an Error and nothing runs; a program that fails to start is a
-  // `spawn_failed` Result delivered through on_result.
+  // is an Error and nothing runs (with SupervisorOptions::audit, its audit
+  // line is written); a program that fails to start is a `spawn_failed`
+  // Result delivered through on_result.
   Expected<RunHandle> submit(Request request, RunCallbacks callbacks = {});
 
   // One loop turn: wait up to `timeout_seconds` (negative: until something
@@ -205,6 +212,7 @@ class Supervisor {
  private:
   friend class RunHandle;
   explicit Supervisor(std::unique_ptr<Impl> impl);
+  Expected<RunHandle> start(Request request, RunCallbacks callbacks);  // submit() less its refusal's audit line
   void cancel(std::uint64_t token);
   bool finished(std::uint64_t token) const;
   void release(std::uint64_t token, bool cancel_if_running);

@@ -44,6 +44,14 @@
 namespace corral::cli {
 namespace {
 
+// What is known of a job that gets no run: the values of the secrets it
+// names, and (with --audit) its audit record as far as it was read.
+struct Refusal {
+  std::vector<std::string> secrets;
+  std::optional<AuditRecord> record;
+  bool audited = false;  // its audit line is written already (by the supervisor)
+};
+
 class Batch {
  public:
   // cpu_parallel: jobs with a cpu_seconds limit in flight at most.
@@ -261,13 +269,13 @@ class Batch {
       cpu_.hold_turn({std::move(req), id, at, session});
       return;
     }
-    // A refusal from the supervisor names what was asked, masked as a run's messages are.
+    // A refusal from the supervisor is masked as a run's messages are; its
+    // audit line is the supervisor's (with this line number).
     Refusal asked;
-    if (audit_ || !req.secrets.empty()) {
-      asked.secrets = secret_values(req.secrets);
-      if (audit_) asked.record = audit_refusal("", &req);
-    }
+    if (!req.secrets.empty()) asked.secrets = secret_values(req.secrets);
+    asked.audited = true;
     RunCallbacks cb;
+    cb.audit_line = at;
     cb.on_result = [this, at, cpu, session](const Result& r) {
       if (cpu) cpu_.finished();
       if (r.outcome != Outcome::exited || r.exit_code != 0) ++failed_;
@@ -285,13 +293,6 @@ class Batch {
     handle->detach();  // the result comes through on_result
   }
 
-  // What is known of a job that gets no run: the values of the secrets it
-  // names, and (with --audit) its audit record as far as it was read.
-  struct Refusal {
-    std::vector<std::string> secrets;
-    std::optional<AuditRecord> record;
-  };
-
   // A job that gets no run: its error line and its audit line, the reason
   // with the job's secrets masked (`id` is masked already).
   void refused(const std::string& id, long line, const std::string& why, Refusal asked = {}) {
@@ -299,7 +300,7 @@ class Batch {
     ++failed_;
     const std::string reason = scrub_secrets(why, asked.secrets);
     emit(error_to_json(id, line, reason), id, line);
-    if (!audit_) return;
+    if (!audit_ || asked.audited) return;
     AuditRecord record = asked.record ? std::move(*asked.record) : audit_refusal("");
     record.id = id;
     record.error = reason;

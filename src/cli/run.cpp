@@ -429,8 +429,9 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
   };
   cb.on_result = [&](const Result& r) { result = r; };
   auto submitted = s.submit(std::move(o.request), std::move(cb));
+  audit.reset();  // from here the supervisor audits: the run, or (already) its refusal
   if (!submitted) return refuse(submitted.error().message(), exit_code_for_error(submitted.error().code()));
-  asked.reset();  // from here the supervisor audits the run
+  asked.reset();
   handle = std::move(*submitted);
   if (pump)
     if (auto st = pump->start(); !st) say("%s", st.error().message().c_str());
