@@ -518,21 +518,6 @@ Status Workspace::stage_bytes(std::string_view name, std::string_view bytes, mod
   }));
 }
 
-Status Workspace::stage_file(const std::string& host_path, std::string_view name, bool no_symlinks) {
-  std::string label = "workspace: input " + quoted(name) + " from " + quoted(host_path);
-  // O_NONBLOCK: opening a FIFO must not hang the supervisor. no_symlinks:
-  // the door checked this resolved path; a symlink swapped into it since
-  // fails with ELOOP instead of leading out of the allowed prefix.
-  constexpr int kFlags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
-  UniqueFd src(no_symlinks ? wsfs::openat2_fd(AT_FDCWD, host_path, kFlags, 0, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
-                           : ::open(host_path.c_str(), kFlags));
-  if (!src) return errno_error(label);
-  struct stat st {};
-  if (::fstat(src.get(), &st) != 0) return errno_error(label + ": stat");
-  if (!S_ISREG(st.st_mode)) return Error::invalid(label + ": not a regular file (" + dt_name(IFTODT(st.st_mode)) + ")");
-  return stage_copy(src.get(), name, st.st_mode & 0777, label);
-}
-
 Status Workspace::stage_copy(int src, std::string_view name, mode_t mode, const std::string& label,
                              std::uint64_t max_bytes, const std::string& too_big, std::uint64_t* copied) {
   if (auto st = reacquire(); !st) return st;

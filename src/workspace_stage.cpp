@@ -1,5 +1,5 @@
-// Workspace::stage_path (workspace.hpp): an input that is a host file or a
-// whole host directory. Parent-side, before the child starts. The tree is
+// Workspace::stage_file and stage_path (workspace.hpp): an input that is a
+// host file or a whole host directory. Parent-side, before the child starts. The tree is
 // walked from fds (openat O_NOFOLLOW below the directory opened first), so
 // nothing renamed or linked into it while we copy leads outside it.
 #include <fcntl.h>
@@ -8,6 +8,7 @@
 
 #include <linux/openat2.h>
 
+#include "corral/request.hpp"  // default_limits: the default artifact_bytes
 #include "corral/workspace.hpp"
 #include "workspace_fs.hpp"
 
@@ -100,6 +101,28 @@ Status Workspace::stage_tree(int dir, const std::string& name, TreeWalk& walk, i
       return s;
   }
   return {};
+}
+
+Status Workspace::stage_file(const std::string& host_path, std::string_view name, bool no_symlinks,
+                             std::optional<std::uint64_t> max_bytes) {
+  std::string label = "workspace: input " + quoted(name) + " from " + quoted(host_path);
+  // O_NONBLOCK: opening a FIFO must not hang the supervisor. no_symlinks:
+  // the door checked this resolved path; a symlink swapped into it since
+  // fails with ELOOP instead of leading out of the allowed prefix.
+  constexpr int kFlags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+  UniqueFd src(no_symlinks ? openat2_fd(AT_FDCWD, host_path, kFlags, 0, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+                           : ::open(host_path.c_str(), kFlags));
+  if (!src) return errno_error(label);
+  struct stat st {};
+  if (::fstat(src.get(), &st) != 0) return errno_error(label + ": stat");
+  if (!S_ISREG(st.st_mode)) return Error::invalid(label + ": not a regular file (" + dt_name(IFTODT(st.st_mode)) + ")");
+  // The cap an --input file has (stage_path's walk: its size, then what
+  // the copy reads).
+  TreeCaps caps;
+  caps.file_bytes = max_bytes ? *max_bytes : *default_limits().get(Limit::artifact_bytes);
+  std::vector<std::string> skipped;
+  TreeWalk walk{caps, skipped, label};
+  return walk.copy(*this, src.get(), std::string(name), static_cast<std::uint64_t>(st.st_size), st.st_mode & 0777, "");
 }
 
 Status Workspace::stage_path(const std::string& host_path, std::string_view name, bool no_symlinks,

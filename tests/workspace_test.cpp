@@ -160,6 +160,31 @@ Test(workspace, stage_file_refuses_a_fifo_without_blocking, .timeout = 10) {
   expect_error(ws.stage_file(base.path(), "dir"), {"'dir'", "not a regular file (directory)"});
 }
 
+// A library caller's stage_file had no cap: a sparse terabyte someone else
+// left (a previous run's output, an upload) was copied byte by byte into
+// the workspace until its tmpfs or disk was full. Now it has the cap an
+// --input file has, unless the caller names its own.
+Test(workspace, stage_file_refuses_a_file_over_its_cap_and_copies_nothing, .timeout = 30) {
+  corral_test::TempDir base;
+  Workspace ws = make_ws(base);
+  std::string sparse = base / "sparse.bin";
+  corral_test::write_file(sparse, "");
+  cr_assert_eq(truncate(sparse.c_str(), 1ll << 40), 0, "truncate: %s", strerror(errno));
+  auto st = ws.stage_file(sparse, "big.bin");
+  cr_assert(!st.ok(), "a 1 TiB file was staged");
+  cr_assert_eq(st.error().code(), EFBIG, "%s", st.error().message().c_str());
+  expect_error(st, {"'big.bin'", "artifact_bytes=67108864"});
+  cr_assert(!exists_nofollow(ws.path() + "/big.bin"), "a partial copy was left");
+
+  std::string small = base / "small.bin";
+  corral_test::write_file(small, std::string(4096, 'x'));
+  expect_error(ws.stage_file(small, "capped.bin", false, 4095), {"'capped.bin'", "4096 bytes", "artifact_bytes=4095"});
+  cr_assert(!exists_nofollow(ws.path() + "/capped.bin"));
+  auto fits = ws.stage_file(small, "fits.bin", false, 4096);
+  cr_assert(fits.ok(), "%s", fits.error().message().c_str());
+  cr_assert_eq(corral_test::read_file(ws.path() + "/fits.bin").size(), 4096u);
+}
+
 Test(workspace, staging_does_not_follow_a_planted_symlink) {
   corral_test::TempDir base, outside;
   Workspace ws = make_ws(base);

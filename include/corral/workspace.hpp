@@ -164,7 +164,13 @@ class Workspace {
   Status stage_bytes(std::string_view name, std::string_view bytes, mode_t mode = 0644);
   // Copies (never links) a regular host file; keeps its permission bits
   // (& 0777). A FIFO or device on the host side is refused, not opened blocking.
-  Status stage_file(const std::string& host_path, std::string_view name, bool no_symlinks = false);
+  // At most `max_bytes` (unset: the default artifact_bytes, 64 MiB): a file
+  // over it, or one that grows past it while it is copied, is refused
+  // naming the cap. A file someone else controls (a sparse terabyte, a log
+  // that grows on) cannot fill the workspace's memory or disk; a caller
+  // that means more says how much.
+  Status stage_file(const std::string& host_path, std::string_view name, bool no_symlinks = false,
+                    std::optional<std::uint64_t> max_bytes = std::nullopt);
   // A host file as stage_file does, or a host directory copied recursively
   // under `name` (workspace_stage.cpp), both with the caps outputs have
   // (artifact_bytes per file, artifact_total_bytes, artifact_count: over
