@@ -245,9 +245,11 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   else
     add(kGuaranteeReapsDescendants, "process_group",
         tier == Tier::none
-            ? "the program's group is killed; a setsid escapee leaves it (use --tier container)"
+            ? "the program's group is killed; a setsid escapee leaves it (use --tier container), except under "
+              "corral run, which kills everything left below it when the run ends"
             : "not root, so no uid of the run's own to kill everything of: the program's group is killed, a "
-              "setsid escapee leaves it (run as root, or use --tier container)");
+              "setsid escapee leaves it (run as root, or use --tier container), except under corral run, which "
+              "kills everything left below it when the run ends");
   add(kGuaranteeSecretMasking, "supervisor", "*** in every captured and streamed byte");
   if (container)
     add(kGuaranteeIpc, h.user_namespaces ? "container" : "unsupported",

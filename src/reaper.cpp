@@ -1,18 +1,23 @@
 #include "corral/reaper.hpp"
 
 #include <dirent.h>
+#include <poll.h>
+#include <signal.h>
 #include <linux/prctl.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "corral/fd.hpp"
 #include "corral/syscalls.hpp"
 
 namespace corral {
@@ -116,6 +121,38 @@ std::size_t reap_orphans(const ReapFilter& is_tracked) {
     }
     if (!reap_if_exited(pid)) return reaped;  // reaped by someone else meanwhile
     ++reaped;
+  }
+}
+
+std::size_t kill_unclaimed_children(const ReapFilter& is_kept, double max_seconds) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(max_seconds));
+  std::size_t killed = 0;
+  // A round per generation: a killed process's children are ours once it
+  // has died. A fork chain that outruns the rounds meets the deadline.
+  for (;;) {
+    std::vector<pid_t> children;
+    if (!children_from_task_lists(children)) children_from_proc_scan(children);
+    std::vector<UniqueFd> dying;
+    for (pid_t pid : children) {
+      if (is_kept && is_kept(pid)) continue;
+      UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+      if (!fd) continue;  // reaped meanwhile
+      (void)::syscall(SYS_pidfd_send_signal, fd.get(), SIGKILL, nullptr, 0);
+      dying.push_back(std::move(fd));
+    }
+    if (dying.empty()) return killed;
+    for (const UniqueFd& fd : dying) {
+      // Readable once it has exited; then reaped here (it is nobody's).
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd p{fd.get(), POLLIN, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return killed;
+      siginfo_t info{};
+      if (::waitid(P_PIDFD, static_cast<id_t>(fd.get()), &info, WEXITED | WNOHANG) == 0 && info.si_pid != 0 &&
+          info.si_code == CLD_KILLED && info.si_status == SIGKILL)
+        ++killed;
+    }
+    if (Clock::now() >= deadline) return killed;
   }
 }
 

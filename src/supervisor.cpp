@@ -367,7 +367,10 @@ Expected<bool> Supervisor::run_once(double timeout_seconds) {
   s.free_retired();
   (void)s.submit("the loop turn's new operations");
   if (s.ring_error) return *s.ring_error;
-  if (s.in_flight == 0) s.maybe_reap_orphans(true);  // idle: no zombie left behind
+  if (s.in_flight == 0) {
+    s.kill_leftover_children();  // idle: nothing a run started is left (owns_every_child)
+    s.maybe_reap_orphans(true);  // and no zombie
+  }
   return s.in_flight > 0 || s.armed_watches > 0 || s.pending_writes > 0;
 }
 

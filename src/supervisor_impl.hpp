@@ -273,6 +273,9 @@ struct Supervisor::Impl {
   // At the leader's exit (its group just got SIGKILL): as root, every
   // process of the run's uid dies too, unless none can be left.
   void reap_uid_at_exit(Run& run);
+  // SupervisorOptions::owns_every_child: every child that is neither a
+  // run's leader nor the guardian, and all it leaves, is killed.
+  void kill_leftover_children();
 
   static std::uint64_t token(std::uint32_t slot, std::uint32_t gen) {
     return (static_cast<std::uint64_t>(slot) << 32) | gen;

@@ -244,12 +244,25 @@ void Supervisor::Impl::on_leader_exit(std::uint32_t slot, Run& run) {
   // signal it through its pidfd too, a system call per run for nothing).
   (void)::kill(-run.pidfd.pid(), SIGKILL);
   reap_uid_at_exit(run);
+  // What left the group (setsid) and is not the uid's to kill: when this
+  // is the only run, every unknown child of ours is its.
+  if (in_flight == 1 && !(run.prep.uid_lease && run.prep.uid_lease->host_wide())) kill_leftover_children();
   if (guardian) guardian->unwatch(slot);
   auto status = wait_exit(run.pidfd, true);
   run.exited = true;
   by_pid.erase(run.pidfd.pid());
   if (status && status->has_value()) run.end.status = **status;
   if (!run.out.eof || !run.err.eof) arm_timer(slot, run, TimerPhase::drain, options.drain_seconds);
+}
+
+void Supervisor::Impl::kill_leftover_children() {
+  if (!options.owns_every_child || !options.become_subreaper) return;
+  // Bounded: a process stuck in the kernel (D state) must not stall the
+  // loop; what survives the bound is tried again at the next chance.
+  constexpr double kLeftoverKillSeconds = 0.5;
+  (void)kill_unclaimed_children(
+      [this](pid_t pid) { return by_pid.count(pid) > 0 || (guardian && pid == guardian->pid()); },
+      kLeftoverKillSeconds);
 }
 
 void Supervisor::Impl::maybe_reap_orphans(bool force) {

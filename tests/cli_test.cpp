@@ -568,3 +568,42 @@ Test(cli, refused_socket_calls_get_a_corral_note) {
   Ran quiet = run_corral("run --net none -- " + prog + " whoami");
   cr_expect(!contains(quiet.err, "refused"), "%s", quiet.err.c_str());
 }
+
+namespace {
+
+// The pids a program wrote to DIR/<name>, one per file.
+pid_t pid_in(const corral_test::TempDir& dir, const std::string& name) {
+  std::string text = read_file(dir / name);
+  return text.empty() ? 0 : static_cast<pid_t>(std::stol(text));
+}
+
+}  // namespace
+
+// `corral run` is one run per process: every child it has as the subreaper
+// is that run's. On the old CLI a setsid escapee of tier none, and the
+// child it forked, outlived `corral run` (reparented to init), whether the
+// program exited or met its deadline: the README's "a setsid escapee
+// leaves it". Now nothing the run started outlives the command.
+Test(cli, nothing_a_tier_none_run_started_outlives_corral_run, .timeout = 60) {
+  for (const char* how : {"exits", "deadline"}) {
+    corral_test::TempDir dir;
+    const std::string d = dir.path();
+    // The escapee leaves the group (setsid) and forks a child of its own;
+    // both write their pids, then the leader exits or sleeps past its
+    // deadline. (The script goes through two shells: `\$` reaches the inner.)
+    const std::string leader_end = std::string(how) == "exits" ? "sleep 0.5" : "sleep 30";
+    const std::string script = "setsid sh -c 'sleep 300 & echo \\$! > " + d + "/grandchild; echo \\$\\$ > " + d +
+                               "/escapee; exec sleep 301' </dev/null >/dev/null 2>&1 & " + leader_end;
+    const std::string limit = std::string(how) == "deadline" ? "--limit wall_seconds=1 --grace 0.1 " : "";
+    Ran r = run_corral("run --tier none " + limit + "-- sh -c \"" + script + "\"");
+    cr_assert_eq(r.code, std::string(how) == "exits" ? 0 : 124, "%s: exit %d: %s", how, r.code, r.err.c_str());
+    const pid_t escapee = pid_in(dir, "escapee"), grandchild = pid_in(dir, "grandchild");
+    cr_assert(escapee > 0 && grandchild > 0, "%s: the escapee did not start", how);
+    const bool left = alive(escapee) || alive(grandchild);
+    if (left) {
+      (void)kill(escapee, SIGKILL);
+      (void)kill(grandchild, SIGKILL);
+    }
+    cr_assert(!left, "%s: the setsid escapee (%d) or its child (%d) outlived corral run", how, escapee, grandchild);
+  }
+}

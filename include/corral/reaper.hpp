@@ -44,4 +44,15 @@ using ReapFilter = std::function<bool(pid_t)>;
 // reaped by the next call.
 std::size_t reap_orphans(const ReapFilter& is_tracked = {});
 
+// Kills every child of ours that `is_kept` does not claim, and whatever
+// they leave: each one is SIGKILLed through a pidfd (a child keeps its pid
+// until we reap it, so the pidfd names that process), waited for and
+// reaped, and its own children, ours by then as the subreaper's, go in the
+// next round, until a round finds none. Bounded by `max_seconds` overall
+// (a process stuck in uninterruptible sleep is not waited for longer).
+// Returns how many processes the SIGKILL ended. For a subreaper whose
+// every child is known: an unclaimed one is a leftover, never someone
+// else's (SupervisorOptions::owns_every_child).
+std::size_t kill_unclaimed_children(const ReapFilter& is_kept, double max_seconds);
+
 }  // namespace corral

@@ -390,6 +390,7 @@ int run_main_in_session(int argc, char** argv, const std::string& session) {
   // supervisor's host-wide set-up (session.hpp).
   sopts.session_execs_only = !session.empty();
   sopts.audit = audit;
+  sopts.owns_every_child = true;  // one run per process: whatever else is our child is a leftover of it
   auto sup = Supervisor::create(sopts);
   if (!sup) return refuse(sup.error().message(), 125);
   Supervisor& s = **sup;
