@@ -22,6 +22,24 @@ constexpr int kMaxTreeDepth = 64;
 // Why an input is refused: the caps of outputs.
 const char* const kOver = " (an input has the caps of outputs)";
 
+namespace {
+
+// The host side of an input, and its stat. O_NONBLOCK: opening a FIFO must
+// not hang the supervisor. no_symlinks: the door checked this resolved
+// path; a symlink swapped into it since fails with ELOOP instead of leading
+// out of the allowed prefix.
+Expected<UniqueFd> open_input(const std::string& host_path, bool no_symlinks, const std::string& label,
+                              struct stat& st) {
+  constexpr int kFlags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+  UniqueFd src(no_symlinks ? openat2_fd(AT_FDCWD, host_path, kFlags, 0, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+                           : ::open(host_path.c_str(), kFlags));
+  if (!src) return errno_error(label);
+  if (::fstat(src.get(), &st) != 0) return errno_error(label + ": stat");
+  return src;
+}
+
+}  // namespace
+
 struct Workspace::TreeWalk {
   TreeCaps caps;
   std::vector<std::string>& skipped;
@@ -106,15 +124,9 @@ Status Workspace::stage_tree(int dir, const std::string& name, TreeWalk& walk, i
 Status Workspace::stage_file(const std::string& host_path, std::string_view name, bool no_symlinks,
                              std::optional<std::uint64_t> max_bytes) {
   std::string label = "workspace: input " + quoted(name) + " from " + quoted(host_path);
-  // O_NONBLOCK: opening a FIFO must not hang the supervisor. no_symlinks:
-  // the door checked this resolved path; a symlink swapped into it since
-  // fails with ELOOP instead of leading out of the allowed prefix.
-  constexpr int kFlags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
-  UniqueFd src(no_symlinks ? openat2_fd(AT_FDCWD, host_path, kFlags, 0, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
-                           : ::open(host_path.c_str(), kFlags));
-  if (!src) return errno_error(label);
   struct stat st {};
-  if (::fstat(src.get(), &st) != 0) return errno_error(label + ": stat");
+  auto src = open_input(host_path, no_symlinks, label, st);
+  if (!src) return std::move(src).error();
   if (!S_ISREG(st.st_mode)) return Error::invalid(label + ": not a regular file (" + dt_name(IFTODT(st.st_mode)) + ")");
   // The cap an --input file has (stage_path's walk: its size, then what
   // the copy reads).
@@ -122,29 +134,24 @@ Status Workspace::stage_file(const std::string& host_path, std::string_view name
   caps.file_bytes = max_bytes ? *max_bytes : *default_limits().get(Limit::artifact_bytes);
   std::vector<std::string> skipped;
   TreeWalk walk{caps, skipped, label};
-  return walk.copy(*this, src.get(), std::string(name), static_cast<std::uint64_t>(st.st_size), st.st_mode & 0777, "");
+  return walk.copy(*this, src->get(), std::string(name), static_cast<std::uint64_t>(st.st_size), st.st_mode & 0777, "");
 }
 
 Status Workspace::stage_path(const std::string& host_path, std::string_view name, bool no_symlinks,
                              const TreeCaps& caps, std::vector<std::string>& skipped) {
   std::string label = "workspace: input " + quoted(name) + " from " + quoted(host_path);
-  // O_NONBLOCK: opening a FIFO must not hang the supervisor. no_symlinks:
-  // the door checked this resolved path (see stage_file).
-  constexpr int kFlags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
-  UniqueFd src(no_symlinks ? openat2_fd(AT_FDCWD, host_path, kFlags, 0, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
-                           : ::open(host_path.c_str(), kFlags));
-  if (!src) return errno_error(label);
   struct stat st {};
-  if (::fstat(src.get(), &st) != 0) return errno_error(label + ": stat");
+  auto src = open_input(host_path, no_symlinks, label, st);
+  if (!src) return std::move(src).error();
   TreeWalk walk{caps, skipped, label};
   // A single file has the caps a directory's files have: it was uncapped,
   // and `--input` of a 10 GB file filled the workspace's disk before the run.
   if (S_ISREG(st.st_mode))
-    return walk.copy(*this, src.get(), std::string(name), static_cast<std::uint64_t>(st.st_size), st.st_mode & 0777,
+    return walk.copy(*this, src->get(), std::string(name), static_cast<std::uint64_t>(st.st_size), st.st_mode & 0777,
                      "");
   if (!S_ISDIR(st.st_mode))
     return Error::invalid(label + ": neither a regular file nor a directory (" + dt_name(IFTODT(st.st_mode)) + ")");
-  return stage_tree(src.get(), std::string(name), walk, 0);
+  return stage_tree(src->get(), std::string(name), walk, 0);
 }
 
 }  // namespace corral
