@@ -368,7 +368,7 @@ Expected<bool> Supervisor::run_once(double timeout_seconds) {
   (void)s.submit("the loop turn's new operations");
   if (s.ring_error) return *s.ring_error;
   if (s.in_flight == 0) {
-    s.kill_leftover_children();  // idle: nothing a run started is left (owns_every_child)
+    if (s.leftovers_unchecked) s.kill_leftover_children();  // idle: nothing a run started is left
     s.maybe_reap_orphans(true);  // and no zombie
   }
   return s.in_flight > 0 || s.armed_watches > 0 || s.pending_writes > 0;

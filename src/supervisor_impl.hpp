@@ -276,6 +276,9 @@ struct Supervisor::Impl {
   // SupervisorOptions::owns_every_child: every child that is neither a
   // run's leader nor the guardian, and all it leaves, is killed.
   void kill_leftover_children();
+  // A leader exited while other runs were in flight: its leftovers, if
+  // any, could not be told from theirs; killed once the loop is idle.
+  bool leftovers_unchecked = false;
 
   static std::uint64_t token(std::uint32_t slot, std::uint32_t gen) {
     return (static_cast<std::uint64_t>(slot) << 32) | gen;

@@ -245,8 +245,12 @@ void Supervisor::Impl::on_leader_exit(std::uint32_t slot, Run& run) {
   (void)::kill(-run.pidfd.pid(), SIGKILL);
   reap_uid_at_exit(run);
   // What left the group (setsid) and is not the uid's to kill: when this
-  // is the only run, every unknown child of ours is its.
-  if (in_flight == 1 && !(run.prep.uid_lease && run.prep.uid_lease->host_wide())) kill_leftover_children();
+  // is the only run, every unknown child of ours is its; with others in
+  // flight it cannot be told whose, and waits for the loop to go idle.
+  if (options.owns_every_child && !(run.prep.uid_lease && run.prep.uid_lease->host_wide())) {
+    if (in_flight == 1) kill_leftover_children();
+    else leftovers_unchecked = true;
+  }
   if (guardian) guardian->unwatch(slot);
   auto status = wait_exit(run.pidfd, true);
   run.exited = true;
@@ -257,6 +261,7 @@ void Supervisor::Impl::on_leader_exit(std::uint32_t slot, Run& run) {
 
 void Supervisor::Impl::kill_leftover_children() {
   if (!options.owns_every_child || !options.become_subreaper) return;
+  leftovers_unchecked = false;
   // Bounded: a process stuck in the kernel (D state) must not stall the
   // loop; what survives the bound is tried again at the next chance.
   constexpr double kLeftoverKillSeconds = 0.5;

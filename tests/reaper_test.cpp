@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "corral/supervisor.hpp"
 #include "support.hpp"
 
 using namespace corral;
@@ -186,4 +187,45 @@ Test(reaper, child_side_variant_sets_the_attribute) {
 Test(reaper, nothing_to_reap_returns_zero) {
   auto r = run_in_child_reporting([](int) { return static_cast<int>(reap_orphans()); });
   cr_expect(r.end.exited && r.end.code == 0, "exit %d", r.end.code);
+}
+
+// SupervisorOptions::owns_every_child with two runs in flight: the one that
+// ends first leaves a setsid escapee, which cannot be told from the other
+// run's processes then; it is killed by the time the supervisor is idle
+// (at the last leader's exit, or at idle), and a supervisor without the
+// option leaves it (a library caller's process may have children of its own).
+Test(reaper, an_owning_supervisor_kills_what_a_run_left_while_another_was_in_flight, .timeout = 60) {
+  for (bool owns : {true, false}) {
+    corral_test::TempDir dir;
+    auto report = corral_test::run_in_child_reporting([&](int fd) {
+      corral::SupervisorOptions o;
+      o.owns_every_child = owns;
+      auto sup = corral::Supervisor::create(o);
+      if (!sup) return 10;
+      auto submit = [&](std::string script) {
+        corral::Request r;
+        r.tier = corral::Tier::none;
+        r.argv = {"/bin/sh", "-c", std::move(script)};
+        return (*sup)->submit(std::move(r));
+      };
+      // Ends first, leaving an escapee that records its pid; the other
+      // runs on meanwhile.
+      auto early = submit("setsid sh -c 'echo $$ > " + (dir / "escapee") + "; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 0.3");
+      auto late = submit("sleep 1.5");
+      if (!early || !late) return 11;
+      early->detach();
+      late->detach();
+      if (!(*sup)->run_until_idle()) return 12;
+      std::string text = corral_test::read_file(dir / "escapee");
+      pid_t escapee = text.empty() ? 0 : static_cast<pid_t>(std::stol(text));
+      const bool alive = escapee > 0 && corral_test::alive(escapee);
+      std::string line = "escapee=" + std::to_string(escapee) + "\nalive=" + (alive ? "yes" : "no") + "\n";
+      if (write(fd, line.data(), line.size()) < 0) return 13;
+      if (alive) kill(escapee, SIGKILL);
+      return 0;
+    });
+    cr_assert_eq(report.end.code, 0, "owns=%d: child exit %d: %s", owns, report.end.code, report.output.c_str());
+    cr_assert(field(report.output, "escapee") != "0", "owns=%d: the escapee did not start", owns);
+    expect_field(report, "alive", owns ? "no" : "yes");
+  }
 }

@@ -52,7 +52,7 @@ struct SupervisorOptions {
   // be something a run left, e.g. a setsid escapee of tier none reparented
   // to us as the subreaper. Such children, and all they leave, are killed
   // when a run's leader exits while no other run is in flight (nothing
-  // else could own them), and whenever the supervisor goes idle. Off for a
+  // else could own them), else once the supervisor goes idle. Off for a
   // library caller, whose process may have children of its own, and for
   // corral batch, whose session keepers are its children as the subreaper
   // (an orphan of the keeper's start); needs become_subreaper.
