@@ -97,18 +97,28 @@ struct Target {
   }
 };
 
-// One root: iterative, one directory fd open at a time.
-void walk_root(const char* root, const Target& t, char* dents, Level* levels) noexcept {
+// How often one root's walk starts over after a directory it was in was
+// removed (a busy /tmp: another user's temporary tree deleted under us).
+constexpr int kMaxRootRestarts = 32;
+
+enum class RootWalk { done, restart };
+
+// One root: iterative, one directory fd open at a time. A directory we are
+// in that is removed meanwhile (getdents or ".." say ENOENT: it is dead,
+// and its entries went with it) leaves no way back to our place in its
+// parent: the root is walked again from the top (restart), not failed.
+// One moved elsewhere is a failure: its entries still exist.
+RootWalk walk_root(const char* root, const Target& t, char* dents, Level* levels) noexcept {
   long opened = open_dir_at(AT_FDCWD, root, /*follow=*/true);  // the host's own path (/var/tmp may be a link)
   if (opened < 0) {
     if (opened != -ENOENT) t.fail(sys::error_of(opened));
-    return;
+    return RootWalk::done;
   }
   int fd = static_cast<int>(opened);
   struct statx st;
   if (!stat_at(fd, "", AT_EMPTY_PATH, &st)) {
     sys::call(SYS_close, fd);
-    return;
+    return RootWalk::done;
   }
   std::size_t d = 0;
   levels[0] = Level{};
@@ -120,6 +130,10 @@ void walk_root(const char* root, const Target& t, char* dents, Level* levels) no
     if (pos >= len) {
       len = sys::call(SYS_getdents64, fd, reinterpret_cast<long>(dents), static_cast<long>(kDentsBytes));
       pos = 0;
+      if (len == -ENOENT && d > 0) {
+        sys::call(SYS_close, fd);
+        return RootWalk::restart;
+      }
       if (len < 0) {
         t.fail(sys::error_of(len));
         len = 0;
@@ -134,6 +148,10 @@ void walk_root(const char* root, const Target& t, char* dents, Level* levels) no
       if (d == 0) break;
       // Climb back: ".." must be the directory we came from.
       long up = open_dir_at(fd, "..", false);
+      if (up == -ENOENT) {
+        sys::call(SYS_close, fd);
+        return RootWalk::restart;
+      }
       struct statx pst;
       const Level& parent = levels[d - 1];
       bool same = up >= 0 && stat_at(static_cast<int>(up), "", AT_EMPTY_PATH, &pst) &&
@@ -144,7 +162,7 @@ void walk_root(const char* root, const Target& t, char* dents, Level* levels) no
         if (up >= 0) sys::call(SYS_close, up);
         t.fail(EIO);  // moved while we walked: this root is left for the next sweep
         t.left();
-        return;
+        return RootWalk::done;
       }
       fd = static_cast<int>(up);
       const bool was_own = cur.own;
@@ -247,12 +265,21 @@ void walk_root(const char* root, const Target& t, char* dents, Level* levels) no
     len = pos = 0;
   }
   sys::call(SYS_close, fd);
+  return RootWalk::done;
 }
 
 void walk(const Target& t, SweepArena& arena) noexcept {
   char* dents = static_cast<char*>(arena.base());
   auto* levels = reinterpret_cast<Level*>(dents + kDentsBytes);
-  for (const char* root : kSweepRoots) walk_root(root, t, dents, levels);
+  for (const char* root : kSweepRoots) {
+    int restarts = 0;
+    while (walk_root(root, t, dents, levels) == RootWalk::restart)
+      if (++restarts == kMaxRootRestarts) {
+        t.fail(EAGAIN);  // the root kept changing under us: left for the next sweep
+        t.left();
+        break;
+      }
+  }
 }
 
 struct SweepArgs {
