@@ -263,7 +263,8 @@ void Supervisor::Impl::kill_leftover_children() {
   if (!options.owns_every_child || !options.become_subreaper) return;
   leftovers_unchecked = false;
   // Bounded: a process stuck in the kernel (D state) must not stall the
-  // loop; what survives the bound is tried again at the next chance.
+  // loop; one that outlasts the bound already has its SIGKILL, and dies
+  // when the kernel lets it go.
   constexpr double kLeftoverKillSeconds = 0.5;
   (void)kill_unclaimed_children(
       [this](pid_t pid) { return by_pid.count(pid) > 0 || (guardian && pid == guardian->pid()); },
