@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <set>
 #include <string>
 #include <vector>
@@ -61,7 +62,11 @@ uid_t one_shot_process(const std::string& lock, uid_t first, std::uint32_t count
     UidPool pool(first, count);
     pool.lock_host_wide(lock);
     auto lease = pool.acquire();
-    if (!lease.ok()) _exit(1);
+    if (!lease.ok()) {
+      // Said: a full make test once failed here with no reason given.
+      std::fprintf(stderr, "one-shot pool: acquire: %s\n", lease.error().message().c_str());
+      _exit(1);
+    }
     lease->leaves_host_files();
     const uid_t uid = lease->uid();
     out.found = secrets.there(uid);
@@ -174,7 +179,10 @@ Test(uid_sweep_batch, a_dead_holders_uid_made_clean_in_a_batch_has_its_escapee_k
     UidPool pool(kFirst, 1);
     pool.lock_host_wide(lock);
     auto lease = pool.acquire();
-    if (!lease.ok()) _exit(1);
+    if (!lease.ok()) {
+      std::fprintf(stderr, "the dead holder's pool: acquire: %s\n", lease.error().message().c_str());
+      _exit(1);
+    }
     pid_t e = fork();
     if (e == 0) {
       close_range(3, ~0u, 0);  // not the lock's description: the kernel drops the lock with the holder
