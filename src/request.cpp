@@ -29,9 +29,10 @@ Status check_run_user(std::uint64_t uid) {
     return Error::invalid("user 0 is root (uid 0, gid 0): a run is never root; name an unprivileged uid");
   if (uid >= 4294967295ull)
     return Error::invalid("user " + std::to_string(uid) + " is out of range (a uid is 1..4294967294)");
-  if (uid == kReaperUid)
-    return Error::invalid("user " + std::to_string(uid) +
-                          " is corral's own (the uid its kill helper signals from, which no process may have)");
+  if (is_reaper_uid(uid))
+    return Error::invalid("user " + std::to_string(uid) + " is corral's own (" + std::to_string(kReaperUidFirst) +
+                          ".." + std::to_string(kReaperUidFirst + (kReaperUidCount - 1)) +
+                          " are its kill helpers' uids, which no process of a run may have)");
   return {};
 }
 

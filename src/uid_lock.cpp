@@ -110,23 +110,26 @@ int kill_as_uid_in_child(void* p) noexcept {
 
 }  // namespace
 
+int become_reaper_of_uid_in_child(long uid) noexcept {
+  const long reaper = static_cast<long>(reaper_uid_of_pid(sys::call(SYS_getpid)));
+  return sys::error_of(sys::call(SYS_setresuid, reaper, uid, reaper));
+}
+
 int kill_uid_in_child(long uid, int sig, int* setuid_error) noexcept {
-  // Only the uids change: kill(2) checks uids, and the groups do not matter.
-  *setuid_error = sys::error_of(sys::call(SYS_setresuid, static_cast<long>(kReaperUid), uid,
-                                          static_cast<long>(kReaperUid)));
+  *setuid_error = become_reaper_of_uid_in_child(uid);
   if (*setuid_error) return 0;
   return sys::error_of(sys::call(SYS_kill, -1, sig));
 }
 
 Status signal_uid(uid_t uid, int sig, const ChildStack& stack) {
   const std::string who = "kill every process of uid " + std::to_string(uid);
-  if (uid == 0 || uid == static_cast<uid_t>(-1) || uid == kReaperUid)
-    return Error::invalid(who + ": refused (uid 0, -1 or the reaper's own)");
+  if (uid == 0 || uid == static_cast<uid_t>(-1) || is_reaper_uid(uid))
+    return Error::invalid(who + ": refused (uid 0, -1 or one of the kill helpers' own)");
   CloneSpec spec;
   spec.share_memory = true;
   spec.stack = &stack;
-  // Another helper running at the same time (the guardian's, another
-  // pool's) may kill ours before it sent anything: then again, and an
+  // A helper of another pid namespace may share our helper's real uid
+  // (uid_lock.hpp) and kill it before it sent anything: then again, and an
   // error if it never got through.
   for (int attempt = 1;; ++attempt) {
     KillArgs args{static_cast<long>(uid), sig, 0, 0};

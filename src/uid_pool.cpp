@@ -156,9 +156,10 @@ UidPool::UidPool() : UidPool(kDefaultFirst, kDefaultCount) {}
 UidPool::UidPool(uid_t first, std::uint32_t count) : state_(std::make_shared<Lease::State>()) {
   state_->first = first;
   state_->count = count;
-  // Never the reaper's uid (uid_lock.hpp): no process may have it.
-  state_->range_ok = count > 0 && first > 0 && std::uint64_t{first} + count - 1 < kNoId &&
-                     (kReaperUid < first || kReaperUid > std::uint64_t{first} + count - 1);
+  // Never a kill helper's uid (uid_lock.hpp): no process of a run may have one.
+  const std::uint64_t last = std::uint64_t{first} + count - 1;
+  state_->range_ok = count > 0 && first > 0 && last < kNoId &&
+                     (last < kReaperUidFirst || first >= std::uint64_t{kReaperUidFirst} + kReaperUidCount);
 }
 
 UidPool& UidPool::pin(uid_t uid, gid_t gid) noexcept {
@@ -209,7 +210,8 @@ Status UidPool::status() const {
   return Error::invalid("uid pool: range first " + std::to_string(state_->first) + " count " +
                         std::to_string(state_->count) +
                         " is unusable (must be non-empty, above 0, end below 4294967295 and leave out " +
-                        std::to_string(kReaperUid) + ", corral's kill helper's own uid)");
+                        std::to_string(kReaperUidFirst) + ".." +
+                        std::to_string(kReaperUidFirst + (kReaperUidCount - 1)) + ", corral's kill helpers' own uids)");
 }
 
 Expected<UidPool::Lease> UidPool::acquire(Reap) {

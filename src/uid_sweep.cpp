@@ -297,8 +297,7 @@ int sweep_as_uid_in_child(void* p) noexcept {
   if (a->kill_first) {
     (void)kill_uid_in_child(a->uid, SIGKILL, &a->setuid_error);
   } else {
-    a->setuid_error = sys::error_of(sys::call(SYS_setresuid, static_cast<long>(kReaperUid), a->uid,
-                                              static_cast<long>(kReaperUid)));
+    a->setuid_error = become_reaper_of_uid_in_child(a->uid);
   }
   if (a->setuid_error) return 1;
   sweep_uid_in_child(a->uid, *a->arena, a->count);
@@ -346,16 +345,16 @@ void sweep_uid_in_child(long uid, SweepArena& arena, SweepCount* count) noexcept
 
 Status sweep_uid(uid_t uid, const ChildStack& stack, SweepArena& arena, SweepCount* count, bool kill_first) {
   const std::string who = "sweep the files of uid " + std::to_string(uid);
-  if (uid == 0 || uid == static_cast<uid_t>(-1) || uid == kReaperUid)
-    return Error::invalid(who + ": refused (uid 0, -1 or the reaper's own)");
+  if (uid == 0 || uid == static_cast<uid_t>(-1) || is_reaper_uid(uid))
+    return Error::invalid(who + ": refused (uid 0, -1 or one of the kill helpers' own)");
   CloneSpec spec;
   spec.share_memory = true;
   spec.stack = &stack;
-  // Another uid's helper may kill ours (uid_lock.hpp: their real uids
-  // match), and a sweep of a large tree lasts long enough for several: it
-  // is made again while each try removes something (what it removed stays
-  // removed), and gives up after kReaperHelperAttempts tries in a row
-  // that removed nothing.
+  // A helper of another pid namespace may share ours' real uid and kill it
+  // (uid_lock.hpp), and a sweep of a large tree lasts long enough for
+  // several: it is made again while each try removes something (what it
+  // removed stays removed), and gives up after kReaperHelperAttempts tries
+  // in a row that removed nothing.
   SweepCount total;
   for (int fruitless = 0;;) {
     SweepCount local;

@@ -228,7 +228,7 @@ Test(audit_cli, allow_user_refuses_a_bad_uid_naming_the_flag_and_the_value) {
   TempDir dir;
   const std::string jobs = dir / "jobs.jsonl";
   write_file(jobs, "");
-  for (const char* bad : {"abc", "-1", "", "0", "1e3", "12ab", "+5", " 7", "4294967293", "4294967294x", "4294967295",
+  for (const char* bad : {"abc", "-1", "", "0", "1e3", "12ab", "+5", " 7", "4286578688", "4290772991", "4294967294x", "4294967295",
                           "4294967296", "99999999999", "18446744073709551617"}) {
     CliRun r = run_cli({"batch", "--allow-user", bad, jobs});
     cr_expect_eq(r.code, 2, "--allow-user '%s': exit %d (%s)", bad, r.code, r.err.c_str());

@@ -205,11 +205,19 @@ Test(privilege, pool_refuses_bad_ranges_by_name) {
     cr_expect(l.error().message().find(want) != std::string::npos, "%s", l.error().message().c_str());
   }
   cr_expect(UidPool(4294967283u, 10).status().ok());  // ends at 4294967292
-  // 4294967293 is the kill helper's own uid (uid_lock.hpp): no run may get it.
-  auto reaper = UidPool(4294967284u, 10).status();
-  cr_assert(!reaper.ok(), "a range holding the reaper's uid was accepted");
-  cr_expect(reaper.error().message().find("4294967293") != std::string::npos, "%s", reaper.error().message().c_str());
-  cr_expect(!corral::check_run_user(4294967293u).ok(), "--user of the reaper's uid was accepted");
+  cr_expect(UidPool(4290772992u, 100).status().ok());  // just past the band below
+  cr_expect(UidPool(4286578588u, 100).status().ok());  // just before it
+  // 4286578688..4290772991 are the kill helpers' own uids (uid_lock.hpp):
+  // no run may get one, nor may a pool's range reach into them.
+  for (auto [first, count] : {std::pair<uid_t, std::uint32_t>{4286578589u, 100}, {4290772991u, 10}, {4280000000u, 10000000}}) {
+    auto reaper = UidPool(first, count).status();
+    cr_assert(!reaper.ok(), "a range %u+%u holding a helper's uid was accepted", first, count);
+    cr_expect(reaper.error().message().find("4286578688..4290772991") != std::string::npos, "%s",
+              reaper.error().message().c_str());
+  }
+  for (uid_t u : {4286578688u, 4288000000u, 4290772991u})
+    cr_expect(!corral::check_run_user(u).ok(), "--user %u, a helper's uid, was accepted", u);
+  cr_expect(corral::check_run_user(4290772992u).ok());
 }
 
 Test(privilege, pinned_pool_shares_one_identity) {

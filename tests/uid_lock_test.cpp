@@ -116,6 +116,54 @@ Test(uid_lock, signal_uid_reaches_a_setsid_escapee_of_the_uid_and_nothing_else) 
   cr_assert(!signal_uid(0, SIGKILL, *stack).ok(), "uid 0 is refused");
 }
 
+// A kill helper's kill(-1) reaches every process whose real or saved uid
+// is its real or effective one. When every helper had the same real uid,
+// one pool's helper killed any other helper alive at that moment: two
+// pools reaping at once (two corral processes, or tests side by side) lost
+// helpers, and a long sweep lost 20 in a row and retired its uid. Here a
+// process takes a helper's credentials for uid A the way every helper does
+// (a kill of signal 0, then it waits), and helpers for uid B kill(-1) as
+// usual: the old code killed it on the first one.
+Test(uid_lock, a_kill_helper_of_one_uid_never_kills_another_uids_helper) {
+  need_root();
+  auto stack = ChildStack::allocate(64 * 1024);
+  cr_assert(stack.ok());
+  int ready[2];
+  cr_assert_eq(pipe(ready), 0);
+  pid_t helper_a = fork();
+  cr_assert_geq(helper_a, 0);
+  if (helper_a == 0) {
+    int setuid_error = 0;
+    int kill_error = kill_uid_in_child(299021, 0, &setuid_error);
+    char c = setuid_error ? 'u' : (kill_error && kill_error != ESRCH) ? 'k' : 'y';
+    (void)!write(ready[1], &c, 1);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char c = 0;
+  cr_assert_eq(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  cr_assert_eq(c, 'y', "the stand-in helper could not become uid 299021's helper (%c)", c);
+  // Its credentials are a helper's: effective uid A, real and saved uid the
+  // band's, no other process's.
+  const std::string uids = corral_test::proc_status_field(std::to_string(helper_a), "Uid");
+  const std::string own = std::to_string(reaper_uid_of_pid(helper_a));
+  cr_expect_eq(uids, own + "\t299021\t" + own + "\t299021", "Uid: %s", uids.c_str());
+  pid_t b = start_as_uid(299022);
+  for (int i = 0; i < 20; ++i) {
+    auto sent = signal_uid(299022, SIGKILL, *stack);
+    cr_assert(sent.ok(), "%s", sent.ok() ? "" : sent.error().message().c_str());
+  }
+  cr_expect(gone_within(b, 1000), "uid 299022's process outlived its helpers");
+  waitpid(b, nullptr, 0);
+  const bool survived = alive(helper_a);  // reaps it when it died
+  if (survived) {
+    kill(helper_a, SIGKILL);
+    waitpid(helper_a, nullptr, 0);
+  }
+  cr_assert(survived, "uid 299022's kill helper killed uid 299021's helper");
+}
+
 // Two processes, each with a pool over the same two uids: on the old
 // per-process pools both got the first one.
 Test(uid_lock, pools_of_two_processes_never_hold_the_same_uid) {

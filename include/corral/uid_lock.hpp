@@ -47,6 +47,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -117,18 +118,39 @@ class UidLockFile {
 // could itself be signalled by every process of the run: one looping
 // kill(-1, SIGSTOP) stopped it, and its vfork parent (the supervisor, or
 // the guardian) waited in the kernel for good, past the run's deadline,
-// its uid never reaped. So the helper becomes (kReaperUid, uid,
-// kReaperUid): the effective uid reaches the run, the real and saved one
-// no process of the run can match. It is a uid no process has: no run is
-// given it (check_run_user refuses it, and no pool's range holds it).
-// Helpers of different uids can signal each other; a helper killed so is
-// tried again.
-inline constexpr uid_t kReaperUid = 4294967293u;
-inline constexpr int kReaperHelperAttempts = 20;  // a helper killed so, made again
+// its uid never reaped. So the helper's effective uid is the run's and its
+// real and saved uid one no process of the run can match.
+//
+// That uid is its own too: one band uid per pid (reaper_uid_of_pid), not
+// one uid for every helper. Sharing one real uid, a helper's kill(-1)
+// reached every other helper alive at that moment (the sender's real uid
+// matched theirs), so two pools reaping at once killed each other's
+// helpers, and a long sweep lost 20 helpers in a row and retired its uid.
+// Pids are unique among live processes of a pid namespace, so no two
+// helpers of one pid namespace share it; helpers of two pid namespaces
+// may, and one killed so is tried again (kReaperHelperAttempts). No run is
+// given a uid of the band (check_run_user refuses it, and no pool's range
+// may hold one).
+inline constexpr uid_t kReaperUidFirst = 0xFF800000u;  // 4286578688
+inline constexpr uid_t kReaperUidCount = 1u << 22;     // PID_MAX_LIMIT: a pid fits
+inline constexpr int kReaperHelperAttempts = 20;       // a helper killed so, made again
 
-// Child side, raw syscalls only: become `uid` as above and send `sig` to
-// every process of it. 0, or the errno of the step that failed in *setuid
-// (the uid change) or the return (the kill).
+constexpr bool is_reaper_uid(std::uint64_t uid) noexcept {
+  return uid >= kReaperUidFirst && uid < std::uint64_t{kReaperUidFirst} + kReaperUidCount;
+}
+constexpr uid_t reaper_uid_of_pid(long pid) noexcept {
+  return kReaperUidFirst + (static_cast<uid_t>(pid) & (kReaperUidCount - 1));
+}
+
+// Child side, raw syscalls only: become the helper of `uid` as above
+// (real and saved uid reaper_uid_of_pid of our own pid, effective `uid`).
+// Only the uids change: kill(2) and the sweep's file calls check uids, and
+// the groups do not matter. 0 or the errno of setresuid.
+int become_reaper_of_uid_in_child(long uid) noexcept;
+
+// Child side, raw syscalls only: become_reaper_of_uid_in_child, then send
+// `sig` to every process of the uid. 0, or the errno of the step that
+// failed in *setuid (the uid change) or the return (the kill).
 int kill_uid_in_child(long uid, int sig, int* setuid_error) noexcept;
 
 // Parent side (root): sends `sig` to every process whose real or saved uid

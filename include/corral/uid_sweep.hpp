@@ -22,8 +22,8 @@
 // levels deep. Not reached: a writable directory deeper than that below
 // the roots, and world-writable places off the list (README "Tiers").
 //
-// How: the removal runs as the uid itself, in a CLONE_VM helper that is
-// (kReaperUid, uid, kReaperUid) as signal_uid's is (uid_lock.hpp): it kills
+// How: the removal runs as the uid itself, in a CLONE_VM helper whose real
+// and saved uid are its own, as signal_uid's are (uid_lock.hpp): it kills
 // every process of the uid first, then walks with *at() calls only, never
 // follows a symlink (O_NOFOLLOW, AT_SYMLINK_NOFOLLOW, fchmodat2 with
 // AT_SYMLINK_NOFOLLOW for a 000 directory of its own), removes only entries
@@ -97,10 +97,10 @@ void find_uids_with_files(const std::vector<uid_t>& uids, SweepArena& arena, std
 void sweep_uid_in_child(long uid, SweepArena& arena, SweepCount* count) noexcept;
 
 // Parent side (root): a CLONE_VM|CLONE_VFORK helper on `stack` becomes
-// (kReaperUid, uid, kReaperUid), kills every process of the uid
+// the uid's kill helper (uid_lock.hpp), kills every process of the uid
 // (kill(-1, SIGKILL); not when kill_first is false: the caller knows none
-// lives, and the helper then kills no other helper either), then
-// sweep_uid_in_child. A helper killed (by another uid's) is made again
+// lives), then sweep_uid_in_child. A helper killed (by another pid
+// namespace's that shares its real uid) is made again
 // while its tries make progress. An error when it could not do it;
 // `count` says what it looked at, removed and left.
 Status sweep_uid(uid_t uid, const ChildStack& stack, SweepArena& arena, SweepCount* count = nullptr,
