@@ -150,27 +150,36 @@ std::size_t Supervisor::capacity() const {
 
 Expected<RunHandle> Supervisor::submit(Request request, RunCallbacks callbacks) {
   Impl& s = *impl_;
-  if (!s.options.audit) return start(std::move(request), std::move(callbacks));
+  // A refusal's message may repeat what the request holds (its id, an argv
+  // word, a path) and with it a secret's value: it is masked as a run's
+  // Result is, whoever prints it. The refs are kept aside only when there
+  // are some.
+  std::vector<SecretRef> secret_refs;
+  if (!request.secrets.empty()) secret_refs = request.secrets;
   // What the refusal's audit line says was asked (audit_refusal reads no
   // more): kept aside, as the run takes the request. A payload's source is
   // not, only its interpreter and name.
-  Request asked;
-  asked.id = request.id;
-  asked.argv = request.argv;
-  asked.tier = request.tier;
-  asked.limits = request.limits;
-  asked.route = request.route;
-  asked.provenance = request.provenance;
-  asked.secrets = request.secrets;
-  if (request.payload) asked.payload = ProgramPayload{{}, request.payload->interpreter, request.payload->filename};
+  std::optional<Request> asked;
+  if (s.options.audit) {
+    asked.emplace();
+    asked->id = request.id;
+    asked->argv = request.argv;
+    asked->tier = request.tier;
+    asked->limits = request.limits;
+    asked->route = request.route;
+    asked->provenance = request.provenance;
+    if (request.payload) asked->payload = ProgramPayload{{}, request.payload->interpreter, request.payload->filename};
+  }
   const long line = callbacks.audit_line;
   auto started = start(std::move(request), std::move(callbacks));
   if (started) return started;
+  const std::vector<std::string> secrets = secret_refs.empty() ? std::vector<std::string>{} : secret_values(secret_refs);
+  Error refusal(started.error().code(), scrub_secrets(started.error().message(), secrets));
+  if (!asked) return refusal;
   const RunPolicy& policy = s.options.policy ? *s.options.policy : default_run_policy();
-  const std::string reason = started.error().message();
-  if (Status st = policy.refused(asked, reason, line, secret_values(asked.secrets), s.options.audit.get()); !st)
-    return Error(started.error().code(), reason + "; its audit line was not written: " + st.error().message());
-  return started;
+  if (Status st = policy.refused(*asked, refusal.message(), line, secrets, s.options.audit.get()); !st)
+    return Error(refusal.code(), refusal.message() + "; its audit line was not written: " + st.error().message());
+  return refusal;
 }
 
 Expected<RunHandle> Supervisor::start(Request request, RunCallbacks callbacks) {

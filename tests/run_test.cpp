@@ -509,6 +509,47 @@ Test(run, bad_requests_are_errors_that_name_the_problem) {
   cr_assert_eq(h.leftovers(), 0u);
 }
 
+// A refused request's Error names the request (its id) and what was wrong
+// with it, and with them the value of a secret the request carries. Its
+// Result masks it; a refusal before the secrets were resolved (an empty
+// argv, a bad field, a secret that is not set) did not, and a caller that
+// logs the Error printed the secret.
+Test(run, a_refused_requests_error_masks_its_secrets) {
+  Harness h;
+  const std::string value = "tok-" + std::to_string(getpid()) + "-x";
+  setenv("CORRAL_TEST_REFUSED_TOKEN", value.c_str(), 1);
+  unsetenv("CORRAL_TEST_REFUSED_UNSET");
+  auto carrying = [&](std::vector<std::string> argv) {
+    Request r = req(Tier::none, std::move(argv));
+    r.id = "job-" + value;
+    r.secrets.push_back(SecretRef{"CORRAL_TEST_REFUSED_TOKEN", "", {}});
+    return r;
+  };
+  Request empty = carrying({});
+  Request unset = carrying({"true"});
+  unset.secrets.push_back(SecretRef{"CORRAL_TEST_REFUSED_UNSET", "", {}});
+  Request bad_user = carrying({"true"});
+  bad_user.user = 0;
+  Request input = carrying({"true"});
+  input.inputs.push_back(Input{"../" + value, std::string("x"), std::nullopt, 0644});
+  const char* names[] = {"an empty argv", "an unset secret", "user 0", "an input out of the workspace"};
+  int i = 0;
+  for (Request* r : {&empty, &unset, &bad_user, &input}) {
+    auto refused = h.sup->run(std::move(*r));
+    cr_assert(!refused.ok(), "%s ran", names[i]);
+    const std::string& why = refused.error().message();
+    cr_expect(!contains(why, value), "%s: the secret is in the Error: %s", names[i], why.c_str());
+    cr_expect(contains(why, "job-***"), "%s: the run is no longer named: %s", names[i], why.c_str());
+    ++i;
+  }
+  // A streamed one goes through the same door.
+  auto streamed = h.sup->stream(carrying({}));
+  cr_assert(!streamed.ok());
+  cr_expect(!contains(streamed.error().message(), value), "%s", streamed.error().message().c_str());
+  unsetenv("CORRAL_TEST_REFUSED_TOKEN");
+  cr_assert_eq(h.leftovers(), 0u);
+}
+
 Test(run, inputs_are_staged_and_outputs_copied_to_the_artifact_root) {
   Harness h;
   TempDir host, root;
