@@ -246,10 +246,12 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
     add(kGuaranteeReapsDescendants, "process_group",
         tier == Tier::none
             ? "the program's group is killed; a setsid escapee leaves it (use --tier container), except under "
-              "corral run, which kills everything left below it when the run ends"
+              "corral run, which kills everything left below it when the run ends, and corral batch, which kills "
+              "it when no other job is in flight, or else once none is, at the latest when the batch ends"
             : "not root, so no uid of the run's own to kill everything of: the program's group is killed, a "
               "setsid escapee leaves it (run as root, or use --tier container), except under corral run, which "
-              "kills everything left below it when the run ends");
+              "kills everything left below it when the run ends, and corral batch, which kills it when no other "
+              "job is in flight, or else once none is, at the latest when the batch ends");
   add(kGuaranteeSecretMasking, "supervisor", "*** in every captured and streamed byte");
   if (container)
     add(kGuaranteeIpc, h.user_namespaces ? "container" : "unsupported",

@@ -393,6 +393,8 @@ Status Supervisor::run_until_idle() {
 
 void Supervisor::close() { impl_->close(); }
 
+void Supervisor::spare_child(pid_t pid) { impl_->spared_children.insert(pid); }
+
 void Supervisor::cancel(std::uint64_t token) {
   if (impl_->lookup(token)) impl_->to_cancel.push_back(token);
 }

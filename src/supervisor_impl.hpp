@@ -27,6 +27,7 @@
 #include <deque>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "corral/guardian.hpp"
 #include "corral/leftovers.hpp"
@@ -279,6 +280,7 @@ struct Supervisor::Impl {
   // A leader exited while other runs were in flight: its leftovers, if
   // any, could not be told from theirs; killed once the loop is idle.
   bool leftovers_unchecked = false;
+  std::unordered_set<pid_t> spared_children;  // Supervisor::spare_child
 
   static std::uint64_t token(std::uint32_t slot, std::uint32_t gen) {
     return (static_cast<std::uint64_t>(slot) << 32) | gen;

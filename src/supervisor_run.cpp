@@ -19,7 +19,11 @@ void Supervisor::Impl::close() {
       kill_group(run->pidfd, SIGKILL);
       kill_uid_of(*run, SIGKILL);
       (void)wait_exit(run->pidfd, true);
+      leftovers_unchecked = true;  // and what it left (owns_every_child)
     }
+  // What those runs left, and what earlier ones left while others were in
+  // flight if the loop never went idle since.
+  if (leftovers_unchecked) kill_leftover_children();
   // Each run's workspace is removed and its uid lease released as it goes
   // (leases not reaped yet are reaped as they go). Nothing refers to a slot
   // after this: completions still in the ring find none and are dropped.
@@ -267,7 +271,9 @@ void Supervisor::Impl::kill_leftover_children() {
   // when the kernel lets it go.
   constexpr double kLeftoverKillSeconds = 0.5;
   (void)kill_unclaimed_children(
-      [this](pid_t pid) { return by_pid.count(pid) > 0 || (guardian && pid == guardian->pid()); },
+      [this](pid_t pid) {
+        return by_pid.count(pid) > 0 || (guardian && pid == guardian->pid()) || spared_children.count(pid) > 0;
+      },
       kLeftoverKillSeconds);
 }
 

@@ -607,3 +607,40 @@ Test(cli, nothing_a_tier_none_run_started_outlives_corral_run, .timeout = 60) {
     cr_assert(!left, "%s: the setsid escapee (%d) or its child (%d) outlived corral run", how, escapee, grandchild);
   }
 }
+
+// corral batch: every child of the batch is a job's or a session keeper's,
+// so what a job left goes too. On the old CLI a tier none job's setsid
+// escapee, and the child it forked, outlived the job and the batch
+// (reparented to init), whether the job exited or met its deadline. Now
+// they die when a leader exits with nothing else in flight, when the loop
+// goes idle, or at the latest when the batch ends. A third job in flight
+// while the others end makes the deferred path the one taken.
+Test(cli, nothing_a_tier_none_batch_job_started_outlives_the_batch, .timeout = 60) {
+  corral_test::TempDir dir;
+  const std::string d = dir.path();
+  auto job = [&](const std::string& id, const std::string& leader_end, const std::string& limits) {
+    // argv goes to sh as it is: the single quotes keep $! and $$ for the inner one.
+    const std::string script = "setsid sh -c 'sleep 300 & echo $! > " + d + "/" + id +
+                               ".grandchild; echo $$ > " + d + "/" + id +
+                               ".escapee; exec sleep 301' </dev/null >/dev/null 2>&1 & " + leader_end;
+    return "{\"id\": \"" + id + "\", \"tier\": \"none\", \"argv\": [\"sh\", \"-c\", \"" + script + "\"]" + limits +
+           "}\n";
+  };
+  write_file(dir / "jobs.jsonl", job("exits", "sleep 0.3", "") +
+                                     job("deadline", "sleep 30", ", \"limits\": {\"wall_seconds\": 1}, \"grace_seconds\": 0.1") +
+                                     "{\"id\": \"beside\", \"tier\": \"none\", \"argv\": [\"sleep\", \"2\"]}\n");
+  Ran r = run_corral("batch --parallel 3 " + d + "/jobs.jsonl");
+  cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err.c_str());
+  cr_expect(contains(r.out, "\"killed_timeout\""), "%s", r.out.c_str());
+  for (const char* id : {"exits", "deadline"}) {
+    const pid_t escapee = pid_in(dir, std::string(id) + ".escapee");
+    const pid_t grandchild = pid_in(dir, std::string(id) + ".grandchild");
+    cr_assert(escapee > 0 && grandchild > 0, "%s: the escapee did not start: %s", id, r.out.c_str());
+    const bool left = alive(escapee) || alive(grandchild);
+    if (left) {
+      (void)kill(escapee, SIGKILL);
+      (void)kill(grandchild, SIGKILL);
+    }
+    cr_expect(!left, "%s: the setsid escapee (%d) or its child (%d) outlived corral batch", id, escapee, grandchild);
+  }
+}

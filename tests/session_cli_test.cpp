@@ -113,6 +113,39 @@ Test(session_cli, batch_serializes_a_sessions_jobs_and_disposes_it) {
   cr_expect_eq(dispose_scope(scope), 1);
 }
 
+// A batch kills what its jobs leave among its children (a tier none job's
+// setsid escapee), and a session keeper it started is its child too (an
+// orphan of the keeper's double fork, reparented to the batch as the
+// subreaper): it must be spared. One job at a time, so the tier none job's
+// end, with nothing else in flight, kills its leftovers at once, while the
+// session still has a job to run.
+Test(session_cli, a_batch_kills_what_its_jobs_left_and_spares_its_session_keeper) {
+  SKIP_UNLESS_SESSIONS();
+  const std::string scope = scope_for("spare");
+  corral_test::TempDir dir;
+  const std::string d = dir.path();
+  auto in_session = [&](const std::string& id, const std::string& script) {
+    return "{\"id\":\"" + id + "\",\"tier\":\"container\",\"argv\":[\"/bin/sh\",\"-c\",\"" + script +
+           "\"],\"session\":{\"scope\":\"" + scope + "\",\"thread\":\"t\"}}\n";
+  };
+  const std::string escapes = "{\"id\":\"escapes\",\"tier\":\"none\",\"argv\":[\"sh\",\"-c\",\"setsid sh -c 'echo $$ > " +
+                              d + "/escapee; exec sleep 7792' </dev/null >/dev/null 2>&1 & sleep 0.3\"]}\n";
+  corral_test::write_file(dir / "jobs.jsonl",
+                          in_session("first", "echo kept > f") + escapes + in_session("second", "cat f"));
+  auto run = run_cli({"batch", "--parallel", "1", "--keep-sessions", "--allow-session-scope", scope, dir / "jobs.jsonl"});
+  cr_assert_eq(run.code, 0, "%s", run.err.c_str());
+  const std::string pid_text = corral_test::read_file(dir / "escapee");
+  const pid_t escapee = pid_text.empty() ? 0 : static_cast<pid_t>(std::stol(pid_text));
+  cr_expect(escapee > 0, "the escapee did not start: %s", run.out.c_str());
+  const bool escaped = escapee > 0 && process_alive(escapee);
+  if (escaped) kill(escapee, SIGKILL);
+  cr_expect(!escaped, "the tier none job's setsid escapee outlived the batch");
+  cr_expect(contains(run.out, "kept\\n"), "the session's second job did not run in it: %s",
+            run.out.c_str());
+  cr_expect_eq(sessions_of(scope), 1u, "the batch's session keeper was killed");
+  cr_expect_eq(dispose_scope(scope), 1);
+}
+
 // A job file may be someone else's, and a session key joins the live
 // session of that key, whoever opened it: its files and its processes. A
 // job line naming a scope the operator did not allow is refused at the

@@ -47,15 +47,15 @@ struct SupervisorOptions {
   uid_t uid_range_first = 200000;       // one uid per run in flight when root
   std::uint32_t uid_range_count = 65536;
   bool become_subreaper = true;         // reap orphans the runs leave behind
-  // The process is the supervisor's alone (corral run): a
-  // child of it that is neither a run's leader nor the guardian can only
-  // be something a run left, e.g. a setsid escapee of tier none reparented
-  // to us as the subreaper. Such children, and all they leave, are killed
-  // when a run's leader exits while no other run is in flight (nothing
-  // else could own them), else once the supervisor goes idle. Off for a
-  // library caller, whose process may have children of its own, and for
-  // corral batch, whose session keepers are its children as the subreaper
-  // (an orphan of the keeper's start); needs become_subreaper.
+  // The process is the supervisor's alone (corral run, corral batch): a
+  // child of it that is neither a run's leader, nor the guardian, nor one
+  // it was told to spare (spare_child) can only be something a run left,
+  // e.g. a setsid escapee of tier none reparented to us as the subreaper.
+  // Such children, and all they leave, are killed when a run's leader
+  // exits while no other run is in flight (nothing else could own them),
+  // else once the supervisor goes idle, and at the latest by close(). Off
+  // for a library caller, whose process may have children of its own;
+  // needs become_subreaper.
   bool owns_every_child = false;
   unsigned ring_entries = 4096;
   // Per run after the leader exits: how long to wait for the pipes to reach
@@ -191,6 +191,12 @@ class Supervisor {
 
   // Cancel every run in flight.
   void cancel_all();
+
+  // A child of this process that is none of its runs and that
+  // SupervisorOptions::owns_every_child must spare: corral batch's session
+  // keepers, which become its children as the subreaper (an orphan of the
+  // keeper's double fork). Without owns_every_child it changes nothing.
+  void spare_child(pid_t pid);
 
   // End what this supervisor does to the host, now, as its destructor
   // would: runs still in flight are killed and reaped (their results are

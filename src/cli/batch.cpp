@@ -59,7 +59,10 @@ class Batch {
   // supervisor records the runs); null: nowhere.
   Batch(Supervisor& sup, int in_fd, std::size_t max_line_bytes, std::size_t parallel, std::size_t cpu_parallel,
         bool progress, const BatchOptions& options, std::shared_ptr<AuditSink> audit)
-      : sup_(sup), audit_(std::move(audit)), in_(in_fd, max_line_bytes), parallel_(parallel), cpu_(cpu_parallel),
+      : sup_(sup),
+        audit_(std::move(audit)),
+        sessions_([&sup](pid_t keeper) { sup.spare_child(keeper); }),
+        in_(in_fd, max_line_bytes), parallel_(parallel), cpu_(cpu_parallel),
         shard_(options.shard), progress_(progress), options_(options), t0_(std::chrono::steady_clock::now()) {
     total_ = shard_.of(count_jobs(in_fd));
   }
@@ -476,6 +479,10 @@ int batch_main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a closed reader is a write error, handled
   SupervisorOptions sopts;
   if (const char* base = std::getenv("CORRAL_WORKSPACE_BASE")) sopts.workspace_base = base;
+  // Every child of the batch is a job's or a session keeper it opened
+  // (spared through BatchSessions): what a job left, a setsid escapee of
+  // tier none, dies at the latest when the batch ends.
+  sopts.owns_every_child = true;
   if (!o.audit.empty()) {
     auto audit = FileAuditSink::open(o.audit);
     if (!audit) return say("%s", audit.error().message().c_str()), 2;

@@ -46,6 +46,7 @@ Expected<std::string> BatchSessions::session_for(const SessionKey& key, const Re
     if (auto v = job.limits.get(l)) spec.base.limits.set(l, *v);
   auto s = acquire_session(key, spec);
   if (!s) return std::move(s).error();
+  if (on_keeper_ && s->keeper > 0) on_keeper_(s->keeper);
   opened_.insert(s->id);
   return s->id;
 }

@@ -26,6 +26,10 @@ Expected<std::optional<SessionKey>> take_session_field(std::string& line);
 
 class BatchSessions {
  public:
+  // Told the keeper's pid of every session this batch opens or finds: a
+  // keeper started here is the batch's child (session_spawn.cpp), which
+  // the supervisor must not take for a run's leftover.
+  explicit BatchSessions(std::function<void(pid_t)> on_keeper) : on_keeper_(std::move(on_keeper)) {}
   // The live session for `key`, opened (or found) with the container options
   // of `job` the first time this batch names it.
   Expected<std::string> session_for(const SessionKey& key, const Request& job);
@@ -50,6 +54,7 @@ class BatchSessions {
   int dispose_opened();
 
  private:
+  std::function<void(pid_t)> on_keeper_;
   std::map<std::string, std::deque<Waiting>> waiting_;
   std::set<std::string> busy_;
   std::set<std::string> opened_;
