@@ -91,6 +91,9 @@ struct SessionJoin {
   std::uint64_t session_ooms = 0;
   std::string session_events_local;
   std::uint64_t session_oom_base = 0;
+  // How many of session_ooms a notification of the exec's own eventfd was
+  // already told apart from (session_oom_is_the_execs_own).
+  std::uint64_t session_ooms_checked = 0;
   std::optional<std::uint64_t> session_memory_bytes;  // for the notes
   std::uint64_t drain_session_ooms() {
     std::uint64_t n = 0;
@@ -377,8 +380,14 @@ bool session_oom_is_the_execs_own(ContainerRun& c) {
   // The kernel signals the group that ran out first, then the groups below
   // it (mm/memcontrol-v1.c mem_cgroup_oom_notify, a pre-order walk): when
   // the exec's eventfd is seen, the session's has counted an OOM of the
-  // session's ceiling already.
-  return !c.session || c.session->drain_session_ooms() == 0;
+  // session's ceiling already. Only the session's OOMs since the last
+  // notification count: one the exec saw earlier does not make every later
+  // OOM of its own ceiling the session's.
+  if (!c.session) return true;
+  const std::uint64_t total = c.session->drain_session_ooms();
+  const bool new_session_oom = total > c.session->session_ooms_checked;
+  c.session->session_ooms_checked = total;
+  return !new_session_oom;
 }
 
 void finish_session_exec_oom(ContainerRun& c, const CgroupStats& stats, bool notified, TierFacts& facts) {

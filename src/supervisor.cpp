@@ -318,12 +318,7 @@ Expected<RunHandle> Supervisor::start(Request request, RunCallbacks callbacks) {
   s.arm_poll(slot, run, run.out, kOpOut);
   if (run.err_capture) s.arm_poll(slot, run, run.err, kOpErr);
   if (run.listener) s.arm_notice(slot, run);
-  if (const int oom_fd = runner.oom_event_fd(run.prep); oom_fd >= 0) {
-    io_uring_sqe* e = s.sqe();
-    io_uring_prep_poll_add(e, oom_fd, POLLIN);
-    io_uring_sqe_set_data64(e, Impl::user_data(slot, run.gen, kOpOom));
-    run.oom_armed = true;
-  }
+  if (const int oom_fd = runner.oom_event_fd(run.prep); oom_fd >= 0) s.arm_oom(slot, run, oom_fd);
   if (auto wall = limits.seconds(Limit::wall_seconds))
     s.arm_timer(slot, run, TimerPhase::deadline, *wall);
   s.start_cpu_watch(slot, run);

@@ -317,6 +317,8 @@ struct Supervisor::Impl {
   std::optional<Error> ring_error;
 
   void arm_poll(std::uint32_t slot, Run& run, Pipe& pipe, Op op);
+  // A poll of the runner's OOM eventfd (oom_event_fd), one-shot.
+  void arm_oom(std::uint32_t slot, Run& run, int oom_fd);
   void arm_pid(std::uint32_t slot, Run& run);
   // The runs' timers (supervisor_timers.cpp): a heap of slots by due
   // time, and one ring timeout (kWheelData) for the earliest. Arming,

@@ -134,11 +134,18 @@ void Supervisor::Impl::handle_cqe(io_uring_cqe* cqe) {
       // first and the cgroup's oom_kill counter stays 0
       // (finish_container, CgroupStats::ceiling_oom).
       run.oom_armed = false;
-      // Not for an OOM of a ceiling the run shares (a session's): there the
-      // kernel's OOM killer alone picks who dies. Not watched again.
-      if (cqe->res > 0 && run.prep.runner->oom_is_the_runs_own(run.prep)) {
+      if (cqe->res <= 0) break;  // removed (the run retired) or the poll failed
+      if (run.prep.runner->oom_is_the_runs_own(run.prep)) {
         run.end.oom_notified = true;
         if (!run.exited) request_kill(slot, run, SIGKILL);
+      } else if (!run.exited) {
+        // An OOM of a ceiling the run shares (its session's): the kernel's
+        // OOM killer alone picks who dies. The run's own ceiling may still
+        // run out later: the count read (the eventfd would stay readable)
+        // and watched again.
+        const int fd = run.prep.runner->oom_event_fd(run.prep);
+        std::uint64_t count = 0;
+        if (fd >= 0 && ::read(fd, &count, sizeof count) == sizeof count) arm_oom(slot, run, fd);
       }
       break;
     case kOpWatch:

@@ -130,6 +130,13 @@ void Supervisor::Impl::arm_poll(std::uint32_t slot, Run& run, Pipe& pipe, Op op)
   pipe.armed = true;
 }
 
+void Supervisor::Impl::arm_oom(std::uint32_t slot, Run& run, int oom_fd) {
+  io_uring_sqe* e = sqe();
+  io_uring_prep_poll_add(e, oom_fd, POLLIN);
+  io_uring_sqe_set_data64(e, user_data(slot, run.gen, kOpOom));
+  run.oom_armed = true;
+}
+
 void Supervisor::Impl::arm_pid(std::uint32_t slot, Run& run) {
   io_uring_sqe* e = sqe();
   io_uring_prep_poll_add(e, run.pidfd.fd(), POLLIN);

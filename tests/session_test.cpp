@@ -271,6 +271,46 @@ Test(session, an_oom_at_the_sessions_ceiling_is_the_allocating_execs_and_spares_
   cr_expect(!contains(next.detail, "ran out"), "%s", next.detail.c_str());
 }
 
+// An exec with a memory_bytes of its own below its session's: the session's
+// group running out (another exec's doing) signals the exec's OOM eventfd
+// too (the kernel notifies the groups below). That OOM is not the exec's,
+// and the old loop then stopped watching its eventfd: when the exec later
+// ran out of its own ceiling, nothing killed it as a whole. The kernel's
+// OOM killer took the allocating process and its shell went on ("survived").
+Test(session, an_exec_that_saw_its_sessions_oom_is_still_killed_whole_at_its_own_ceiling) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("oom-twice")};
+  auto spec = spec_with_helpers();
+  spec.base.limits.set(Limit::memory_bytes, 64ull << 20);
+  auto s = open_session(sc.name, "t", spec);
+  auto sup = supervisor();
+  Request own;
+  own.argv = {"/bin/sh", "-c", "/bin/sleep 3.4175; /helpers/memhog grow; echo survived; /bin/sleep 1"};
+  own.limits.set(Limit::memory_bytes, 24ull << 20);
+  own.limits.set(Limit::wall_seconds, 60);
+  std::shared_ptr<Result> got;
+  auto h = sup->submit(session_exec_request(s.id, own), RunCallbacks{nullptr, [&](const Result& res) {
+                                                                   got = std::make_shared<Result>(res);
+                                                                 }});
+  cr_assert(h, "submit: %s", h ? "" : h.error().message().c_str());
+  bool running = false;
+  for (int i = 0; i < 500 && !running && !got; ++i) {
+    (void)sup->run_once(0.02);
+    running = corral_test::host_pid_with_argv({"/bin/sleep", "3.4175"}) > 0;
+  }
+  cr_assert(running, "the exec never ran");
+  // The session's ceiling runs out while it sleeps.
+  Limits l;
+  l.set(Limit::wall_seconds, 30);
+  auto hog = exec(*sup, s.id, {"/helpers/memhog", "grow"}, l);
+  cr_expect_eq(hog.outcome, Outcome::killed_oom, "%s", hog.detail.c_str());
+  while (!got) (void)sup->run_once(1);
+  cr_expect_eq(got->outcome, Outcome::killed_oom, "%s", got->detail.c_str());
+  cr_expect(!contains(got->stdout_capture.text, "survived"),
+            "the exec went on after its own ceiling ran out: %s", got->detail.c_str());
+  cr_expect(process_alive(s.pid1));
+}
+
 Test(session, files_refuse_hostile_layouts) {
   SKIP_UNLESS_SESSIONS();
   Scope sc{scope_for("files")};
