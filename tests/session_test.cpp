@@ -28,6 +28,25 @@ namespace {
 
 std::string scope_for(const char* name) { return std::string("test-") + std::to_string(getpid()) + "-" + name; }
 
+
+// Submits `r` into session `id` and turns the loop until a host process
+// runs `marker` (the exec has started) or its Result came; the Result
+// lands in `got`. Fails the test when the marker never ran. The handle is
+// the caller's to keep: dropping it cancels the exec.
+RunHandle submit_until_running(Supervisor& sup, const std::string& id, const Request& r,
+                          std::vector<std::string> marker, std::shared_ptr<Result>& got) {
+  auto h = sup.submit(session_exec_request(id, r),
+                      RunCallbacks{nullptr, [&got](const Result& res) { got = std::make_shared<Result>(res); }});
+  cr_assert(h, "submit: %s", h ? "" : h.error().message().c_str());
+  bool running = false;
+  for (int i = 0; i < 500 && !running && !got; ++i) {
+    (void)sup.run_once(0.02);
+    running = corral_test::host_pid_with_argv(marker) > 0;
+  }
+  cr_assert(running, "the exec never ran");
+  return std::move(*h);
+}
+
 }  // namespace
 
 TestSuite(session, .timeout = 120);
@@ -242,16 +261,7 @@ Test(session, an_oom_at_the_sessions_ceiling_is_the_allocating_execs_and_spares_
   calm.argv = {"/bin/sh", "-c", "/bin/sleep 3.4173; echo calm"};
   calm.limits.set(Limit::wall_seconds, 60);
   std::shared_ptr<Result> neighbour;
-  auto h = sup->submit(session_exec_request(s.id, calm), RunCallbacks{nullptr, [&](const Result& res) {
-                                                                     neighbour = std::make_shared<Result>(res);
-                                                                   }});
-  cr_assert(h, "submit: %s", h ? "" : h.error().message().c_str());
-  bool running = false;
-  for (int i = 0; i < 500 && !running && !neighbour; ++i) {
-    (void)sup->run_once(0.02);
-    running = corral_test::host_pid_with_argv({"/bin/sleep", "3.4173"}) > 0;
-  }
-  cr_assert(running, "the neighbour never ran");
+  auto h = submit_until_running(*sup, s.id, calm, {"/bin/sleep", "3.4173"}, neighbour);
   Limits l;
   l.set(Limit::wall_seconds, 30);
   auto r = exec(*sup, s.id, {"/helpers/memhog", "grow"}, l);
@@ -289,16 +299,7 @@ Test(session, an_exec_that_saw_its_sessions_oom_is_still_killed_whole_at_its_own
   own.limits.set(Limit::memory_bytes, 24ull << 20);
   own.limits.set(Limit::wall_seconds, 60);
   std::shared_ptr<Result> got;
-  auto h = sup->submit(session_exec_request(s.id, own), RunCallbacks{nullptr, [&](const Result& res) {
-                                                                   got = std::make_shared<Result>(res);
-                                                                 }});
-  cr_assert(h, "submit: %s", h ? "" : h.error().message().c_str());
-  bool running = false;
-  for (int i = 0; i < 500 && !running && !got; ++i) {
-    (void)sup->run_once(0.02);
-    running = corral_test::host_pid_with_argv({"/bin/sleep", "3.4175"}) > 0;
-  }
-  cr_assert(running, "the exec never ran");
+  auto h = submit_until_running(*sup, s.id, own, {"/bin/sleep", "3.4175"}, got);
   // The session's ceiling runs out while it sleeps.
   Limits l;
   l.set(Limit::wall_seconds, 30);
