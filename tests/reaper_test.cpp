@@ -229,3 +229,35 @@ Test(reaper, an_owning_supervisor_kills_what_a_run_left_while_another_was_in_fli
     expect_field(report, "alive", owns ? "no" : "yes");
   }
 }
+
+// close() with runs still in flight: it kills them, and what they left
+// (a setsid escapee outside their group) goes too under owns_every_child,
+// though no leader exit and no idle loop ever looked for it.
+Test(reaper, an_owning_supervisor_closed_with_runs_in_flight_kills_what_they_left, .timeout = 60) {
+  corral_test::TempDir dir;
+  auto report = corral_test::run_in_child_reporting([&](int fd) {
+    corral::SupervisorOptions o;
+    o.owns_every_child = true;
+    auto sup = corral::Supervisor::create(o);
+    if (!sup) return 10;
+    corral::Request r;
+    r.tier = corral::Tier::none;
+    r.argv = {"/bin/sh", "-c",
+              "setsid sh -c 'echo $$ > " + (dir / "escapee") + "; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 30"};
+    auto run = (*sup)->submit(std::move(r));
+    if (!run) return 11;
+    run->detach();
+    for (int i = 0; i < 500 && corral_test::read_file(dir / "escapee").empty(); ++i) (void)(*sup)->run_once(0.01);
+    std::string text = corral_test::read_file(dir / "escapee");
+    pid_t escapee = text.empty() ? 0 : static_cast<pid_t>(std::stol(text));
+    (*sup)->close();
+    bool alive = escapee > 0 && corral_test::alive(escapee);
+    std::string line = "escapee=" + std::to_string(escapee) + "\nalive=" + (alive ? "yes" : "no") + "\n";
+    if (write(fd, line.data(), line.size()) < 0) return 13;
+    if (alive) kill(escapee, SIGKILL);
+    return 0;
+  });
+  cr_assert_eq(report.end.code, 0, "child exit %d: %s", report.end.code, report.output.c_str());
+  cr_assert(field(report.output, "escapee") != "0", "the escapee did not start");
+  expect_field(report, "alive", "no");
+}
