@@ -8,6 +8,8 @@
  * <= 3x).
  *
  *   oneshot CORRAL [ROUNDS=7] [PER_ROUND=30]
+ *
+ * ONESHOT_LABEL=x names the rows oneshot_none_x and oneshot_process_x.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -69,7 +71,11 @@ int main(int argc, char **argv) {
     }
   }
   double bm = median(b, rounds), nm = median(n, rounds), pm = median(p, rounds);
-  printf("bench oneshot_none corral=%.2f baseline=%.2f ratio=%.2f unit=ms_per_run\n", nm, bm, nm / bm);
-  printf("bench oneshot_process corral=%.2f baseline=%.2f ratio=%.2f unit=ms_per_run\n", pm, bm, pm / bm);
+  const char *label = getenv("ONESHOT_LABEL");
+  const char *sep = label && *label ? "_" : "";
+  if (!label) label = "";
+  printf("bench oneshot_none%s%s corral=%.2f baseline=%.2f ratio=%.2f unit=ms_per_run\n", sep, label, nm, bm, nm / bm);
+  printf("bench oneshot_process%s%s corral=%.2f baseline=%.2f ratio=%.2f unit=ms_per_run\n", sep, label, pm, bm,
+         pm / bm);
   return 0;
 }
