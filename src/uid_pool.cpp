@@ -239,7 +239,7 @@ Expected<UidPool::Lease> UidPool::acquire(Reap) {
       try {
         s.free.reserve(s.count);
         // What waits of ours, and a batch of other processes' (make_batch_clean).
-        const std::size_t batch = std::min<std::size_t>(s.count, kReleaseBatch + kSweepBatch);
+        const std::size_t batch = std::min<std::size_t>(s.count, kReleaseBatch + kSweepBatch + kDirtyBatch);
         s.unswept.reserve(batch);
         s.sweep_uids.reserve(batch);
         s.sweep_found.reserve(batch);

@@ -74,9 +74,10 @@ Status UidPool::Lease::State::sweep_unswept() noexcept {
 // the caller then reaps uids one at a time.
 Expected<std::optional<std::uint32_t>> UidPool::Lease::State::take_clean_by_hint() {
   char bytes[kHintChunk];
-  std::uint32_t unswept_seen[kSweepBatch], others_seen[kSweepBatch];
+  std::uint32_t unswept_seen[kSweepBatch], others_seen[kDirtyBatch];
   // Capacity of `unswept`: what waits of ours (below kReleaseBatch) and this.
   const std::size_t room = std::min<std::size_t>(count, kSweepBatch);
+  const std::size_t others_room = std::min<std::size_t>(count, kDirtyBatch);
   std::size_t n_unswept = 0, n_others = 0;
   // From the cursor to the end of the range, then from its start.
   const std::uint32_t segments[2][2] = {{cursor, count}, {0, cursor}};
@@ -94,7 +95,7 @@ Expected<std::optional<std::uint32_t>> UidPool::Lease::State::take_clean_by_hint
           continue;
         }
         if (b != kUidClean) {
-          if (n_others < room) others_seen[n_others++] = off;
+          if (n_others < others_room) others_seen[n_others++] = off;
           continue;
         }
         auto got = lock->try_lock(first + off);
@@ -107,14 +108,14 @@ Expected<std::optional<std::uint32_t>> UidPool::Lease::State::take_clean_by_hint
         }
         lock->unlock(first + off);  // changed under us: the reaping loop deals with it
       }
-      if (n < static_cast<long>(want) && n_others >= room) break;  // the file ends: the rest is never used
+      if (n < static_cast<long>(want) && n_others >= others_room) break;  // the file ends: the rest is never used
       at += static_cast<std::uint32_t>(want);
     }
   }
   // Uids never used or left dirty join the batch only when no clean one
   // is left, and only a few of a small range: the batch's uids are held
   // while it is made clean, and a small range is shared by few.
-  const std::size_t others = std::min<std::size_t>({n_others, count / 16, room - n_unswept});
+  const std::size_t others = std::min<std::size_t>(n_others, count / 16);
   return make_batch_clean(unswept_seen, n_unswept, others_seen, others);
 }
 
@@ -127,7 +128,7 @@ Expected<std::optional<std::uint32_t>> UidPool::Lease::State::make_batch_clean(c
                                                                                 std::size_t n_unswept,
                                                                                 const std::uint32_t* others_seen,
                                                                                 std::size_t n_others) {
-  std::uint32_t batch[kSweepBatch];
+  std::uint32_t batch[kSweepBatch + kDirtyBatch];
   std::size_t n = 0;
   auto take_lock = [&](std::uint32_t off) -> Expected<bool> {
     auto got = lock->try_lock(first + off);
