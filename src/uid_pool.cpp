@@ -67,6 +67,13 @@ Status UidPool::Lease::State::ensure_sweep_memory() {
     if (!arena) return std::move(arena).error().context("uid pool");
     sweep_arena.emplace(std::move(*arena));
   }
+  if (!sweep_cache) {
+    try {
+      sweep_cache.emplace(first, count);
+    } catch (const std::bad_alloc&) {
+      return Error(ENOMEM, "uid pool " + range() + ": out of memory for the sweep's directory cache");
+    }
+  }
   return {};
 }
 
@@ -80,7 +87,7 @@ Expected<bool> UidPool::Lease::State::kill_and_sweep(uid_t uid, bool kill) {
   if (auto st = sweep_uid(uid, *kill_stack, *sweep_arena, nullptr, kill); !st) return std::move(st).error();
   std::vector<uid_t> one{uid};
   std::vector<char> found;
-  find_uids_with_files(one, *sweep_arena, found);
+  find_uids_with_files(one, *sweep_arena, found, nullptr, &*sweep_cache);
   return !found[0];
 }
 

@@ -32,7 +32,7 @@ Status UidPool::Lease::State::sweep_unswept() noexcept {
     sweep_uids.clear();
     for (std::uint32_t off : unswept) sweep_uids.push_back(first + off);  // capacity reserved in acquire
     std::sort(sweep_uids.begin(), sweep_uids.end());
-    find_uids_with_files(sweep_uids, *sweep_arena, sweep_found);
+    find_uids_with_files(sweep_uids, *sweep_arena, sweep_found, nullptr, &*sweep_cache);
   }
   for (std::size_t i = 0; i < sweep_uids.size(); ++i) {
     const std::uint32_t off = sweep_uids[i] - first;

@@ -91,6 +91,7 @@ struct UidPool::Lease::State {
   // the sweep's working memory (made at the first sweep).
   std::vector<std::uint32_t> unswept;
   std::optional<SweepArena> sweep_arena;
+  std::optional<SweepDirCache> sweep_cache;  // what the finding walks remember of quiet directories
   std::vector<uid_t> sweep_uids;
   std::vector<char> sweep_found;
 

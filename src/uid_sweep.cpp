@@ -3,6 +3,7 @@
 // (root) runs the same walk to find, read only.
 #include "corral/uid_sweep.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <ctime>
 #include <utility>
 
 #include "corral/syscalls.hpp"
@@ -46,6 +48,14 @@ struct Level {
   bool own;                // the uid's: removed when emptied
   std::uint8_t passes;     // listings of it done (a pass that removed something is repeated)
   bool removed_this_pass;
+  // Finding walk with a SweepDirCache: the directory's ctime when entered,
+  // whether its files are skipped (unchanged since a walk cached it),
+  // whether it may be cached at the end of its listing (settled, listed
+  // whole, no file of the pool's range in it).
+  bool skip_files;
+  bool cacheable;
+  std::int64_t ctime_sec;
+  std::uint32_t ctime_nsec;
   char child[256];         // the entry entered (NAME_MAX + 1)
 };
 
@@ -66,7 +76,7 @@ long open_dir_at(int dirfd, const char* name, bool follow) noexcept {
 bool stat_at(int dirfd, const char* name, int flags, struct statx* st) noexcept {
   return sys::call(SYS_statx, dirfd, reinterpret_cast<long>(name),
                    flags | AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_STATX_DONT_SYNC,
-                   STATX_TYPE | STATX_MODE | STATX_UID | STATX_INO, reinterpret_cast<long>(st)) == 0;
+                   STATX_TYPE | STATX_MODE | STATX_UID | STATX_INO | STATX_CTIME, reinterpret_cast<long>(st)) == 0;
 }
 
 // Another user's directory the walked uid may have reached: searchable by
@@ -84,6 +94,8 @@ struct Target {
   std::size_t n;
   char* found;                // find: per uid
   SweepCount* count;
+  SweepDirCache* cache;       // find: may be null
+  std::int64_t settled_before;  // find: a ctime before this (realtime seconds) may be cached
   int which(uid_t uid) const noexcept {
     const uid_t* end = uids + n;
     const uid_t* it = std::lower_bound(uids, end, uid);
@@ -94,6 +106,16 @@ struct Target {
   }
   void left() const noexcept {
     if (count) ++count->left;
+  }
+  // A directory just entered: its identity, and what the cache says of it.
+  void enter(Level& level, const struct statx& st) const noexcept {
+    level.dev = (std::uint64_t{st.stx_dev_major} << 32) | st.stx_dev_minor;
+    level.ino = st.stx_ino;
+    level.ctime_sec = st.stx_ctime.tv_sec;
+    level.ctime_nsec = st.stx_ctime.tv_nsec;
+    if (remove || !cache) return;
+    level.skip_files = cache->unchanged(level.dev, level.ino, level.ctime_sec, level.ctime_nsec);
+    level.cacheable = !level.skip_files && level.ctime_sec < settled_before;
   }
 };
 
@@ -122,8 +144,7 @@ RootWalk walk_root(const char* root, const Target& t, char* dents, Level* levels
   }
   std::size_t d = 0;
   levels[0] = Level{};
-  levels[0].dev = (std::uint64_t{st.stx_dev_major} << 32) | st.stx_dev_minor;
-  levels[0].ino = st.stx_ino;
+  t.enter(levels[0], st);
   long len = 0, pos = 0;
   for (;;) {
     Level& cur = levels[d];
@@ -136,10 +157,12 @@ RootWalk walk_root(const char* root, const Target& t, char* dents, Level* levels
       }
       if (len < 0) {
         t.fail(sys::error_of(len));
+        cur.cacheable = false;  // not listed whole
         len = 0;
       }
       if (len > 0) continue;
       // The end of this listing.
+      if (cur.cacheable) t.cache->remember(cur.dev, cur.ino, cur.ctime_sec, cur.ctime_nsec);
       if (t.remove && cur.removed_this_pass && ++cur.passes < kMaxPasses) {
         cur.removed_this_pass = false;
         sys::call(SYS_lseek, fd, 0, SEEK_SET);
@@ -185,11 +208,19 @@ RootWalk walk_root(const char* root, const Target& t, char* dents, Level* levels
     const auto* e = reinterpret_cast<const Dirent64*>(dents + pos);
     pos += e->d_reclen;
     if (is_dot(e->d_name)) continue;
-    if (!stat_at(fd, e->d_name, 0, &st)) continue;  // gone meanwhile
+    if (cur.skip_files && e->d_type != DT_DIR && e->d_type != DT_UNKNOWN) {
+      if (t.count) ++t.count->skipped;
+      continue;
+    }
+    if (!stat_at(fd, e->d_name, 0, &st)) {  // gone meanwhile
+      cur.cacheable = false;
+      continue;
+    }
     if (t.count) ++t.count->entries;
     const int mine = t.which(st.stx_uid);
     bool enter_own = false;
     if (!t.remove) {
+      if (cur.cacheable && !S_ISDIR(st.stx_mode) && t.cache->in_range(st.stx_uid)) cur.cacheable = false;
       if (mine >= 0) {
         t.found[mine] = 1;
         if (t.count) ++t.count->left;
@@ -258,8 +289,7 @@ RootWalk walk_root(const char* root, const Target& t, char* dents, Level* levels
     const std::uint8_t foreign = static_cast<std::uint8_t>(cur.foreign + (enter_own ? 0 : 1));
     ++d;
     levels[d] = Level{};
-    levels[d].dev = (std::uint64_t{cst.stx_dev_major} << 32) | cst.stx_dev_minor;
-    levels[d].ino = cst.stx_ino;
+    t.enter(levels[d], cst);
     levels[d].foreign = foreign;
     levels[d].own = enter_own;
     len = pos = 0;
@@ -331,16 +361,53 @@ SweepArena::~SweepArena() {
   if (base_) ::munmap(base_, size_);
 }
 
+SweepDirCache::SweepDirCache(uid_t first, std::uint32_t count) : first_(first), count_(count), slots_(kSlots) {}
+
+std::size_t SweepDirCache::home(std::uint64_t dev, std::uint64_t ino) const noexcept {
+  return static_cast<std::size_t>((ino * 0x9E3779B97F4A7C15ull) ^ (dev * 0xC2B2AE3D27D4EB4Full)) & (kSlots - 1);
+}
+
+bool SweepDirCache::unchanged(std::uint64_t dev, std::uint64_t ino, std::int64_t ctime_sec,
+                              std::uint32_t ctime_nsec) const noexcept {
+  const std::size_t h = home(dev, ino);
+  for (std::size_t i = 0; i < kProbes; ++i) {
+    const Slot& slot = slots_[(h + i) & (kSlots - 1)];
+    if (!slot.used) return false;
+    if (slot.dev == dev && slot.ino == ino) return slot.ctime_sec == ctime_sec && slot.ctime_nsec == ctime_nsec;
+  }
+  return false;
+}
+
+void SweepDirCache::remember(std::uint64_t dev, std::uint64_t ino, std::int64_t ctime_sec,
+                             std::uint32_t ctime_nsec) noexcept {
+  const std::size_t h = home(dev, ino);
+  Slot* target = &slots_[h];  // all probed slots taken by others: the home one is replaced
+  for (std::size_t i = 0; i < kProbes; ++i) {
+    Slot& slot = slots_[(h + i) & (kSlots - 1)];
+    if (!slot.used || (slot.dev == dev && slot.ino == ino)) {
+      target = &slot;
+      break;
+    }
+  }
+  *target = Slot{dev, ino, ctime_sec, ctime_nsec, true};
+}
+
 void find_uids_with_files(const std::vector<uid_t>& uids, SweepArena& arena, std::vector<char>& found,
-                          SweepCount* count) noexcept {
+                          SweepCount* count, SweepDirCache* cache) noexcept {
   found.assign(uids.size(), 0);  // capacity: the caller's (no allocation when it reserved)
   if (uids.empty()) return;
-  walk(Target{false, uids.data(), uids.size(), found.data(), count}, arena);
+  std::int64_t settled_before = 0;
+  if (cache) {
+    struct timespec now {};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    settled_before = now.tv_sec - kSweepCacheSettleSeconds;
+  }
+  walk(Target{false, uids.data(), uids.size(), found.data(), count, cache, settled_before}, arena);
 }
 
 void sweep_uid_in_child(long uid, SweepArena& arena, SweepCount* count) noexcept {
   const uid_t u = static_cast<uid_t>(uid);
-  walk(Target{true, &u, 1, nullptr, count}, arena);
+  walk(Target{true, &u, 1, nullptr, count, nullptr, 0}, arena);
 }
 
 Status sweep_uid(uid_t uid, const ChildStack& stack, SweepArena& arena, SweepCount* count, bool kill_first) {

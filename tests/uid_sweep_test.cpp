@@ -3,6 +3,7 @@
 // one uid (a pool of one), the first plants (tests/helpers/uid_plant.c), the
 // second looks, and the host checks from outside what went and what stayed.
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -241,4 +242,96 @@ Test(uid_sweep, a_tree_removed_while_the_walk_is_in_it_does_not_fail_the_sweep, 
   waitpid(churn, nullptr, 0);
   (void)!system(("rm -rf " + prefix + "*").c_str());
   cr_assert_eq(failed, 0, "%d of 300 walks failed (first: %s)", failed, strerror(first_error));
+}
+
+namespace {
+
+// As `uid` (a child that becomes it): `fn`, which returns 0 on success.
+template <typename Fn>
+bool as_uid(uid_t uid, Fn fn) {
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    if (setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) _exit(99);
+    _exit(fn());
+  }
+  int st = 0;
+  return waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+// A quiet directory of `files` root-owned files, owned by `owner`, 1777 (any
+// pool uid may write into it), old enough for a walk to remember.
+struct QuietDir {
+  std::string path = "/tmp/csc-" + std::to_string(getpid());
+  QuietDir(uid_t owner, int files) {
+    (void)!system(("rm -rf " + path).c_str());
+    cr_assert_eq(mkdir(path.c_str(), 0755), 0);
+    for (int i = 0; i < files; ++i) corral_test::write_file(path + "/f" + std::to_string(i), "x");
+    cr_assert_eq(chown(path.c_str(), owner, owner), 0);
+    cr_assert_eq(chmod(path.c_str(), 01777), 0);
+    // Its ctime a whole second older than the walk's start, at second
+    // granularity (kSweepCacheSettleSeconds).
+    usleep(2'200'000);
+  }
+  ~QuietDir() { (void)!system(("rm -rf " + path).c_str()); }
+};
+
+}  // namespace
+
+// A finding walk with a cache does not look at the files of a directory
+// unchanged since the walk before (a /tmp of quiet trees walked at every
+// batch of runs), and still sees one changed.
+Test(uid_sweep, a_cached_walk_skips_the_files_of_a_quiet_directory, .timeout = 60) {
+  need_root();
+  constexpr uid_t kFirst = 299900, kRun = 299901;
+  QuietDir quiet(0, 200);
+  auto arena = SweepArena::allocate();
+  cr_assert(arena.ok());
+  SweepDirCache cache(kFirst, 64);
+  std::vector<char> found(1);
+  SweepCount first, second;
+  find_uids_with_files({kRun}, *arena, found, &first, &cache);
+  find_uids_with_files({kRun}, *arena, found, &second, &cache);
+  cr_expect_geq(first.entries, 200, "the first walk looked at %ld entries", first.entries);
+  cr_expect_eq(first.skipped, 0);
+  cr_expect_geq(second.skipped, 200, "the second walk skipped %ld files", second.skipped);
+  cr_expect_leq(second.entries, first.entries - 200, "the second walk looked at %ld entries (first: %ld)",
+                second.entries, first.entries);
+  cr_expect(!found[0]);
+}
+
+// Hostile: a neighbour run owns a 1777 directory the last walk remembered;
+// this run's uid leaves a secret in it, and the neighbour puts the
+// directory's mtime back where it was (utimensat: an owner may). The walk
+// still finds the secret (the cache goes by ctime, which no user sets), so
+// the uid is not handed on with it.
+Test(uid_sweep, a_directory_whose_mtime_was_put_back_still_has_its_new_file_found, .timeout = 60) {
+  need_root();
+  constexpr uid_t kFirst = 299900, kRun = 299901, kNeighbour = 299902;
+  QuietDir quiet(kNeighbour, 20);
+  struct stat before;
+  cr_assert_eq(stat(quiet.path.c_str(), &before), 0);
+  auto arena = SweepArena::allocate();
+  cr_assert(arena.ok());
+  SweepDirCache cache(kFirst, 64);
+  std::vector<char> found(1);
+  SweepCount first;
+  find_uids_with_files({kRun}, *arena, found, &first, &cache);
+  cr_assert(!found[0]);
+  const std::string secret = quiet.path + "/secret";
+  cr_assert(as_uid(kRun, [&] {
+    int fd = open(secret.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+    return fd >= 0 && write(fd, "s", 1) == 1 ? 0 : 1;
+  }));
+  cr_assert(as_uid(kNeighbour, [&] {
+    const struct timespec times[2] = {before.st_atim, before.st_mtim};
+    return utimensat(AT_FDCWD, quiet.path.c_str(), times, 0) == 0 ? 0 : 1;
+  }));
+  struct stat after;
+  cr_assert_eq(stat(quiet.path.c_str(), &after), 0);
+  cr_assert(after.st_mtim.tv_sec == before.st_mtim.tv_sec && after.st_mtim.tv_nsec == before.st_mtim.tv_nsec,
+            "the mtime was not put back");
+  SweepCount second;
+  find_uids_with_files({kRun}, *arena, found, &second, &cache);
+  cr_expect(found[0], "the run's secret in a directory whose mtime was put back was not found");
 }
