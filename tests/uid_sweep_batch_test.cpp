@@ -122,10 +122,11 @@ Test(uid_sweep_batch, a_pool_that_ends_lets_its_uid_go_unswept_and_the_next_hold
   cr_expect(!found, "uid %u was handed to the next run with the last run's secret still in /tmp", a);
 }
 
-// A one-shot loop over a range the size of the default one's batch: the
-// first 32 processes each take a uid the others left clean and end without
-// a walk (their secrets wait); the 33rd finds no clean uid left and 32
-// unswept ones, sweeps them together, and takes one of them.
+// A one-shot loop over a range of 512, made clean 32 (count/16) at a time:
+// the first 32 processes each take a uid the others left clean and end
+// without a walk (their secrets wait); the 33rd finds no clean uid left,
+// sweeps the 32 unswept ones together (with never-used ones, one walk), and
+// takes one of them.
 Test(uid_sweep_batch, unswept_uids_wait_for_a_batch_and_go_in_one_sweep, .timeout = 120) {
   need_root();
   TempDir dir;
