@@ -335,3 +335,44 @@ Test(uid_sweep, a_directory_whose_mtime_was_put_back_still_has_its_new_file_foun
   find_uids_with_files({kRun}, *arena, found, &second, &cache);
   cr_expect(found[0], "the run's secret in a directory whose mtime was put back was not found");
 }
+
+// The same neighbour, end to end through a host-wide pool of one uid (its
+// sweep remembers the quiet directory at the first release): the run's
+// secret left in the neighbour's directory, its mtime put back, is gone
+// from the host before the uid is handed out again.
+Test(uid_sweep, a_pool_hands_its_uid_on_only_with_a_secret_in_a_remembered_directory_gone, .timeout = 60) {
+  need_root();
+  constexpr uid_t kRun = 299910, kNeighbour = 299911;
+  QuietDir quiet(kNeighbour, 20);
+  struct stat before;
+  cr_assert_eq(stat(quiet.path.c_str(), &before), 0);
+  corral_test::TempDir dir;
+  UidPool pool(kRun, 1);
+  pool.lock_host_wide(dir / "uids.lock");
+  {
+    auto first = pool.acquire();
+    cr_assert(first.ok(), "%s", first.ok() ? "" : first.error().message().c_str());
+    first->leaves_host_files();
+  }  // released: swept (a walk that remembers the quiet directory)
+  const std::string secret = quiet.path + "/secret";
+  {
+    auto second = pool.acquire();
+    cr_assert(second.ok(), "%s", second.ok() ? "" : second.error().message().c_str());
+    cr_assert_eq(second->uid(), kRun);
+    second->leaves_host_files();
+    cr_assert(as_uid(kRun, [&] {
+      int fd = open(secret.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+      return fd >= 0 && write(fd, "s", 1) == 1 ? 0 : 1;
+    }));
+    cr_assert(as_uid(kNeighbour, [&] {
+      const struct timespec times[2] = {before.st_atim, before.st_mtim};
+      return utimensat(AT_FDCWD, quiet.path.c_str(), times, 0) == 0 ? 0 : 1;
+    }));
+  }
+  auto third = pool.acquire();
+  cr_assert(third.ok(), "%s", third.ok() ? "" : third.error().message().c_str());
+  cr_assert_eq(third->uid(), kRun);
+  struct stat st;
+  cr_expect_neq(lstat(secret.c_str(), &st), 0, "uid %u was handed out again with its secret still in %s", kRun,
+                quiet.path.c_str());
+}
