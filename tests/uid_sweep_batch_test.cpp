@@ -266,3 +266,40 @@ Test(uid_sweep_batch, a_secret_below_a_searchable_directory_of_another_user_is_s
   }
   (void)!system(("rm -rf " + x).c_str());
 }
+
+// A one-shot loop where clean uids are still to be had (their bytes say so:
+// other processes let them go clean) walks once in 256 runs: the 33rd
+// process, seeing 32 uids left unswept, takes a clean one instead of
+// sweeping them (a walk of /tmp and the rest, whose cost is what the host
+// keeps there). Before, 32 were a batch and every 32nd run walked.
+Test(uid_sweep_batch, a_one_shot_loop_with_clean_uids_left_waits_for_256_unswept_before_it_walks, .timeout = 120) {
+  need_root();
+  TempDir dir;
+  const std::string lock = dir / "uids.lock";
+  Secrets secrets;
+  constexpr uid_t kFirst = 297000;
+  constexpr std::uint32_t kCount = 1024;
+  {
+    // 300 uids their last holders let go of clean.
+    int fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    cr_assert_geq(fd, 0);
+    const std::string clean(300, kUidClean);
+    cr_assert_eq(pwrite(fd, clean.data(), clean.size(), kFirst), static_cast<ssize_t>(clean.size()));
+    close(fd);
+  }
+  std::vector<uid_t> used;
+  for (int i = 0; i < 40; ++i) {
+    bool found = true;
+    const uid_t u = one_shot_process(lock, kFirst, kCount, secrets, &found);
+    cr_assert_neq(u, 0u);
+    cr_assert(!found, "process %d was handed uid %u with a secret of it in /tmp", i, u);
+    used.push_back(u);
+  }
+  const std::set<uid_t> distinct(used.begin(), used.end());
+  cr_expect_eq(distinct.size(), used.size(), "an unswept uid was handed out again");
+  for (std::size_t i = 0; i < used.size(); ++i) {
+    cr_expect(secrets.there(used[i]), "process %zu's secret (uid %u) is gone: a process of the loop walked", i, used[i]);
+    cr_expect_eq(corral_test::uid_lock_byte(lock, used[i]), kUidUnswept, "uid %u reads %c", used[i],
+                 corral_test::uid_lock_byte(lock, used[i]));
+  }
+}
