@@ -109,7 +109,9 @@ CgroupProbe probe_cgroups() { return probe_cgroups(CgroupProbeSources{}); }
 
 CgroupProbe probe_cgroups(const CgroupProbeSources& sources) {
   CgroupProbe p;
-  auto mounts = parse_mountinfo(read_or_empty(sources.mountinfo));
+  auto mounts = parse_mountinfo(read_or_empty(sources.mountinfo), [](std::string_view fstype) {
+    return fstype == "cgroup" || fstype == "cgroup2";
+  });
   auto self = parse_self_cgroup(read_or_empty(sources.self_cgroup));
   auto [kmajor, kminor] = kernel_version(sources.kernel_release);
   auto kernel_at_least = [&](int ma, int mi) { return kmajor > ma || (kmajor == ma && kminor >= mi); };

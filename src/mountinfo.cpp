@@ -1,12 +1,6 @@
 // The mount table reader (mountinfo.hpp). Parent side.
 #include "mountinfo.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-
-#include "corral/fd.hpp"
 #include "text.hpp"
 
 namespace corral::detail {
@@ -29,9 +23,17 @@ std::string unescape_mount_path(std::string_view s) {
 
 }  // namespace
 
-std::vector<MountInfoEntry> parse_mountinfo(std::string_view text) {
+std::vector<MountInfoEntry> parse_mountinfo(std::string_view text, bool (*keep_fstype)(std::string_view)) {
   std::vector<MountInfoEntry> out;
   for (auto line : split(text, '\n')) {
+    if (keep_fstype) {
+      // Paths are escaped (a space is \040), so " - " is only the separator.
+      auto sep = line.find(" - ");
+      if (sep == std::string_view::npos) continue;
+      auto fstype = line.substr(sep + 3);
+      fstype = fstype.substr(0, fstype.find(' '));
+      if (!keep_fstype(fstype)) continue;
+    }
     // id parent major:minor root mount-point options [optional...] - fstype source super-options
     auto f = split(line, ' ');
     std::size_t dash = 6;
@@ -49,20 +51,6 @@ std::vector<MountInfoEntry> parse_mountinfo(std::string_view text) {
     out.push_back(std::move(m));
   }
   return out;
-}
-
-Expected<std::string> read_to_end(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return Error::from_errno(errno, "open " + path);
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Error::from_errno(errno, "read " + path);
-    if (n == 0) return out;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
 }
 
 bool mount_point_under(std::string_view mount_point, std::string_view dir) noexcept {

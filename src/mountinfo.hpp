@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "corral/status.hpp"
+#include "text.hpp"  // read_to_end, for the table's readers
 
 namespace corral::detail {
 
@@ -25,12 +26,11 @@ struct MountInfoEntry {
   std::vector<std::string> super_options;  // per filesystem
 };
 
-// Lines that do not have the documented shape are skipped.
-std::vector<MountInfoEntry> parse_mountinfo(std::string_view text);
-
-// A file whole, read to the 0: a seq_file in /proc hands out at most a page
-// per read, and a mountinfo line can be longer than half of one.
-Expected<std::string> read_to_end(const std::string& path);
+// Lines that do not have the documented shape are skipped. With
+// `keep_fstype`, so are lines of any other filesystem type, before they are
+// split: a reader that wants the cgroup hierarchies of a host whose table is
+// mostly namespace templates does not build an entry per template.
+std::vector<MountInfoEntry> parse_mountinfo(std::string_view text, bool (*keep_fstype)(std::string_view) = nullptr);
 
 // Whether `mount_point` is `dir` or lies below it (both absolute, no
 // trailing slash but for "/" itself).

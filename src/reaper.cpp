@@ -10,15 +10,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "corral/fd.hpp"
 #include "corral/syscalls.hpp"
+#include "text.hpp"
 
 namespace corral {
 namespace {
@@ -42,11 +42,15 @@ bool children_from_task_lists(std::vector<pid_t>& out) {
   bool found = false;
   while (dirent* e = readdir(dir)) {
     if (e->d_name[0] == '.') continue;
-    std::ifstream in(std::string("/proc/self/task/") + e->d_name + "/children");
-    if (!in) continue;
+    auto text = detail::read_to_end(std::string("/proc/self/task/") + e->d_name + "/children");
+    if (!text) continue;
     found = true;
-    pid_t pid;
-    while (in >> pid) out.push_back(pid);
+    // "pid pid ... " (each followed by a space).
+    for (auto word : detail::split(*text, ' ')) {
+      pid_t pid = 0;
+      if (std::from_chars(word.data(), word.data() + word.size(), pid).ec == std::errc() && pid > 0)
+        out.push_back(pid);
+    }
   }
   closedir(dir);
   return found;
@@ -62,15 +66,15 @@ void children_from_proc_scan(std::vector<pid_t>& out) {
     char* end = nullptr;
     long pid = std::strtol(e->d_name, &end, 10);
     if (pid <= 0 || *end != '\0') continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto stat = detail::read_to_end(std::string("/proc/") + e->d_name + "/stat");
+    if (!stat) continue;
     // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
-    auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 1));
-    char state = 0;
+    auto close = stat->rfind(')');
+    if (close == std::string::npos || close + 5 > stat->size()) continue;
+    const char* p = stat->data() + close + 4;  // past ") S "
     long ppid = 0;
-    if (rest >> state >> ppid && ppid == self) out.push_back(static_cast<pid_t>(pid));
+    if (std::from_chars(p, stat->data() + stat->size(), ppid).ec == std::errc() && ppid == self)
+      out.push_back(static_cast<pid_t>(pid));
   }
   closedir(dir);
 }

@@ -47,6 +47,26 @@ Test(mountinfo, lines_without_the_documented_shape_are_skipped) {
   cr_expect_str_eq(all[0].mount_point.c_str(), "/c");
 }
 
+Test(mountinfo, a_type_filter_keeps_only_its_types_and_reads_them_whole) {
+  // A mount point that spells " - cgroup2 " escaped must not pass for a
+  // cgroup2 line, and a kept line is parsed as without the filter.
+  const std::string text =
+      "60 22 0:4 user:[4026532287] /run/corral/templates/users/1-2-1-2 rw - nsfs nsfs rw\n"
+      "61 22 0:40 / /x\\040-\\040cgroup2\\040y rw,relatime - tmpfs tmpfs rw\n"
+      "62 22 0:26 / /sys/fs/cgroup/unified rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"
+      "63 22 0:27 /sub /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+      "64 22 0:27 / /sys/fs/cgroup/pids rw - cgroup\n";  // too few fields after the separator
+  auto kept = parse_mountinfo(text, [](std::string_view t) { return t == "cgroup" || t == "cgroup2"; });
+  cr_assert_eq(kept.size(), 2u);
+  cr_expect_str_eq(kept[0].mount_point.c_str(), "/sys/fs/cgroup/unified");
+  cr_expect_str_eq(kept[0].fstype.c_str(), "cgroup2");
+  cr_assert_eq(kept[0].super_options.size(), 2u);
+  cr_expect_str_eq(kept[0].super_options[1].c_str(), "nsdelegate");
+  cr_expect_str_eq(kept[1].root.c_str(), "/sub");
+  cr_expect_str_eq(kept[1].fstype.c_str(), "cgroup");
+  cr_expect_eq(parse_mountinfo(text).size(), 4u);
+}
+
 Test(mountinfo, at_or_below_is_by_whole_path_components) {
   cr_expect(mount_point_under("/usr", "/usr"));
   cr_expect(mount_point_under("/usr/local/x", "/usr"));
