@@ -24,7 +24,8 @@ namespace {
 // stderr read ends. The workspace holds none (its root fd is released after
 // the spawn and reopened for collection; the base fd is shared), the plan's
 // fds (stdin memfd, Landlock ruleset) are closed once the child has them.
-// Tier process with --net none holds one more: its seccomp filter's
+// Tier process holds one more, its IPC namespace (kept for a later run:
+// spawn_thread.hpp), and with --net none another: its seccomp filter's
 // listener (the socket refusals the supervisor answers).
 constexpr std::size_t kFdsPerProcessRun = 3;
 
@@ -248,7 +249,8 @@ class ProcessRunner final : public TierRunner {
     // host's. The namespace needs CAP_SYS_ADMIN (without it the map says
     // `ipc shared`); the kernel frees it from a workqueue once its last
     // process is gone, off the supervisor's path. The Spawner's spawn thread
-    // makes it ahead, one per run (spawn_thread.hpp); else clone3 does.
+    // has it ready ahead: one a finished run left empty, or a new one
+    // (spawn_thread.hpp, ipc_namespace.hpp); else clone3 makes it.
     // Cost measured in README.
     if (host.root && host.cap_sys_admin) plan.clone_namespaces |= CLONE_NEWIPC;
 
@@ -287,7 +289,10 @@ class ProcessRunner final : public TierRunner {
   }
 
   std::size_t fds_while_running(const Request& req) const override {
-    return kFdsPerProcessRun + (req.tier == Tier::os_process && req.net == NetworkAccess::none ? 1 : 0);
+    // Tier process: its IPC namespace, held for a later run (spawn_thread.hpp);
+    // with --net none, the seccomp listener too.
+    if (req.tier != Tier::os_process) return kFdsPerProcessRun;
+    return kFdsPerProcessRun + 1 + (req.net == NetworkAccess::none ? 1 : 0);
   }
 
   Expected<Spawner::Child> spawn(PreparedRun& run, Spawner& spawner) const override {

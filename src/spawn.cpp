@@ -294,6 +294,10 @@ Expected<Spawner> Spawner::create() {
 
 void Spawner::refresh_ignored_signals() { ignored_signals_ = ignored_signal_mask(); }
 
+void Spawner::recycle_ipc_namespace(UniqueFd ipc_namespace) {
+  if (thread_) thread_->recycle(std::move(ipc_namespace));
+}
+
 Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
   Child child;
   UniqueFd& out_write = child.stdout_write;
@@ -330,6 +334,7 @@ Expected<Spawner::Child> Spawner::spawn(ChildPlan& plan) {
     t0 = c.t0_ns;
     resumed = c.resumed_ns;
     cloned.emplace(std::move(c.pidfd));
+    child.ipc_namespace = std::move(c.ipc_namespace);
   } else {
     t0 = parent_monotonic_ns();
     cloned.emplace(clone_child(spec, run_plan_in_child, &args));

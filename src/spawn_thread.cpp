@@ -11,6 +11,7 @@
 
 #include <system_error>
 
+#include "corral/ipc_namespace.hpp"
 #include "corral/syscalls.hpp"
 
 namespace corral {
@@ -64,10 +65,35 @@ SpawnThread::~SpawnThread() {
   thread_.join();
 }
 
-// In the spawn thread: leaves its namespace (given to a child) for a new one.
+// In the spawn thread: leaves its namespace (given to a child) for one a
+// finished run left empty, or a new one.
 void SpawnThread::renew_namespace() noexcept {
   namespace_fresh_ = false;
-  if (fresh_ipc_) namespace_fresh_ = sys::call(SYS_unshare, CLONE_NEWIPC) == 0;
+  namespace_held_.reset();
+  if (!fresh_ipc_) return;
+  for (;;) {
+    UniqueFd kept;
+    {
+      std::lock_guard<std::mutex> lock(kept_mutex_);
+      if (kept_.empty()) break;
+      kept = std::move(kept_.back());
+      kept_.pop_back();
+    }
+    if (enter_ipc_namespace_if_empty(kept.get())) {
+      namespace_held_ = std::move(kept);
+      namespace_fresh_ = true;
+      return;
+    }
+    // Not empty (or not entered): dropped; the unshare below leaves it.
+  }
+  namespace_fresh_ = sys::call(SYS_unshare, CLONE_NEWIPC) == 0;
+  if (namespace_fresh_) namespace_held_ = hold_own_ipc_namespace();
+}
+
+void SpawnThread::recycle(UniqueFd ipc_namespace) {
+  if (!ipc_namespace) return;
+  std::lock_guard<std::mutex> lock(kept_mutex_);
+  if (kept_.size() < kKeptIpcNamespaces) kept_.push_back(std::move(ipc_namespace));
 }
 
 void SpawnThread::main() noexcept {
@@ -95,7 +121,8 @@ void SpawnThread::main() noexcept {
       auto pidfd = clone_child(spec, job_.fn, job_.arg);
       const std::uint64_t resumed = thread_monotonic_ns();
       if (!pidfd) given = false;  // no child: nobody entered the namespace
-      job_.out.emplace(Cloned{std::move(pidfd), t0, resumed});
+      job_.out.emplace(Cloned{std::move(pidfd), t0, resumed, {}});
+      if (given) job_.out->ipc_namespace = std::move(namespace_held_);
     } catch (...) {
       job_.out.reset();  // the failure's message could not be made: clone() says ENOMEM
     }
@@ -117,7 +144,7 @@ SpawnThread::Cloned SpawnThread::clone(CloneSpec spec, ChildFunction fn, void* a
   futex_wake(requested_);
   std::uint32_t d;
   while ((d = done_.load(std::memory_order_acquire)) != ticket) futex_wait(done_, d);
-  if (!job_.out) return Cloned{Error(ENOMEM, "spawn thread: clone"), 0, 0};
+  if (!job_.out) return Cloned{Error(ENOMEM, "spawn thread: clone"), 0, 0, {}};
   Cloned out = std::move(*job_.out);
   job_.out.reset();
   return out;

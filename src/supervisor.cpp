@@ -292,6 +292,7 @@ Expected<RunHandle> Supervisor::start(Request request, RunCallbacks callbacks) {
   run.end.report = child->report;
   run.pidfd = std::move(child->pidfd);
   run.listener = std::move(child->seccomp_listener);
+  run.ipc_namespace = std::move(child->ipc_namespace);
   // The child has what it needs: drop the plan (argv/env copies, BPF, the
   // Landlock ruleset fd) and the workspace's root fd until collection.
   run.prep.plan.reset();

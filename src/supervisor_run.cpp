@@ -75,8 +75,16 @@ void Supervisor::Impl::kill_uid_of(Run& run, int sig) {
 
 void Supervisor::Impl::reap_uid_at_exit(Run& run) {
   if (!run.prep.uid_lease || !run.prep.uid_lease->host_wide()) return;
-  if (only_known_children()) run.prep.uid_lease->mark_reaped();
-  else kill_uid_of(run, SIGKILL);
+  if (only_known_children()) {
+    run.prep.uid_lease->mark_reaped();
+    // No process of the run is left to make an IPC object in its namespace
+    // (the last one's exit put it there or freed it): a later run may have
+    // it, checked empty as it is given. After a kill, some may still be
+    // dying, mid-call: their namespace is never reused.
+    spawner->recycle_ipc_namespace(std::move(run.ipc_namespace));
+  } else {
+    kill_uid_of(run, SIGKILL);
+  }
 }
 
 Status Supervisor::Impl::submit(std::string_view step) {
@@ -376,6 +384,7 @@ void Supervisor::Impl::free_slot(std::uint32_t slot, Run& run) {
   close_later(run.out.fd.release());
   close_later(run.err.fd.release());
   close_later(run.listener.release());
+  close_later(run.ipc_namespace.release());
   run.prep = PreparedRun{};
   run.callbacks = RunCallbacks{};
   run.out_capture.reset();

@@ -13,11 +13,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <set>
 #include <sstream>
 
+#include "corral/spawn_thread.hpp"
 #include "corral/supervisor.hpp"
 #include "support.hpp"
 #include "supervisor_harness.hpp"
@@ -128,7 +130,8 @@ Test(process_tier, ipc_is_the_runs_own_and_dies_with_it) {
 // on, the supervisor clones them from its spawn thread (spawn_thread.hpp),
 // whose fresh IPC namespace each is born in. What a run leaves in its IPC
 // namespace (SysV shm, message queue, POSIX queue, never removed) is seen
-// by no later run, nor on the host: no namespace is given twice.
+// by no later run, nor on the host: a namespace with an object in it is
+// never given again.
 Test(process_tier, runs_in_a_row_never_share_an_ipc_namespace) {
   CORRAL_SKIP_UNLESS_ROOT();
   Harness h;
@@ -148,6 +151,46 @@ Test(process_tier, runs_in_a_row_never_share_an_ipc_namespace) {
                      "run %d saw what the run before it left in its IPC namespace", 2 * i + 1);
     cr_expect(!on_host, "the IPC objects of run %d are on the host", 2 * i);
   }
+}
+
+// The same, one kind of object at a time, for the namespaces a finished
+// run left behind (ipc_namespace.hpp): a run that leaves a single SysV
+// segment, message queue or semaphore set, or a single POSIX queue, makes
+// its namespace one that is not handed on, and the runs after it (from
+// the spawn thread, which takes kept namespaces first) find nothing. The
+// runs that leave nothing pass theirs on, which is what makes a run
+// cheaper: a namespace's first SysV object has id 0, a later one a higher
+// id, so a run that makes (and removes) one shows whether it was first.
+Test(process_tier, a_namespace_a_run_left_an_ipc_object_in_is_never_handed_on) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  Harness h;
+  const key_t base = 0x43540000 | ((getpid() & 0xfff) << 4);
+  auto object_id = [&] {
+    Result r = h.run(req(Tier::os_process, {helper("hostile"), "ipc-id"}));
+    cr_assert_eq(r.exit_code, 0, "%s %s", r.detail.c_str(), r.stderr_capture.text.c_str());
+    return std::stoi(r.stdout_capture.text);
+  };
+  // Warm: the spawn thread runs, with a namespace kept.
+  for (int i = 0; i < 3; ++i) (void)object_id();
+  int highest = 0;
+  for (int i = 0; i < 4; ++i) highest = std::max(highest, object_id());
+  cr_expect_gt(highest, 0, "four clean runs in a row each made the first object of its IPC namespace: none was handed on");
+  const char* kinds[] = {"shm", "msg", "sem", "mq"};
+  for (int k = 0; k < 4; ++k) {
+    const key_t key = base + k;
+    const std::string kind = kinds[k];
+    Result left = h.run(req(Tier::os_process, {helper("hostile"), "ipc-leave", kind, std::to_string(key)}));
+    cr_assert_str_eq(left.stdout_capture.text.c_str(), (kind + "=ok\n").c_str(), "%s: %s %s", kind.c_str(),
+                     left.detail.c_str(), left.stderr_capture.text.c_str());
+    // Every namespace kept so far is tried by the next runs: as many finds
+    // as the spawn thread keeps, and one more.
+    for (std::size_t j = 0; j <= corral::SpawnThread::kKeptIpcNamespaces; ++j) {
+      Result found = h.run(req(Tier::os_process, {helper("hostile"), "ipc-find", kind, std::to_string(key)}));
+      cr_expect_str_eq(found.stdout_capture.text.c_str(), (kind + "=ENOENT\n").c_str(),
+                       "run %zu after the one that left a %s object saw it", j + 1, kind.c_str());
+    }
+  }
+  remove_host_ipc(base + 3);  // had a queue reached the host's namespace
 }
 
 // Runs one after another keep every drop, the ones cloned from the spawn

@@ -14,6 +14,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -157,6 +158,21 @@ inline std::size_t open_fd_count() {
   std::size_t n = 0;
   DIR* d = opendir("/proc/self/fd");
   while (dirent* e = d ? readdir(d) : nullptr) n += e->d_name[0] != '.';
+  if (d) closedir(d);
+  return n;
+}
+
+// How many of them hold an IPC namespace: a supervisor keeps up to
+// SpawnThread::kKeptIpcNamespaces that finished runs left empty.
+inline std::size_t open_ipc_namespace_fds() {
+  std::size_t n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  while (dirent* e = d ? readdir(d) : nullptr) {
+    if (e->d_name[0] == '.') continue;
+    char target[64] = {};
+    const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    if (readlink(link.c_str(), target, sizeof target - 1) > 0 && std::strncmp(target, "ipc:[", 5) == 0) ++n;
+  }
   if (d) closedir(d);
   return n;
 }

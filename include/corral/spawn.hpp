@@ -152,6 +152,9 @@ class Spawner {
     UniqueFd stdout_write, stderr_write;
     ChildReport report;     // stage != none: exec never happened
     UniqueFd seccomp_listener;  // a notifying filter's listener (CLOEXEC); whoever holds it must answer
+    // Cloned from the SpawnThread into its fresh IPC namespace: that
+    // namespace, held, for recycle_ipc_namespace (invalid otherwise).
+    UniqueFd ipc_namespace;
     double clone_seconds = 0;          // our clone3 call → the child's first instruction
     std::optional<double> exec_seconds;  // the child's execve → we were released (the program's image in place)
   };
@@ -165,6 +168,10 @@ class Spawner {
   // set is read when the Spawner is created (a /proc read is not worth
   // paying per spawn); call this after changing a disposition.
   void refresh_ignored_signals();
+  // A Child::ipc_namespace whose run is over and none of whose processes
+  // is left (SpawnThread::recycle): a later run may be born in it if it is
+  // empty then. Dropped when no spawn thread runs.
+  void recycle_ipc_namespace(UniqueFd ipc_namespace);
   // That set (the container tier's spawn resets the same one).
   std::uint64_t ignored_signals() const noexcept { return ignored_signals_; }
 

@@ -5,14 +5,16 @@
 //   - its bounding set is empty: dropped once when the thread starts (the
 //     41 PR_CAPBSET_DROP calls each child made, about 90 µs here); a child
 //     copies its creator thread's credentials;
-//   - its IPC namespace is fresh: made with unshare(CLONE_NEWIPC) right
-//     after the thread's last clone returned (the supervisor already has
-//     its child then), and given to the next child at clone instead of
-//     CLONE_NEWIPC making one then (the kernel's mqueue mount, about 65 µs
-//     here). Every namespace it makes goes to exactly one child: the thread
-//     leaves it for a new one as soon as that clone returns, and one it
-//     cannot replace (unshare failed: max_ipc_namespaces, no CAP_SYS_ADMIN)
+//   - its IPC namespace is fresh: entered right after the thread's last
+//     clone returned (the supervisor already has its child then), and given
+//     to the next child at clone instead of CLONE_NEWIPC making one then.
+//     The thread leaves a namespace as soon as a child has it. The next is
+//     one a finished run left empty (recycle(), ipc_namespace.hpp), checked
+//     again as the thread enters it, or else a new one (unshare); one it
+//     cannot leave (unshare failed: max_ipc_namespaces, no CAP_SYS_ADMIN)
 //     is never given again: the next child gets CLONE_NEWIPC as before.
+//     So no two live runs ever share a namespace, and none starts in one
+//     that holds an object.
 //
 // Linux keeps credentials and namespaces per thread, so the process's other
 // threads keep their bounding sets and IPC namespace. The thread blocks
@@ -29,8 +31,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "corral/capabilities.hpp"
 #include "corral/process.hpp"
@@ -62,12 +66,23 @@ class SpawnThread {
   struct Cloned {
     Expected<Pidfd> pidfd;
     std::uint64_t t0_ns = 0, resumed_ns = 0;  // CLOCK_MONOTONIC around the clone
+    // The IPC namespace the child was born in, held (nsfs fd), when it was
+    // the thread's: for recycle() once no process of the run is left.
+    UniqueFd ipc_namespace;
   };
   // clone_child(spec, fn, arg) made by the thread, waited for. A spec
   // with CLONE_NEWIPC while the thread's namespace is fresh loses the flag:
   // the child is born in that namespace. The child inherits the thread's
   // bounding set and its (blocked) signal mask.
   Cloned clone(CloneSpec spec, ChildFunction fn, void* arg);
+
+  // A Cloned::ipc_namespace whose run is over with none of its processes
+  // left (the caller knows: every process of the run's uid is gone and
+  // none can start), for a later child if it is empty then. Kept up to
+  // kKeptIpcNamespaces; more are dropped (the kernel frees them). Any
+  // thread.
+  static constexpr std::size_t kKeptIpcNamespaces = 8;
+  void recycle(UniqueFd ipc_namespace);
 
  private:
   SpawnThread(const CapabilityDrop& drop, bool fresh_ipc) : drop_(drop), fresh_ipc_(fresh_ipc) {}
@@ -79,8 +94,13 @@ class SpawnThread {
   std::uint64_t bounding_set_ = ~std::uint64_t{0};  // written before ready_
   std::atomic<bool> ready_{false};
   std::atomic<pid_t> tid_{0};
-  // The thread's alone: whether its IPC namespace is one no child was given.
+  // The thread's alone: whether its IPC namespace is one no child has, and
+  // that namespace held (invalid if /proc could not give it).
   bool namespace_fresh_ = false;
+  UniqueFd namespace_held_;
+  // Namespaces recycle() kept, for renew_namespace.
+  std::mutex kept_mutex_;
+  std::vector<UniqueFd> kept_;
 
   // The handshake (futex words): the caller bumps `requested_`, the thread
   // answers by setting `done_` to the same number. `quit_` ends the loop.

@@ -212,9 +212,12 @@ class Supervisor {
   std::size_t in_flight() const;
   // How many runs the fd limit allows in flight at once: (RLIMIT_NOFILE
   // soft limit, raised to the hard one, minus the fds open when the
-  // supervisor was made and a reserve) / 3 — a run holds its pidfd and two
-  // pipe read ends, nothing else, while its child runs. submit() refuses
-  // (EMFILE, before anything is made) a run that would go past it.
+  // supervisor was made and a reserve) / 3 — a tier none run holds its
+  // pidfd and two pipe read ends, nothing else, while its child runs; a
+  // tier process run one more (its IPC namespace, kept for a later run),
+  // two with --net none (its seccomp listener), so fewer of those fit.
+  // submit() refuses (EMFILE, before anything is made) a run that would go
+  // past the limit.
   std::size_t capacity() const;
 
   // A fresh run id, "r-<12 hex>-<n>": 48 random bits drawn once per

@@ -34,6 +34,12 @@
  *                          MS milliseconds; then "stopped=N" (the kills of one
  *                          pid that were let through) and "refused=ERRNO" (the
  *                          last refusal, or "none")
+ *   ipc-leave KIND KEY     leave one IPC object with KEY, mode 0666, and exit: KIND is
+ *                          shm (a segment), msg (a queue), sem (a set of one) or mq
+ *                          (the POSIX queue /corral-KEY); "KIND=ok" or the errno
+ *   ipc-find KIND KEY      whether that object is there: "KIND=found" or the errno
+ *   ipc-id                 make a private SysV segment, print its id, remove it (a
+ *                          namespace's first object has id 0; later ones count up)
  *   ipc-look KEY DIR       wait (up to 20 s) for DIR/made; whether KEY's segment and
  *                          queue and /corral-KEY are visible ("shm=found" or the
  *                          errno, e.g. ENOENT); then DIR/done
@@ -55,6 +61,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/msg.h>
+#include <sys/sem.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -297,6 +304,23 @@ static int ipc_look(key_t key, const char *dir) {
   return 0;
 }
 
+/* One kind of IPC object with KEY: made (IPC_CREAT, 0666) or looked up. */
+static int ipc_one(const char *kind, key_t key, int make) {
+  const int flags = make ? IPC_CREAT | 0666 : 0;
+  char name[64];
+  snprintf(name, sizeof name, "/corral-%d", (int)key);
+  int ok;
+  if (!strcmp(kind, "shm")) ok = shmget(key, make ? 4096 : 0, flags) >= 0;
+  else if (!strcmp(kind, "msg")) ok = msgget(key, flags) >= 0;
+  else if (!strcmp(kind, "sem")) ok = semget(key, make ? 1 : 0, flags) >= 0;
+  else if (!strcmp(kind, "mq")) {
+    mqd_t q = make ? mq_open(name, O_CREAT | O_RDWR, 0666, NULL) : mq_open(name, O_RDONLY);
+    ok = q != (mqd_t)-1;
+  } else return 2;
+  ipc_result(kind, ok, make ? "ok" : "found");
+  return 0;
+}
+
 static int stop_all(long ms) {
   struct timespec start, now;
   clock_gettime(CLOCK_MONOTONIC, &start);
@@ -500,6 +524,13 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "term-marker") && argc > 2) term_marker(argv[2]);
   if (!strcmp(m, "stop-all") && argc > 2) return stop_all(atol(argv[2]));
   if (!strcmp(m, "ipc-look") && argc > 3) return ipc_look((key_t)atoi(argv[2]), argv[3]);
+  if (!strcmp(m, "ipc-leave") && argc > 3) return ipc_one(argv[2], (key_t)atoi(argv[3]), 1);
+  if (!strcmp(m, "ipc-find") && argc > 3) return ipc_one(argv[2], (key_t)atoi(argv[3]), 0);
+  if (!strcmp(m, "ipc-id")) {
+    int id = shmget(IPC_PRIVATE, 4096, 0600);
+    printf("%d\n", id);
+    return id >= 0 && shmctl(id, IPC_RMID, NULL) == 0 ? 0 : 1;
+  }
   if (!strcmp(m, "set-id") && argc > 2) return set_id(argv[2]);
   return 2;
 }
