@@ -259,7 +259,8 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   else if (process && h.root && h.cap_sys_admin)
     add(kGuaranteeIpc, "hard_per_run",
         "an IPC namespace of the run's own: SysV shm, semaphores, message queues and POSIX message queues die "
-        "with the run and no other run sees them; POSIX shm (/dev/shm) is the host's tmpfs, not namespaced: "
+        "with the run and no other run sees them (a namespace a run left empty may serve a later run); POSIX "
+        "shm (/dev/shm) is the host's tmpfs, not namespaced: "
         "what a run leaves there is removed before its uid is another run's");
   else
     add(kGuaranteeIpc, "shared",
