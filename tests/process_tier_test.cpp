@@ -4,10 +4,13 @@
 // side by side, and for runs one after another (those the supervisor clones
 // from its spawn thread: spawn_thread.hpp). Helpers from
 // tests/helpers/hostile.c.
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <mqueue.h>
+#include <sched.h>
 #include <sys/msg.h>
 #include <sys/prctl.h>
+#include <sys/sem.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -60,6 +63,43 @@ void remove_host_ipc(key_t key) {
   int msg = msgget(key, 0);
   if (msg >= 0) msgctl(msg, IPC_RMID, nullptr);
   mq_unlink(("/corral-" + std::to_string(key)).c_str());
+}
+
+// From the host: while a `sleep` run of `h` is in flight, whether its IPC
+// namespace (entered through /proc/PID/ns/ipc by a forked probe, not by
+// corral's code) holds KEY's SysV segment, queue or semaphore set or the
+// POSIX queue /corral-KEY. "none" when it holds none of them.
+std::string objects_seen_from_host(Harness& h, key_t key) {
+  RunCallbacks cb;
+  auto handle = h.sup->submit(req(Tier::os_process, {"sleep", "5"}), std::move(cb));
+  cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+  pid_t pid = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  while (pid == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    cr_assert(h.sup->run_once(0.01).ok());
+    std::istringstream kids(corral_test::children_of(getpid()));
+    for (pid_t p; kids >> p;)
+      if (corral_test::read_file("/proc/" + std::to_string(p) + "/comm") == "sleep\n") pid = p;
+  }
+  cr_assert_gt(pid, 0, "the sleep run never showed among our children");
+  const std::string ns = "/proc/" + std::to_string(pid) + "/ns/ipc";
+  auto probe = corral_test::run_in_child_reporting([&](int report) {
+    int fd = open(ns.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWIPC) != 0) return 2;
+    const std::string name = "/corral-" + std::to_string(key);
+    std::string seen;
+    if (shmget(key, 0, 0) >= 0) seen += "shm ";
+    if (msgget(key, 0) >= 0) seen += "msg ";
+    if (semget(key, 0, 0) >= 0) seen += "sem ";
+    mqd_t q = mq_open(name.c_str(), O_RDONLY);
+    if (q != static_cast<mqd_t>(-1)) seen += "mq ";
+    if (seen.empty()) seen = "none";
+    return write(report, seen.data(), seen.size()) == static_cast<ssize_t>(seen.size()) ? 0 : 3;
+  });
+  handle->cancel();
+  cr_assert(h.sup->run_until_idle().ok());
+  cr_assert(probe.end.exited && probe.end.code == 0, "the probe could not enter %s", ns.c_str());
+  return probe.output;
 }
 
 }  // namespace
@@ -182,6 +222,11 @@ Test(process_tier, a_namespace_a_run_left_an_ipc_object_in_is_never_handed_on) {
     Result left = h.run(req(Tier::os_process, {helper("hostile"), "ipc-leave", kind, std::to_string(key)}));
     cr_assert_str_eq(left.stdout_capture.text.c_str(), (kind + "=ok\n").c_str(), "%s: %s %s", kind.c_str(),
                      left.detail.c_str(), left.stderr_capture.text.c_str());
+    // Seen from the host, the next two runs' namespaces (the second is the
+    // first the spawn thread could have taken from its kept ones).
+    for (int j = 0; j < 2; ++j)
+      cr_expect_str_eq(objects_seen_from_host(h, key).c_str(), "none",
+                       "from the host: run %d after the one that left a %s object has it", j + 1, kind.c_str());
     // Every namespace kept so far is tried by the next runs: as many finds
     // as the spawn thread keeps, and one more.
     for (std::size_t j = 0; j <= corral::SpawnThread::kKeptIpcNamespaces; ++j) {
