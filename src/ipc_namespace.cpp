@@ -1,6 +1,7 @@
 // Held IPC namespaces (ipc_namespace.hpp).
 #include "corral/ipc_namespace.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/mount.h>
 #include <sched.h>
@@ -10,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 namespace corral {
@@ -38,21 +40,19 @@ bool no_posix_queues() noexcept {
   if (!fs || ::syscall(SYS_fsconfig, fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) return false;
   UniqueFd mount(static_cast<int>(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC, 0)));
   if (!mount) return false;
-  UniqueFd dir(::openat(mount.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dir) return false;
-  alignas(8) char buf[1024];
-  for (;;) {
-    const long n = ::syscall(SYS_getdents64, dir.get(), buf, sizeof buf);
-    if (n <= 0) return n == 0;
-    // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
-    for (long off = 0; off < n;) {
-      unsigned short reclen;
-      std::memcpy(&reclen, buf + off + 16, sizeof reclen);
-      const char* name = buf + off + 19;
-      if (std::strcmp(name, ".") != 0 && std::strcmp(name, "..") != 0) return false;
-      off += reclen;
-    }
+  const int fd = ::openat(mount.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* dir = fd >= 0 ? ::fdopendir(fd) : nullptr;
+  if (dir == nullptr) {
+    if (fd >= 0) ::close(fd);
+    return false;
   }
+  bool empty = true;
+  errno = 0;
+  while (dirent* e = ::readdir(dir))
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) empty = false;
+  if (errno != 0) empty = false;  // a listing cut short says nothing
+  ::closedir(dir);
+  return empty;
 }
 
 }  // namespace
