@@ -33,14 +33,18 @@ bool no_sysv_objects() noexcept {
   return ::semctl(0, 0, SEM_INFO, arg) >= 0 && sem.semusz == 0;
 }
 
-// mqueue's fs context takes the caller's IPC namespace, so this mount (made
-// and dropped here, in no mount table: ~14 µs) shows that namespace's queues.
-bool no_posix_queues() noexcept {
+// A mount of the calling thread's namespace's mqueue filesystem: its fs
+// context takes the caller's IPC namespace.
+UniqueFd mount_own_mqueue() noexcept {
   UniqueFd fs(static_cast<int>(::syscall(SYS_fsopen, "mqueue", FSOPEN_CLOEXEC)));
-  if (!fs || ::syscall(SYS_fsconfig, fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) return false;
-  UniqueFd mount(static_cast<int>(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC, 0)));
-  if (!mount) return false;
-  const int fd = ::openat(mount.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (!fs || ::syscall(SYS_fsconfig, fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) return UniqueFd();
+  return UniqueFd(static_cast<int>(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC, 0)));
+}
+
+// Lists the mount's root afresh (a new open, so no cursor of an earlier
+// listing is reused): any entry is a queue.
+bool no_posix_queues(int mqueue) noexcept {
+  const int fd = ::openat(mqueue, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR* dir = fd >= 0 ? ::fdopendir(fd) : nullptr;
   if (dir == nullptr) {
     if (fd >= 0) ::close(fd);
@@ -57,12 +61,17 @@ bool no_posix_queues() noexcept {
 
 }  // namespace
 
-UniqueFd hold_own_ipc_namespace() noexcept {
-  return UniqueFd(::open("/proc/thread-self/ns/ipc", O_RDONLY | O_CLOEXEC));
+HeldIpcNamespace hold_own_ipc_namespace() noexcept {
+  HeldIpcNamespace held;
+  held.ns.reset(::open("/proc/thread-self/ns/ipc", O_RDONLY | O_CLOEXEC));
+  if (held.ns) held.mqueue = mount_own_mqueue();
+  return held;
 }
 
-bool enter_ipc_namespace_if_empty(int ns) noexcept {
-  return ns >= 0 && ::setns(ns, CLONE_NEWIPC) == 0 && no_sysv_objects() && no_posix_queues();
+bool enter_ipc_namespace_if_empty(HeldIpcNamespace& held) noexcept {
+  if (!held.ns || ::setns(held.ns.get(), CLONE_NEWIPC) != 0 || !no_sysv_objects()) return false;
+  if (!held.mqueue) held.mqueue = mount_own_mqueue();
+  return held.mqueue && no_posix_queues(held.mqueue.get());
 }
 
 }  // namespace corral

@@ -289,10 +289,11 @@ class ProcessRunner final : public TierRunner {
   }
 
   std::size_t fds_while_running(const Request& req) const override {
-    // Tier process: its IPC namespace, held for a later run (spawn_thread.hpp);
-    // with --net none, the seccomp listener too.
+    // Tier process: its IPC namespace and that namespace's mqueue mount,
+    // held for a later run (ipc_namespace.hpp); with --net none, the
+    // seccomp listener too.
     if (req.tier != Tier::os_process) return kFdsPerProcessRun;
-    return kFdsPerProcessRun + 1 + (req.net == NetworkAccess::none ? 1 : 0);
+    return kFdsPerProcessRun + 2 + (req.net == NetworkAccess::none ? 1 : 0);
   }
 
   Expected<Spawner::Child> spawn(PreparedRun& run, Spawner& spawner) const override {

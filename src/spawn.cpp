@@ -294,7 +294,7 @@ Expected<Spawner> Spawner::create() {
 
 void Spawner::refresh_ignored_signals() { ignored_signals_ = ignored_signal_mask(); }
 
-void Spawner::recycle_ipc_namespace(UniqueFd ipc_namespace) {
+void Spawner::recycle_ipc_namespace(HeldIpcNamespace ipc_namespace) {
   if (thread_) thread_->recycle(std::move(ipc_namespace));
 }
 

@@ -69,17 +69,17 @@ SpawnThread::~SpawnThread() {
 // finished run left empty, or a new one.
 void SpawnThread::renew_namespace() noexcept {
   namespace_fresh_ = false;
-  namespace_held_.reset();
+  namespace_held_ = {};
   if (!fresh_ipc_) return;
   for (;;) {
-    UniqueFd kept;
+    HeldIpcNamespace kept;
     {
       std::lock_guard<std::mutex> lock(kept_mutex_);
       if (kept_.empty()) break;
       kept = std::move(kept_.back());
       kept_.pop_back();
     }
-    if (enter_ipc_namespace_if_empty(kept.get())) {
+    if (enter_ipc_namespace_if_empty(kept)) {
       namespace_held_ = std::move(kept);
       namespace_fresh_ = true;
       return;
@@ -90,7 +90,7 @@ void SpawnThread::renew_namespace() noexcept {
   if (namespace_fresh_) namespace_held_ = hold_own_ipc_namespace();
 }
 
-void SpawnThread::recycle(UniqueFd ipc_namespace) {
+void SpawnThread::recycle(HeldIpcNamespace ipc_namespace) {
   if (!ipc_namespace) return;
   std::lock_guard<std::mutex> lock(kept_mutex_);
   if (kept_.size() < kKeptIpcNamespaces) kept_.push_back(std::move(ipc_namespace));

@@ -146,7 +146,7 @@ struct Run {
   bool listener_armed = false;
   // The IPC namespace the child was born in, held (Spawner::Child): to the
   // spawner for a later run once none of this run's processes is left.
-  UniqueFd ipc_namespace;
+  HeldIpcNamespace ipc_namespace;
 };
 
 // The default policy's pre-run check, remembered. check_enforceable builds

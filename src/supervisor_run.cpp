@@ -384,7 +384,8 @@ void Supervisor::Impl::free_slot(std::uint32_t slot, Run& run) {
   close_later(run.out.fd.release());
   close_later(run.err.fd.release());
   close_later(run.listener.release());
-  close_later(run.ipc_namespace.release());
+  close_later(run.ipc_namespace.ns.release());
+  close_later(run.ipc_namespace.mqueue.release());
   run.prep = PreparedRun{};
   run.callbacks = RunCallbacks{};
   run.out_capture.reset();

@@ -155,10 +155,11 @@ Test(soak, two_thousand_mixed_runs_each_get_exactly_one_result) {
   std::string all;
   for (auto& w : wrong) all += w + "\n";
   cr_assert(wrong.empty(), "%s", all.c_str());
-  // The IPC namespaces the supervisor keeps for later runs are not a leak:
-  // bounded, and counted apart.
+  // The IPC namespaces the supervisor keeps for later runs, each with its
+  // mqueue mount, are not a leak: bounded (those kept and the spawn
+  // thread's next), and counted apart.
   const std::size_t kept = open_ipc_namespace_fds();
-  cr_assert_leq(kept, corral::SpawnThread::kKeptIpcNamespaces, "%zu IPC namespaces held", kept);
+  cr_assert_leq(kept, 2 * (corral::SpawnThread::kKeptIpcNamespaces + 1), "%zu fds of IPC namespaces held", kept);
   cr_assert_eq(open_fd_count() - kept, fds_before, "fds: %zu before, %zu after", fds_before, open_fd_count() - kept);
   cr_assert_eq(children_of_self(), kids_before, "children left: '%s'", children_of_self().c_str());
   cr_assert_eq(h.leftovers(), 0u, "workspaces left in the base");
@@ -265,8 +266,9 @@ Test(fault, a_stopped_child_is_cancelled_within_a_loop_turn) {
 // and the next loop turn; they count against the budget meanwhile
 // (closing_fds, flushed by a submit that finds the budget short). Once the
 // loop has turned, a run in flight holds its pidfd and two read ends, and a
-// tier process run its IPC namespace too (kept for a later run).
-Test(supervisor, a_run_in_flight_holds_three_fds_and_a_process_tier_run_four) {
+// tier process run its IPC namespace and that namespace's mqueue mount too
+// (kept for a later run).
+Test(supervisor, a_run_in_flight_holds_three_fds_and_a_process_tier_run_five) {
   Harness h;
   (void)h.run(req({"/bin/true"}, Tier::os_process));  // warm up
   std::size_t before = open_fd_count();
@@ -280,12 +282,13 @@ Test(supervisor, a_run_in_flight_holds_three_fds_and_a_process_tier_run_four) {
     handles.push_back(std::move(*hnd));
   }
   std::size_t submitted = open_fd_count();
-  // And the spawn thread one: the namespace it holds for its next child.
-  cr_assert_leq(submitted - before, 10u * 5 + 10u * 6 + 1, "20 runs just submitted hold %zu fds", submitted - before);
+  // And the spawn thread two: the namespace it holds for its next child,
+  // and its mount.
+  cr_assert_leq(submitted - before, 10u * 5 + 10u * 7 + 2, "20 runs just submitted hold %zu fds", submitted - before);
   auto turned = h.sup->run_once(0);
   cr_assert(turned.ok() && *turned, "the loop turn failed or found nothing in flight");
   std::size_t during = open_fd_count();
-  cr_assert_leq(during - before, 10u * 3 + 10u * 4 + 1, "20 runs hold %zu fds after a loop turn", during - before);
+  cr_assert_leq(during - before, 10u * 3 + 10u * 5 + 2, "20 runs hold %zu fds after a loop turn", during - before);
   handles.clear();  // cancels
   cr_assert(h.sup->run_until_idle().ok());
   cr_assert_eq(h.leftovers(), 0u);

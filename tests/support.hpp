@@ -9,6 +9,7 @@
 #include <ftw.h>
 #include <grp.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -162,16 +163,21 @@ inline std::size_t open_fd_count() {
   return n;
 }
 
-// How many of them hold an IPC namespace: a supervisor keeps up to
-// SpawnThread::kKeptIpcNamespaces that finished runs left empty.
+// How many of them hold an IPC namespace or the mount of one's mqueue
+// filesystem: a supervisor keeps, each with its mount, up to
+// SpawnThread::kKeptIpcNamespaces that finished runs left empty, and its
+// spawn thread holds the one for its next child (ipc_namespace.hpp).
 inline std::size_t open_ipc_namespace_fds() {
+  constexpr long kMqueueMagic = 0x19800202;  // ipc/mqueue.c's MQUEUE_MAGIC: no uapi header has it
   std::size_t n = 0;
   DIR* d = opendir("/proc/self/fd");
   while (dirent* e = d ? readdir(d) : nullptr) {
     if (e->d_name[0] == '.') continue;
     char target[64] = {};
     const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    struct statfs fs {};
     if (readlink(link.c_str(), target, sizeof target - 1) > 0 && std::strncmp(target, "ipc:[", 5) == 0) ++n;
+    else if (statfs(link.c_str(), &fs) == 0 && fs.f_type == kMqueueMagic) ++n;
   }
   if (d) closedir(d);
   return n;

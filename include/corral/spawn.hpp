@@ -16,6 +16,7 @@
 
 #include "corral/capabilities.hpp"
 #include "corral/fd.hpp"
+#include "corral/ipc_namespace.hpp"
 #include "corral/landlock.hpp"
 #include "corral/private_tmpfs.hpp"
 #include "corral/privilege.hpp"
@@ -154,7 +155,7 @@ class Spawner {
     UniqueFd seccomp_listener;  // a notifying filter's listener (CLOEXEC); whoever holds it must answer
     // Cloned from the SpawnThread into its fresh IPC namespace: that
     // namespace, held, for recycle_ipc_namespace (invalid otherwise).
-    UniqueFd ipc_namespace;
+    HeldIpcNamespace ipc_namespace;
     double clone_seconds = 0;          // our clone3 call → the child's first instruction
     std::optional<double> exec_seconds;  // the child's execve → we were released (the program's image in place)
   };
@@ -171,7 +172,7 @@ class Spawner {
   // A Child::ipc_namespace whose run is over and none of whose processes
   // is left (SpawnThread::recycle): a later run may be born in it if it is
   // empty then. Dropped when no spawn thread runs.
-  void recycle_ipc_namespace(UniqueFd ipc_namespace);
+  void recycle_ipc_namespace(HeldIpcNamespace ipc_namespace);
   // That set (the container tier's spawn resets the same one).
   std::uint64_t ignored_signals() const noexcept { return ignored_signals_; }
 

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "corral/capabilities.hpp"
+#include "corral/ipc_namespace.hpp"
 #include "corral/process.hpp"
 #include "corral/status.hpp"
 
@@ -66,9 +67,10 @@ class SpawnThread {
   struct Cloned {
     Expected<Pidfd> pidfd;
     std::uint64_t t0_ns = 0, resumed_ns = 0;  // CLOCK_MONOTONIC around the clone
-    // The IPC namespace the child was born in, held (nsfs fd), when it was
-    // the thread's: for recycle() once no process of the run is left.
-    UniqueFd ipc_namespace;
+    // The IPC namespace the child was born in, held with its mqueue mount,
+    // when it was the thread's: for recycle() once no process of the run is
+    // left.
+    HeldIpcNamespace ipc_namespace;
   };
   // clone_child(spec, fn, arg) made by the thread, waited for. A spec
   // with CLONE_NEWIPC while the thread's namespace is fresh loses the flag:
@@ -82,7 +84,7 @@ class SpawnThread {
   // kKeptIpcNamespaces; more are dropped (the kernel frees them). Any
   // thread.
   static constexpr std::size_t kKeptIpcNamespaces = 8;
-  void recycle(UniqueFd ipc_namespace);
+  void recycle(HeldIpcNamespace ipc_namespace);
 
  private:
   SpawnThread(const CapabilityDrop& drop, bool fresh_ipc) : drop_(drop), fresh_ipc_(fresh_ipc) {}
@@ -97,10 +99,10 @@ class SpawnThread {
   // The thread's alone: whether its IPC namespace is one no child has, and
   // that namespace held (invalid if /proc could not give it).
   bool namespace_fresh_ = false;
-  UniqueFd namespace_held_;
+  HeldIpcNamespace namespace_held_;
   // Namespaces recycle() kept, for renew_namespace.
   std::mutex kept_mutex_;
-  std::vector<UniqueFd> kept_;
+  std::vector<HeldIpcNamespace> kept_;
 
   // The handshake (futex words): the caller bumps `requested_`, the thread
   // answers by setting `done_` to the same number. `quit_` ends the loop.

@@ -214,8 +214,9 @@ class Supervisor {
   // soft limit, raised to the hard one, minus the fds open when the
   // supervisor was made and a reserve) / 3 — a tier none run holds its
   // pidfd and two pipe read ends, nothing else, while its child runs; a
-  // tier process run one more (its IPC namespace, kept for a later run),
-  // two with --net none (its seccomp listener), so fewer of those fit.
+  // tier process run two more (its IPC namespace and that namespace's
+  // mqueue mount, kept for a later run: ipc_namespace.hpp), three with
+  // --net none (its seccomp listener), so fewer of those fit.
   // submit() refuses (EMFILE, before anything is made) a run that would go
   // past the limit.
   std::size_t capacity() const;
