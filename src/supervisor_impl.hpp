@@ -61,8 +61,10 @@ inline std::size_t fds_per_run(const Request& req) { return tier_runner(req.tier
 constexpr std::size_t kNoticeBudget = 64;
 // Above the fds open when the supervisor was made: what one submit or one
 // collection holds for a moment (workspace, staging, pipe write ends,
-// memfd, ruleset, the collection walk: about ten), the signalfd, and room
-// for the host to open a few more of its own.
+// memfd, ruleset, the collection walk: about ten), the signalfd, the IPC
+// namespaces the spawn thread keeps between runs (its next child's and up
+// to SpawnThread::kKeptIpcNamespaces, each with its mqueue mount: 18 fds),
+// and room for the host to open a few more of its own.
 constexpr std::size_t kFdReserve = 64;
 constexpr std::size_t kReadBudget = 16;     // reads per wakeup before yielding to others
 constexpr std::size_t kScratchBytes = 256 * 1024;
