@@ -28,7 +28,7 @@ namespace corral {
 // (or, failing that, first checked), never per check. Dropping a mount is
 // an unmount, and its expedited RCU grace period interrupts every CPU:
 // made and dropped at each check it cost a process-tier /bin/true run
-// 300-350 µs of wall time on a 2-CPU VM, though the check runs in the
+// 280-440 µs of wall time on a 2-CPU VM, though the check runs in the
 // spawn thread, off the run's path (README "What each tier enforces").
 struct HeldIpcNamespace {
   UniqueFd ns;
