@@ -14,6 +14,7 @@
 #include "corral/capture.hpp"
 #include "corral/spawn_thread.hpp"
 #include "corral/supervisor.hpp"
+#include "corral/tier_runner.hpp"
 #include "support.hpp"
 #include "supervisor_harness.hpp"
 
@@ -292,6 +293,39 @@ Test(supervisor, a_run_in_flight_holds_three_fds_and_a_process_tier_run_five) {
   handles.clear();  // cancels
   cr_assert(h.sup->run_until_idle().ok());
   cr_assert_eq(h.leftovers(), 0u);
+}
+
+// What the fd budget counts for a tier process run (fds_while_running) is
+// at least what one holds in flight: its pidfd and two read ends, and its
+// IPC namespace with that namespace's mqueue mount. Counted from our fd
+// table: 10 runs at once, after a loop turn, each in a namespace of its
+// own; of the namespace fds open then, the spawn thread holds at most two
+// (its next child's). A budget of four a run counted 40 where they held 50.
+Test(supervisor, the_fd_budget_counts_all_a_process_tier_run_holds) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  Harness h;
+  // Warm up: from a supervisor's second process-tier run on, runs are
+  // cloned from the spawn thread, each into a namespace held for it.
+  for (int i = 0; i < 3; ++i) (void)h.run(req({"/bin/true"}, Tier::os_process));
+  const std::size_t before_all = open_fd_count(), before_ipc = open_ipc_namespace_fds();
+  constexpr std::size_t kRuns = 10;
+  std::vector<RunHandle> handles;
+  for (std::size_t i = 0; i < kRuns; ++i) {
+    auto hnd = h.sup->submit(req({"sleep", "5"}, Tier::os_process));
+    cr_assert(hnd.ok(), "%s", hnd.ok() ? "" : hnd.error().message().c_str());
+    handles.push_back(std::move(*hnd));
+  }
+  auto turned = h.sup->run_once(0);
+  cr_assert(turned.ok() && *turned, "the loop turn failed or found nothing in flight");
+  const std::size_t during_all = open_fd_count(), during_ipc = open_ipc_namespace_fds();
+  const std::size_t other = (during_all - during_ipc) - (before_all - before_ipc);
+  cr_assert_gt(during_ipc, 2u, "no namespace held for any of %zu runs in flight", kRuns);
+  const std::size_t held = other + during_ipc - 2;
+  const std::size_t counted = kRuns * tier_runner(Tier::os_process).fds_while_running(req({"sleep", "5"}, Tier::os_process));
+  cr_expect_geq(counted, held, "the budget counts %zu fds for %zu runs that hold at least %zu (%zu besides namespaces)",
+                counted, kRuns, held, other);
+  handles.clear();  // cancels
+  cr_assert(h.sup->run_until_idle().ok());
 }
 
 // The fd budget is counted when first needed (capacity(), or a submit near
