@@ -23,7 +23,7 @@ using corral_test::prefer_tmpfs;
 using corral_test::Harness;
 using corral_test::helper;
 using corral_test::TempDir;
-using corral_test::open_ipc_namespace_fds;
+using corral_test::held_ipc_namespace_fds;
 
 using corral_test::children_of_self;
 using corral_test::open_fd_count;
@@ -116,7 +116,7 @@ Test(soak, two_thousand_mixed_runs_each_get_exactly_one_result) {
   prefer_tmpfs();
   Harness h;
   for (int i = 0; i < 5; ++i) (void)h.run(req({"/bin/true"}, Tier::os_process));  // libraries open what they keep
-  const std::size_t fds_before = open_fd_count() - open_ipc_namespace_fds();
+  const std::size_t fds_before = open_fd_count() - held_ipc_namespace_fds();
   const std::string kids_before = children_of_self();
   const std::string flood_sha = Sha256::hex_of(std::string(kFloodBytes, 'x'));
 
@@ -159,7 +159,7 @@ Test(soak, two_thousand_mixed_runs_each_get_exactly_one_result) {
   // The IPC namespaces the supervisor keeps for later runs, each with its
   // mqueue mount, are not a leak: bounded (those kept and the spawn
   // thread's next), and counted apart.
-  const std::size_t kept = open_ipc_namespace_fds();
+  const std::size_t kept = held_ipc_namespace_fds();
   cr_assert_leq(kept, 2 * (corral::SpawnThread::kKeptIpcNamespaces + 1), "%zu fds of IPC namespaces held", kept);
   cr_assert_eq(open_fd_count() - kept, fds_before, "fds: %zu before, %zu after", fds_before, open_fd_count() - kept);
   cr_assert_eq(children_of_self(), kids_before, "children left: '%s'", children_of_self().c_str());
@@ -307,7 +307,7 @@ Test(supervisor, the_fd_budget_counts_all_a_process_tier_run_holds) {
   // Warm up: from a supervisor's second process-tier run on, runs are
   // cloned from the spawn thread, each into a namespace held for it.
   for (int i = 0; i < 3; ++i) (void)h.run(req({"/bin/true"}, Tier::os_process));
-  const std::size_t before_all = open_fd_count(), before_ipc = open_ipc_namespace_fds();
+  const std::size_t before_all = open_fd_count(), before_ipc = held_ipc_namespace_fds();
   constexpr std::size_t kRuns = 10;
   std::vector<RunHandle> handles;
   for (std::size_t i = 0; i < kRuns; ++i) {
@@ -317,7 +317,7 @@ Test(supervisor, the_fd_budget_counts_all_a_process_tier_run_holds) {
   }
   auto turned = h.sup->run_once(0);
   cr_assert(turned.ok() && *turned, "the loop turn failed or found nothing in flight");
-  const std::size_t during_all = open_fd_count(), during_ipc = open_ipc_namespace_fds();
+  const std::size_t during_all = open_fd_count(), during_ipc = held_ipc_namespace_fds();
   const std::size_t other = (during_all - during_ipc) - (before_all - before_ipc);
   cr_assert_gt(during_ipc, 2u, "no namespace held for any of %zu runs in flight", kRuns);
   const std::size_t held = other + during_ipc - 2;

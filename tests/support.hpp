@@ -167,7 +167,7 @@ inline std::size_t open_fd_count() {
 // filesystem: a supervisor keeps, each with its mount, up to
 // SpawnThread::kKeptIpcNamespaces that finished runs left empty, and its
 // spawn thread holds the one for its next child (ipc_namespace.hpp).
-inline std::size_t open_ipc_namespace_fds() {
+inline std::size_t held_ipc_namespace_fds() {
   constexpr long kMqueueMagic = 0x19800202;  // ipc/mqueue.c's MQUEUE_MAGIC: no uapi header has it
   std::size_t n = 0;
   DIR* d = opendir("/proc/self/fd");

@@ -8,11 +8,11 @@
 // sets (the *_INFO counts, which answer for the caller's namespace) and
 // POSIX message queues (a listing of the namespace's mqueue filesystem,
 // through a mount of it in no mount table, kept with the namespace: see
-// HeldIpcNamespace). Its sysctls (kernel.shm*,
-// msg*, sem, *_next_id, fs.mqueue.*) need CAP_SYS_ADMIN or
-// CAP_CHECKPOINT_RESTORE over the namespace, which a run never has. What a
-// reused namespace still shows is its id counters: a new SysV object's id
-// says how many were made there before it.
+// HeldIpcNamespace). Its sysctls (kernel.shm*, msg*, sem, *_next_id,
+// fs.mqueue.*) need CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE over the
+// namespace, which a run never has. What a reused namespace still shows
+// is its id counters: a new SysV object's id says how many were made there
+// before it.
 //
 // Parent side: the spawn thread (spawn_thread.hpp) calls these between
 // clones. Needs CAP_SYS_ADMIN (setns, fsopen), as making the namespace does.
