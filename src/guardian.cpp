@@ -205,7 +205,7 @@ Expected<std::unique_ptr<Guardian>> Guardian::start(int keep_fd) {
   std::memset(&ca, 0, sizeof ca);
   ca.flags = CLONE_VM | CLONE_PIDFD | CLONE_SETTLS;
   ca.pidfd = reinterpret_cast<std::uint64_t>(&pidfd);
-  ca.exit_signal = SIGCHLD;
+  ca.exit_signal = 0;  // a clone child (guardian.hpp): invisible to the leftover check's waitid
   ca.stack = reinterpret_cast<std::uint64_t>(g->guardian_stack_.base());
   ca.stack_size = g->guardian_stack_.size();
   ca.tls = reinterpret_cast<std::uint64_t>(static_cast<char*>(map) + kTlsOffset);

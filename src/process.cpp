@@ -117,8 +117,10 @@ Expected<std::optional<ExitStatus>> wait_exit(const Pidfd& child, bool block) {
   long rc;
   do {
     // glibc's waitid() has no rusage argument; the system call does.
+    // __WALL: a clone child (the guardian's exit signal is 0) is waited for
+    // too; without it waitid says ECHILD for one.
     rc = sys::call(SYS_waitid, P_PIDFD, child.fd(), reinterpret_cast<long>(&info),
-                   WEXITED | (block ? 0 : WNOHANG), reinterpret_cast<long>(&status.usage));
+                   WEXITED | __WALL | (block ? 0 : WNOHANG), reinterpret_cast<long>(&status.usage));
   } while (rc == -EINTR);
   if (rc < 0) return Error::from_errno(sys::error_of(rc), "waitid(pid " + std::to_string(child.pid()) + ")");
   if (info.si_pid == 0) return std::optional<ExitStatus>{};

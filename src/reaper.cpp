@@ -128,6 +128,14 @@ std::size_t reap_orphans(const ReapFilter& is_tracked) {
   }
 }
 
+bool no_children_but_clone_children() noexcept {
+  siginfo_t info{};
+  int r;
+  do r = waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT);
+  while (r != 0 && errno == EINTR);
+  return r != 0 && errno == ECHILD;
+}
+
 std::size_t kill_unclaimed_children(const ReapFilter& is_kept, double max_seconds) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(max_seconds));

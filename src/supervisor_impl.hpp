@@ -276,6 +276,11 @@ struct Supervisor::Impl {
   // ms on a loaded host). Anything unreadable or unknown: false.
   bool only_known_children();
 
+  // No run's leader in flight and no child of ours a wait sees (the guardian
+  // is a clone child, guardian.hpp): nothing of any run is left, known
+  // without listing /proc/self/task. False when it cannot tell.
+  bool no_children_of_runs();
+
   // At the leader's exit (its group just got SIGKILL): as root, every
   // process of the run's uid dies too, unless none can be left.
   void reap_uid_at_exit(Run& run);

@@ -5,8 +5,16 @@
 
 namespace corral {
 
+bool Supervisor::Impl::no_children_of_runs() {
+  // With runs in flight their leaders are children a wait sees: the
+  // shortcut could never answer, and its waitid walks every child.
+  if (!by_pid.empty()) return false;
+  return no_children_but_clone_children();
+}
+
 bool Supervisor::Impl::only_known_children() {
   if (!options.become_subreaper) return false;
+  if (no_children_of_runs()) return true;
   DIR* tasks = opendir("/proc/self/task");
   if (tasks == nullptr) return false;
   bool known = true;

@@ -262,6 +262,14 @@ void Supervisor::Impl::on_leader_exit(std::uint32_t slot, Run& run) {
   // group only: the leader itself is a zombie already (kill_group would
   // signal it through its pidfd too, a system call per run for nothing).
   (void)::kill(-run.pidfd.pid(), SIGKILL);
+  if (guardian) guardian->unwatch(slot);
+  auto status = wait_exit(run.pidfd, true);
+  run.exited = true;
+  by_pid.erase(run.pidfd.pid());
+  if (status && status->has_value()) run.end.status = **status;
+  // The leader is reaped before the checks below: the one run's leader
+  // gone, a child of ours left means something of the run is (the
+  // waitid shortcut of only_known_children and kill_leftover_children).
   reap_uid_at_exit(run);
   // What left the group (setsid) and is not the uid's to kill: when this
   // is the only run, every unknown child of ours is its; with others in
@@ -270,17 +278,13 @@ void Supervisor::Impl::on_leader_exit(std::uint32_t slot, Run& run) {
     if (in_flight == 1) kill_leftover_children();
     else leftovers_unchecked = true;
   }
-  if (guardian) guardian->unwatch(slot);
-  auto status = wait_exit(run.pidfd, true);
-  run.exited = true;
-  by_pid.erase(run.pidfd.pid());
-  if (status && status->has_value()) run.end.status = **status;
   if (!run.out.eof || !run.err.eof) arm_timer(slot, run, TimerPhase::drain, options.drain_seconds);
 }
 
 void Supervisor::Impl::kill_leftover_children() {
   if (!options.owns_every_child || !options.become_subreaper) return;
   leftovers_unchecked = false;
+  if (no_children_of_runs()) return;
   // Bounded: a process stuck in the kernel (D state) must not stall the
   // loop; one that outlasts the bound already has its SIGKILL, and dies
   // when the kernel lets it go.

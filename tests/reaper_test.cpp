@@ -1,10 +1,14 @@
 #include "corral/reaper.hpp"
 
+#include <poll.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 
 #include <sstream>
 
+#include "corral/process.hpp"
 #include "corral/supervisor.hpp"
 #include "support.hpp"
 
@@ -77,6 +81,18 @@ void expect_field(const corral_test::ChildReport& r, const std::string& key, con
   std::string got = field(r.output, key);
   cr_expect_eq(got, want, "%s: got '%s', want '%s'; report:\n%s", key.c_str(), got.c_str(), want.c_str(),
                r.output.c_str());
+}
+
+// The raw clone(2) as fork: no new stack, `flags` with its exit signal in
+// the low byte. The child runs only raw calls and _exit.
+pid_t raw_clone(unsigned long flags) {
+  return static_cast<pid_t>(syscall(SYS_clone, flags, nullptr, nullptr, nullptr, 0));
+}
+
+void wait_for_eof(int fd) {
+  char byte;
+  while (read(fd, &byte, 1) > 0) {
+  }
 }
 
 }  // namespace
@@ -260,4 +276,103 @@ Test(reaper, an_owning_supervisor_closed_with_runs_in_flight_kills_what_they_lef
   cr_assert_eq(report.end.code, 0, "child exit %d: %s", report.end.code, report.output.c_str());
   cr_assert(field(report.output, "escapee") != "0", "the escapee did not start");
   expect_field(report, "alive", "no");
+}
+
+// The supervisor's leftover check (no_children_but_clone_children) takes
+// ECHILD from a plain waitid as "nothing of any run is left". The guardian
+// is a clone child (exit signal 0), which that waitid does not see; a
+// program must not be able to hide the same way. Each way for a process
+// to become a child of ours keeps it visible: a clone child is ours only
+// when we made it, a CLONE_PARENT sibling gets its caller's SIGCHLD
+// whatever exit signal it asks for, and an orphan re-parented to us gets
+// SIGCHLD even when its parent was a clone child.
+Test(reaper, no_process_hides_from_the_leftover_check_as_a_clone_child) {
+  auto r = run_in_child_reporting([](int fd) {
+    if (!become_subreaper().ok()) return 100;
+    auto yes_no = [](bool b) { return std::string(b ? "yes" : "no"); };
+    report(fd, "none_at_start=" + yes_no(no_children_but_clone_children()) + "\n");
+
+    // 1. A clone child of ours, alive then a zombie: not seen, and still
+    // waited for through its pidfd (wait_exit's __WALL).
+    int go[2];
+    if (pipe2(go, O_CLOEXEC) != 0) return 101;
+    pid_t clone_child = raw_clone(0);
+    if (clone_child == 0) {
+      close(go[1]);
+      wait_for_eof(go[0]);
+      _exit(7);
+    }
+    close(go[0]);
+    auto pidfd = Pidfd::open(clone_child);
+    if (!pidfd) return 102;
+    report(fd, "clone_child_alive_unseen=" + yes_no(no_children_but_clone_children()) + "\n");
+    close(go[1]);
+    eventually([&] {
+      pollfd p{pidfd->fd(), POLLIN, 0};
+      return poll(&p, 1, 0) == 1;
+    });
+    report(fd, "clone_child_zombie_unseen=" + yes_no(no_children_but_clone_children()) + "\n");
+    auto st = wait_exit(*pidfd, false);
+    report(fd, "clone_child_reaped_code=" +
+                   (st && st->has_value() && (*st)->exited ? std::to_string((*st)->exit_code) : std::string("none")) +
+                   "\n");
+
+    // 2. A SIGCHLD child asks for a sibling (CLONE_PARENT) with exit signal
+    // 0, then exits and is reaped: the sibling is ours, and seen.
+    int sib[2], hold[2];
+    if (pipe2(sib, O_CLOEXEC) != 0 || pipe2(hold, O_CLOEXEC) != 0) return 103;
+    pid_t child = fork();
+    if (child == 0) {
+      pid_t sibling = raw_clone(CLONE_PARENT);  // exit signal bits 0
+      if (sibling == 0) {
+        close(hold[1]);
+        wait_for_eof(hold[0]);
+        _exit(0);
+      }
+      if (write(sib[1], &sibling, sizeof sibling) != sizeof sibling) _exit(1);
+      _exit(0);
+    }
+    close(sib[1]);
+    close(hold[0]);
+    pid_t sibling = read_pid(sib[0]);
+    waitpid(child, nullptr, 0);
+    report(fd, std::string("sibling_is_ours=") + (sibling > 0 && getpgid(sibling) >= 0 ? "yes" : "no") + "\n");
+    report(fd, "sibling_seen=" + yes_no(!no_children_but_clone_children()) + "\n");
+    close(hold[1]);
+    eventually([&] { return waitpid(sibling, nullptr, WNOHANG) == sibling; });
+
+    // 3. A clone child's child, orphaned: re-parented to us, and seen.
+    int orphan_go[2];
+    if (pipe2(orphan_go, O_CLOEXEC) != 0) return 104;
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0) return 105;
+    pid_t parent = raw_clone(0);
+    if (parent == 0) {
+      if (fork() == 0) {
+        close(orphan_go[1]);
+        wait_for_eof(orphan_go[0]);
+        _exit(0);
+      }
+      _exit(0);  // leaves its child to us
+    }
+    close(orphan_go[0]);
+    siginfo_t info{};
+    waitid(P_PID, static_cast<id_t>(parent), &info, WEXITED | __WALL);
+    report(fd, "orphan_seen=" + yes_no(!no_children_but_clone_children()) + "\n");
+    close(orphan_go[1]);
+    std::size_t reaped = 0;
+    eventually([&] { return (reaped += reap_orphans()) >= 1; });
+    report(fd, "none_at_end=" + yes_no(no_children_but_clone_children()) + "\n");
+    return 0;
+  });
+  cr_assert(r.end.exited && r.end.code == 0, "exit %d signal %d; report:\n%s", r.end.code, r.end.signal,
+            r.output.c_str());
+  expect_field(r, "none_at_start", "yes");
+  expect_field(r, "clone_child_alive_unseen", "yes");
+  expect_field(r, "clone_child_zombie_unseen", "yes");
+  expect_field(r, "clone_child_reaped_code", "7");
+  expect_field(r, "sibling_is_ours", "yes");
+  expect_field(r, "sibling_seen", "yes");
+  expect_field(r, "orphan_seen", "yes");
+  expect_field(r, "none_at_end", "yes");
 }

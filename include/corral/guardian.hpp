@@ -27,6 +27,13 @@
 // that is replaced, before that run starts, by one that holds it and
 // adopts the old one's table; the old one watched no uid (none was held).
 //
+// It is a clone child: its exit signal is 0, not SIGCHLD, so a wait without
+// __WALL does not see it. The supervisor's check that a run left no child
+// behind is then one waitid (no_children_but_clone_children, reaper.hpp)
+// instead of a listing of /proc/self/task: with the guardian a SIGCHLD
+// child, a one-run CLI always had a child and always listed. It is waited
+// for with __WALL (wait_exit); orphaned, it is re-parented with SIGCHLD.
+//
 // Container runs are not watched and start none (a session's exec neither:
 // session.hpp says what covers it): their pid 1 dies with the
 // supervisor (PR_SET_PDEATHSIG, checked after it is set) and takes its pid

@@ -58,8 +58,9 @@ struct ExitStatus {
   std::uint64_t max_rss_bytes() const { return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024; }
 };
 
-// waitid(P_PIDFD) with rusage (kernel 5.4). nullopt when `block` is false and
-// the process has not exited yet.
+// waitid(P_PIDFD) with rusage (kernel 5.4), and __WALL: a clone child
+// (exit signal not SIGCHLD) too. nullopt when `block` is false and the
+// process has not exited yet.
 Expected<std::optional<ExitStatus>> wait_exit(const Pidfd& child, bool block = true);
 
 // CPU time (user + system, every thread, nanosecond resolution) the live

@@ -55,4 +55,12 @@ std::size_t reap_orphans(const ReapFilter& is_tracked = {});
 // else's (SupervisorOptions::owns_every_child).
 std::size_t kill_unclaimed_children(const ReapFilter& is_kept, double max_seconds);
 
+// True when no child of ours is one a wait without __WALL sees: no child at
+// all but clone children (an exit signal other than SIGCHLD at clone time),
+// which only the caller itself makes (a program cannot: CLONE_PARENT gives
+// the new sibling its caller's exit signal, and a re-parented orphan gets
+// SIGCHLD). One waitid(P_ALL, WNOHANG|WNOWAIT), which reaps nothing; it
+// walks every child, so it pays only with few of them. False on any doubt.
+bool no_children_but_clone_children() noexcept;
+
 }  // namespace corral
