@@ -29,8 +29,10 @@ OPT      ?= -O2 -g
 SANITIZE ?=
 GEN      := $(BUILD)/gen
 CPPFLAGS += -Iinclude -I$(GEN) -MMD -MP -D_GNU_SOURCE
+# -ffunction-sections: a function per section, so the CLI's link can gather
+# the code a one-run `corral run` executes (HOT_TEXT_LD, below).
 CXXFLAGS += -std=c++20 -Wall -Wextra -Werror $(OPT) $(SANITIZE) -fPIC \
-            -fvisibility=hidden -fvisibility-inlines-hidden $(PKG_CFLAGS)
+            -fvisibility=hidden -fvisibility-inlines-hidden -ffunction-sections $(PKG_CFLAGS)
 CFLAGS   += -std=c11 -Wall -Wextra -Werror $(OPT) $(SANITIZE)
 LDFLAGS  += $(SANITIZE)
 
@@ -101,11 +103,16 @@ $(SHARED_LIB): $(LIB_OBJS) src/corral.map
 # pages they write (.data.rel.ro: vtables, tables of pointers) are the same
 # either way: the price of a PIE (ASLR). The entry is corral_cli_entry
 # (src/cli/start.cpp): it makes those data pages in a few madvise calls
-# before glibc's _start, instead of ~20 copy-on-write faults (the text is
-# left to fault in); that file also keeps glibc's start from reading
-# /proc/self/exe and libcrypto's from running CPUID.
-CLI_LINK ?= $(if $(SANITIZE),$(PKG_LIBS),-static-pie -Wl,-z,pack-relative-relocs -Wl,-e,corral_cli_entry $(PKG_STATIC_LIBS))
-$(CLI): $(CLI_OBJS) $(STATIC_LIB)
+# before glibc's _start, instead of ~20 copy-on-write faults, and maps the
+# code a one-run `corral run` executes in one more call: HOT_TEXT_LD
+# (written by scripts/hot-text) gathers those functions (each in a section
+# of its own: -ffunction-sections) into one range. That file also keeps
+# glibc's start from reading /proc/self/exe and libcrypto's from running
+# CPUID.
+HOT_TEXT_LD ?= src/cli/hot_text.ld
+CLI_LINK ?= -Wl,-T,$(HOT_TEXT_LD) \
+            $(if $(SANITIZE),$(PKG_LIBS),-static-pie -Wl,-z,pack-relative-relocs -Wl,-e,corral_cli_entry $(PKG_STATIC_LIBS))
+$(CLI): $(CLI_OBJS) $(STATIC_LIB) $(HOT_TEXT_LD)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $(CLI_OBJS) $(STATIC_LIB) $(LDFLAGS) $(CLI_LINK)
 
