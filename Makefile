@@ -36,6 +36,16 @@ CXXFLAGS += -std=c++20 -Wall -Wextra -Werror $(OPT) $(SANITIZE) -fPIC \
 CFLAGS   += -std=c11 -Wall -Wextra -Werror $(OPT) $(SANITIZE)
 LDFLAGS  += $(SANITIZE)
 
+# The flags objects were compiled with: a change of them (a new -f option,
+# OPT, SANITIZE) rebuilds every object, as a change of its source does. An
+# object of the old flags would still link, only wrong: one compiled
+# without -ffunction-sections keeps its code out of the CLI's hot range.
+FLAGS_STAMP := $(BUILD)/obj/compile-flags
+ifneq ($(strip $(CPPFLAGS) $(CXXFLAGS)),$(strip $(file <$(FLAGS_STAMP))))
+$(shell mkdir -p $(BUILD)/obj)
+$(file >$(FLAGS_STAMP),$(strip $(CPPFLAGS) $(CXXFLAGS)))
+endif
+
 LIB_SRCS    := $(sort $(wildcard src/*.cpp))
 CLI_SRCS    := $(sort $(wildcard src/cli/*.cpp))
 TEST_SRCS   := $(sort $(wildcard tests/*_test.cpp))
@@ -61,7 +71,7 @@ all: $(STATIC_LIB) $(SHARED_LIB) $(CLI) $(TEST_BINS) $(HELPER_BINS) $(BENCH_BINS
 deps:
 	@scripts/install-deps
 
-$(BUILD)/obj/%.o: %.cpp
+$(BUILD)/obj/%.o: %.cpp $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -DCORRAL_VERSION='"$(VERSION)"' -c $< -o $@
 
@@ -69,7 +79,7 @@ $(BUILD)/obj/%.o: %.cpp
 # into libcorral (src/seccomp_builtin.hpp says when they are used). The
 # generator links the seccomp module with an empty table of its own.
 SECCOMP_GEN := $(GEN)/seccomp-gen
-$(BUILD)/obj/gen/seccomp_builtin_empty.o: src/seccomp_builtin.cpp
+$(BUILD)/obj/gen/seccomp_builtin_empty.o: src/seccomp_builtin.cpp $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -DCORRAL_SECCOMP_NO_BUILTIN -c $< -o $@
 $(SECCOMP_GEN): src/gen/seccomp_gen.cpp $(BUILD)/obj/src/seccomp.o $(BUILD)/obj/src/seccomp_bpf.o $(BUILD)/obj/src/status.o \
