@@ -23,6 +23,16 @@
 namespace corral {
 namespace {
 
+// waitid(P_ALL, WEXITED|WNOHANG|WNOWAIT): a look at an exited child
+// (info.si_pid, 0 when none has exited) that reaps nothing. 0, or the
+// errno: ECHILD when no child a wait without __WALL sees is left.
+int peek_exited_child(siginfo_t& info) noexcept {
+  int r;
+  do r = waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT);
+  while (r != 0 && errno == EINTR);
+  return r == 0 ? 0 : errno;
+}
+
 // Reaps `pid` if it has exited; never blocks. True when it was reaped.
 bool reap_if_exited(pid_t pid) {
   siginfo_t info{};
@@ -111,12 +121,9 @@ std::size_t reap_orphans(const ReapFilter& is_tracked) {
   std::size_t reaped = 0;
   for (;;) {
     siginfo_t info{};
-    // WNOWAIT: only look. Reaping a tracked child here would steal the
-    // exit status from its owner's pidfd.
-    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
-      if (errno == EINTR) continue;
-      return reaped;  // ECHILD: no children at all
-    }
+    // Only a look: reaping a tracked child here would steal the exit
+    // status from its owner's pidfd.
+    if (peek_exited_child(info) != 0) return reaped;  // ECHILD: no children at all
     if (info.si_pid == 0) return reaped;  // children, none exited
     pid_t pid = info.si_pid;
     if (is_tracked && is_tracked(pid)) {
@@ -130,10 +137,7 @@ std::size_t reap_orphans(const ReapFilter& is_tracked) {
 
 bool no_children_but_clone_children() noexcept {
   siginfo_t info{};
-  int r;
-  do r = waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT);
-  while (r != 0 && errno == EINTR);
-  return r != 0 && errno == ECHILD;
+  return peek_exited_child(info) == ECHILD;
 }
 
 std::size_t kill_unclaimed_children(const ReapFilter& is_kept, double max_seconds) {

@@ -29,6 +29,13 @@ bool eventually(F done) {
   return false;
 }
 
+// Returns when `fd` reaches EOF (every write end closed).
+void wait_for_eof(int fd) {
+  char byte;
+  while (read(fd, &byte, 1) > 0) {
+  }
+}
+
 // True when the calling process has no children left at all (not even zombies).
 bool no_children_left() {
   siginfo_t info{};
@@ -50,9 +57,7 @@ int orphan_reporting_parent(const int go[2]) {
       eventually([&] { return getppid() != intermediate; });
       pid_t now = getppid();
       if (write(ready[1], &now, sizeof now) != sizeof now) _exit(1);
-      char byte;
-      while (read(go[0], &byte, 1) > 0) {
-      }
+      wait_for_eof(go[0]);
       _exit(0);
     }
     _exit(0);
@@ -89,11 +94,6 @@ pid_t raw_clone(unsigned long flags) {
   return static_cast<pid_t>(syscall(SYS_clone, flags, nullptr, nullptr, nullptr, 0));
 }
 
-void wait_for_eof(int fd) {
-  char byte;
-  while (read(fd, &byte, 1) > 0) {
-  }
-}
 
 }  // namespace
 
