@@ -13,18 +13,23 @@
 // before _dl_relocate_static_pie, so its writes find their pages made. On
 // an older kernel the call fails (EINVAL) and the pages fault in as before.
 //
-// 5. The code a one-run `corral run` executes, mapped in one call. That
-// code was scattered over all 4 MiB of text: ~45 read faults a run, each
-// mapping the 64 KiB around it. src/cli/hot_text.ld (written by
-// scripts/hot-text from the pages such runs execute) gathers its input
-// sections (-ffunction-sections) into one range, .text.corral_hot, ~2 MiB;
-// MADV_POPULATE_READ maps that range before glibc starts. Measured here (a
-// KVM guest, Linux 6.18): 45 such faults took 559 us, mapping 1,024 cached
-// pages in one call 109 us; `corral run --tier none -- /bin/true` went from
-// 74 page faults to 31. All of the text is not mapped: on a Firecracker VM
-// mapping the whole 4 MiB cost more than the faults it saved (oneshot_none
-// 3.07-3.34x bare with it, 2.60-3.07x without), and the hot range is half
-// of it. A stale list costs only faults: code it misses faults in as before.
+// 5. The code a one-run `corral run` executes, packed and mapped in one
+// call. Left to the linker that code was scattered over all 4 MiB of text:
+// ~45 read faults a run, each mapping the 64 KiB around it, and 236 pages
+// touched for ~33,000 distinct instructions. src/cli/hot_text.ld (written
+// by scripts/hot-text from a single-step trace of such runs) gathers the
+// functions they execute (-ffunction-sections), in the order they first
+// run, into one range, .text.corral_hot (~1.1 MiB for tiers none, process
+// and container; 134 pages touched in tier none); MADV_POPULATE_READ maps
+// it before glibc starts. Touched pages count even when mapped: with
+// shadow page tables (this host, a PVM guest) a process's first touch of a
+// mapped page is a hypervisor exit, ~5 us. Measured here: 45 faults 559 us,
+// mapping 1,024 cached pages in one call 109 us; `corral run --tier none
+// -- /bin/true` went from 74 page faults to 30, and from 7.6 to 6.7 ms a
+// run. All of the text is not mapped: on a Firecracker VM mapping the whole
+// 4 MiB cost more than the faults it saved (oneshot_none 3.07-3.34x bare
+// with it, 2.60-3.07x without). A stale list costs only speed: code it
+// misses faults in where it lies.
 //
 // Runs before glibc is set up: no TLS (so no stack protector), no errno,
 // nothing relocated. It reads only the ELF header through __ehdr_start, a
