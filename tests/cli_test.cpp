@@ -282,6 +282,23 @@ std::uint64_t cli_page_faults(const std::vector<std::string>& args) {
   return faults;
 }
 
+// Starts `corral run --tier none -- /bin/sleep SECONDS` with its stdio on
+// /dev/null, for a look at the live CLI from outside (/proc/PID/maps); the
+// caller ends it with SIGTERM and reaps it.
+pid_t start_cli_whose_run_sleeps(const std::string& bin, const char* seconds) {
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl(bin.c_str(), bin.c_str(), "run", "--tier", "none", "--", "/bin/sleep", seconds, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
 }  // namespace
 
 // The static CLI's entry makes its writable data pages in a few madvise
@@ -322,16 +339,7 @@ Test(cli, the_static_cli_keeps_its_heap_beside_its_other_mappings) {
 #if defined(__SANITIZE_ADDRESS__)
   cr_skip_test("sanitizer build: the CLI is linked dynamically, without the static entry");
 #endif
-  const std::string bin = build_dir() + "/bin/corral";
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    int null = open("/dev/null", O_RDWR);
-    dup2(null, 0);
-    dup2(null, 1);
-    execl(bin.c_str(), bin.c_str(), "run", "--tier", "none", "--", "/bin/sleep", "3", static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const pid_t pid = start_cli_whose_run_sleeps(build_dir() + "/bin/corral", "3");
   // Its supervisor is up (and has used its heap) once io_uring is mapped.
   const std::string maps_path = "/proc/" + std::to_string(pid) + "/maps";
   std::string maps;
@@ -430,16 +438,7 @@ Test(cli, the_clis_relro_spans_past_the_flush_ceiling_and_is_read_only) {
                static_cast<unsigned long long>((relro_end - relro_start) / page));
 
   // A live corral (its run sleeps): RELRO's pages are mapped read-only.
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    int null = open("/dev/null", O_RDWR);
-    dup2(null, 0);
-    dup2(null, 1);
-    dup2(null, 2);
-    execl(bin.c_str(), bin.c_str(), "run", "--tier", "none", "--", "/bin/sleep", "30", static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const pid_t pid = start_cli_whose_run_sleeps(bin, "30");
   const std::string maps_path = "/proc/" + std::to_string(pid) + "/maps";
   std::string found;
   // Until corral's start-up is done (then the sleep's fork shows it running);

@@ -59,6 +59,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "corral/syscalls.hpp"
+
 extern "C" {
 extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden")));
 // The bounds of the hot code (5. above), defined by src/cli/hot_text.ld.
@@ -93,27 +95,13 @@ constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE
 constexpr std::uintptr_t kPage = 4096;
 constexpr std::uintptr_t kStackPrefault = 32 * 1024;
 
+// sys::call touches no errno and no TLS, and has no array for a stack
+// protector to guard: safe before glibc, inlined or not.
 __attribute__((always_inline)) inline void raw_madvise(std::uintptr_t start, std::uintptr_t end, int advice) {
-  long ret;
   start &= ~(kPage - 1);
   end = (end + kPage - 1) & ~(kPage - 1);
-  asm volatile("syscall"
-               : "=a"(ret)
-               : "0"(static_cast<long>(SYS_madvise)), "D"(start), "S"(end - start), "d"(static_cast<long>(advice))
-               : "rcx", "r11", "memory");
-  (void)ret;  // best effort: a kernel without it faults the pages in as before
-}
-
-__attribute__((always_inline)) inline long raw_syscall(long nr, long a, long b, long c, long d, long e, long f) {
-  long ret;
-  register long r10 asm("r10") = d;
-  register long r8 asm("r8") = e;
-  register long r9 asm("r9") = f;
-  asm volatile("syscall"
-               : "=a"(ret)
-               : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-               : "rcx", "r11", "memory");
-  return ret;
+  // Best effort: a kernel without it faults the pages in as before.
+  (void)corral::sys::call(SYS_madvise, static_cast<long>(start), static_cast<long>(end - start), advice);
 }
 
 }  // namespace
@@ -144,9 +132,9 @@ corral_cli_prefault() {
     }
   }
   // 6. The heap next to the rest: brk fails from here on.
-  const long brk = raw_syscall(SYS_brk, 0, 0, 0, 0, 0, 0);
+  const long brk = corral::sys::call(SYS_brk, 0);
   if (brk > 0)
-    (void)raw_syscall(SYS_mmap, brk, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    (void)corral::sys::call(SYS_mmap, brk, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   // 5. The hot code, in one call: mapped before it runs.
   const auto hot_start = reinterpret_cast<std::uintptr_t>(corral_hot_text_start);
   const auto hot_end = reinterpret_cast<std::uintptr_t>(corral_hot_text_end);
