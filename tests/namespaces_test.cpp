@@ -31,16 +31,27 @@ NamespaceSpec spec_for(bool rootless, const Workspace& ws) {
   return spec;
 }
 
-std::string count_pids() {
-  std::string all = listing("/proc"), pids;
+// How many processes the reader's /proc lists; when that is not
+// `expected`, each one's pid, name, state and uids too, so a failure says
+// what was seen.
+std::string count_pids(int expected) {
+  std::string all = listing("/proc"), seen;
   int n = 0;
   for (std::size_t i = 0; i <= all.size();) {
     std::size_t c = std::min(all.find(',', i), all.size());
     std::string name = all.substr(i, c - i);
-    if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos) ++n;
+    if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos) {
+      ++n;
+      std::string status = corral_test::read_file("/proc/" + name + "/status"), line, about;
+      std::istringstream in(status);
+      while (std::getline(in, line))
+        if (line.rfind("Name:", 0) == 0 || line.rfind("State:", 0) == 0 || line.rfind("Uid:", 0) == 0)
+          about += " " + line;
+      seen += (seen.empty() ? "" : "; ") + name + about;
+    }
     i = c + 1;
   }
-  return std::to_string(n);
+  return n == expected ? std::to_string(n) : std::to_string(n) + " (" + seen + ")";
 }
 
 // The interface names in /proc/net/dev (the netns of the reader), after
@@ -68,7 +79,7 @@ Program identity_probe(in_port_t host_port) {
     say(out, "groups", std::to_string(getgroups(0, nullptr)));
     say(out, "pid", std::to_string(getpid()));
     say(out, "ppid", std::to_string(getppid()));
-    say(out, "pids", count_pids());
+    say(out, "pids", count_pids(1));
     say(out, "interfaces", interfaces());
     say(out, "host_listener", tcp_connect(host_port));
     in_port_t inner_port = 0;
@@ -417,7 +428,7 @@ Test(namespaces, rootful_without_a_user_namespace_still_builds_the_tree) {
   spec.user(false);
   auto s = run(spec, [](int out) {
     say(out, "uid", std::to_string(getuid()));
-    say(out, "pids", count_pids());
+    say(out, "pids", count_pids(2));
     say(out, "create /usr/x", try_create("/usr/corral-probe"));
     return 0;
   });
