@@ -56,9 +56,22 @@ constexpr long kSigsetSize = 8;
 // Landlock domain (the template's scoping, container.cpp), which refuses
 // it any process outside the domain. The program's /proc does not list
 // pid 1 (hidepid=ptraceable, mount_tree.cpp).
-void harden_pid1(int report_fd, bool own_memory) noexcept {
-  if (report_fd > 0) sys::call(SYS_close_range, 0, report_fd - 1, 0);
-  sys::call(SYS_close_range, report_fd < 0 ? 0 : report_fd + 1, ~0u, 0);
+//
+// All of it before the program is released (split_program_in_child): until
+// then pid 1 holds every capability of the user namespace, and where the
+// program's ids are pid 1's (rootless: the id switch changed no host id,
+// so nothing reset the dumpable flag) the program could seize it with
+// ptrace from its first instruction and use those capabilities.
+// `keep_fd` (the release pipe) stays open with `report_fd`.
+void harden_pid1(int report_fd, int keep_fd, bool own_memory) noexcept {
+  int lo = report_fd < keep_fd ? report_fd : keep_fd, hi = report_fd < keep_fd ? keep_fd : report_fd;
+  int from = 0;
+  for (int keep : {lo, hi}) {
+    if (keep < 0) continue;
+    if (keep > from) sys::call(SYS_close_range, from, keep - 1, 0);
+    from = keep + 1;
+  }
+  sys::call(SYS_close_range, from, ~0u, 0);
   struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
   struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
   std::memset(data, 0, sizeof data);
@@ -116,24 +129,27 @@ int read_int_in_child(int fd, int fallback) noexcept {
 
 // pid 1 with a Pid1UserNs: still the host's root (it made the mounts). It
 // drops to the outside ids and checks the supervisor before it lets the
-// program go, so no code of the program's ever runs beside a host-root
-// pid 1; if either fails pid 1 ends (and the pid namespace with it), and
-// the program reads EOF.
-void drop_then_release_program_in_pid1(int go, const Pid1UserNs& u) noexcept {
+// program go (release_program_in_pid1, after harden_pid1), so no code of
+// the program's ever runs beside a host-root pid 1; if either fails pid 1
+// ends (and the pid namespace with it), and the program reads EOF.
+void drop_in_pid1(const Pid1UserNs& u) noexcept {
   sys::call(SYS_close, u.userns_fd);
   if (sys::call(SYS_setresgid, u.outside_gid, u.outside_gid, u.outside_gid) < 0 ||
       sys::call(SYS_setresuid, u.outside_uid, u.outside_uid, u.outside_uid) < 0)
     exit_now(kPid1SignalExitBase + SIGKILL);
   if (u.parent_pidfd >= 0 && die_with_parent_in_child(u.parent_pidfd) != 0) exit_now(kPid1SignalExitBase + SIGKILL);
+}
+
+void release_program_in_pid1(int go) noexcept {
   int answer = 0;
   sys::write_all(go, &answer, sizeof answer);
   sys::call(SYS_close, go);
 }
 
 // The program's side: into the user namespace template (still host root,
-// so setns may), then, once pid 1 has dropped, the inside ids (which keep
-// its capabilities there: the inside 0 is unmapped; the program's later
-// steps drop them).
+// so setns may), then, once pid 1 has dropped and hardened, the inside ids
+// (which keep its capabilities there: the inside 0 is unmapped; the
+// program's later steps drop them).
 int program_userns_in_child(int go, const Pid1UserNs& u, NsFailure* f) noexcept {
   int err = sys::error_of(sys::call(SYS_setns, u.userns_fd, CLONE_NEWUSER));
   sys::call(SYS_close, u.userns_fd);
@@ -144,6 +160,18 @@ int program_userns_in_child(int go, const Pid1UserNs& u, NsFailure* f) noexcept 
     return f->err = err ? err : answer;
   }
   return switch_ids_in_child(u.inside_gid, u.inside_uid, f);
+}
+
+// Without a Pid1UserNs: only the wait for pid 1's release (EOF: pid 1 died
+// before it, and the program must not go on alone).
+int program_wait_for_release_in_child(int go, NsFailure* f) noexcept {
+  int answer = read_int_in_child(go, ECANCELED);
+  sys::call(SYS_close, go);
+  if (answer) {
+    f->stage = NsStage::pid1;
+    return f->err = answer;
+  }
+  return 0;
 }
 
 int fail_pid1(NsFailure* f, long ret) noexcept {
@@ -161,7 +189,7 @@ struct ProgramStart {
   ProgramFunction program;  // null: forked, and the caller goes on in the program
   void* arg;
   const Pid1UserNs* userns;
-  int go, go_write;  // the pipe pid 1 releases the program through (userns), else -1
+  int go, go_write;  // the pipe pid 1 releases the program through, once it has hardened
   int report_fd;
   std::uint64_t old_mask;
   NsFailure* failure;
@@ -173,8 +201,9 @@ int begin_program_in_child(const ProgramStart& s) noexcept {
   sys::call(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&s.old_mask), 0, kSigsetSize);
   if (s.report_fd >= 0) sys::call(SYS_close, s.report_fd);
   // pid 1's end: held here, a pid 1 that died would never give us EOF.
-  if (s.go_write >= 0) sys::call(SYS_close, s.go_write);
-  return s.userns ? program_userns_in_child(s.go, *s.userns, s.failure) : 0;
+  sys::call(SYS_close, s.go_write);
+  return s.userns ? program_userns_in_child(s.go, *s.userns, s.failure)
+                  : program_wait_for_release_in_child(s.go, s.failure);
 }
 
 int start_program_in_child(void* p) noexcept {
@@ -214,8 +243,7 @@ int split_program_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* f
     stack = static_cast<std::uint64_t>(map) + kGuardBytes;
   }
   int go[2] = {-1, -1};
-  if (userns)
-    if (long r = sys::call(SYS_pipe2, reinterpret_cast<long>(go), O_CLOEXEC); r < 0) return fail_pid1(f, r);
+  if (long r = sys::call(SYS_pipe2, reinterpret_cast<long>(go), O_CLOEXEC); r < 0) return fail_pid1(f, r);
   ProgramStart start{program, arg, userns, go[0], go[1], report_fd, 0, f};
   long ret = sys::call(SYS_rt_sigprocmask, SIG_BLOCK, reinterpret_cast<long>(&kPid1Signals),
                        reinterpret_cast<long>(&start.old_mask), kSigsetSize);
@@ -240,11 +268,12 @@ int split_program_in_child(int report_fd, const Pid1UserNs* userns, NsFailure* f
   }
   // pid 1. A CLONE_VM program has our memory until it execs: from here we
   // write nothing it reads (`start` and what it points to stay as they are).
-  if (userns) {
-    sys::call(SYS_close, go[0]);
-    drop_then_release_program_in_pid1(go[1], *userns);
-  }
-  harden_pid1(report_fd, own_memory);
+  // The program waits on `go` until pid 1 has dropped (template mode) and
+  // hardened: no instruction of its runs beside a pid 1 it could seize.
+  sys::call(SYS_close, go[0]);
+  if (userns) drop_in_pid1(*userns);
+  harden_pid1(report_fd, go[1], own_memory);
+  release_program_in_pid1(go[1]);
   pid1_loop(static_cast<pid_t>(pid), report_fd);
 }
 

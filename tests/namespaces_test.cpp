@@ -1,6 +1,8 @@
 // Namespaces on real children: ids, pid 1, network, hostname, rootless,
 // leaks, and what prepare refuses. The mount tree's own tests are in
 // mount_tree_test.cpp.
+#include <sched.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 
@@ -143,6 +145,46 @@ Test(namespaces, rootful_ids_pids_net_and_hostname) {
 Test(namespaces, rootless_ids_pids_net_and_hostname) {
   CORRAL_SKIP_UNLESS_ROOTLESS_USERNS();
   EXPECT_EMPTY(as_user(true, [] { return check_identity(true); }));
+}
+
+// pid 1 must be out of the program's reach before any code of the program
+// runs. Before, pid 1 hardened (harden_pid1: fds closed, then no
+// capabilities, then not dumpable) beside the already running program.
+// The program's own first steps hold the namespace's capabilities, so
+// commoncap's check let them seize a pid 1 that still held the same; and a
+// program that had exec'd, capabilities gone, could seize a pid 1 caught
+// between its capset and its PR_SET_DUMPABLE, then write pid 1's report
+// (the program's end as the supervisor reads it). The program here seizes
+// pid 1 as its first act, on one CPU, many times (the old order let it in
+// 2-3% of runs). Rootless is the case that needs the order: there the id
+// switch changes no host id, so nothing else had turned pid 1 non-dumpable.
+std::string pid1_seizable_by_program(bool rootless, int runs) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+  if (sched_setaffinity(0, sizeof one, &one) != 0) return std::string("sched_setaffinity: ") + strerror(errno);
+  Workspace ws(rootless);
+  for (int i = 0; i < runs; ++i) {
+    auto s = run(spec_for(rootless, ws), [](int out) {
+      long r = ptrace(PTRACE_SEIZE, 1, nullptr, nullptr);
+      int err = errno;
+      say(out, "seize_pid1", r == 0 ? std::string("seized") : std::string(strerrorname_np(err)));
+      return 0;
+    });
+    std::string e = expect(s, {{"seize_pid1", "EPERM"}});
+    if (!e.empty()) return "run " + std::to_string(i + 1) + " of " + std::to_string(runs) + ": " + e;
+  }
+  return "";
+}
+
+Test(namespaces, rootless_pid1_is_out_of_the_programs_reach_from_its_first_instruction) {
+  CORRAL_SKIP_UNLESS_ROOTLESS_USERNS();
+  EXPECT_EMPTY(as_user(true, [] { return pid1_seizable_by_program(true, 250); }));
+}
+
+Test(namespaces, rootful_pid1_is_out_of_the_programs_reach_from_its_first_instruction) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  EXPECT_EMPTY(in_child(false, [] { return pid1_seizable_by_program(false, 100); }));
 }
 
 Test(namespaces, rootless_runs_a_dynamic_binary) {

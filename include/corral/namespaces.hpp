@@ -111,7 +111,8 @@ inline constexpr int kPid1SignalExitBase = 128;
 // and return 0 in it, with the signal mask it had on entry. In the original
 // process, become the namespace's init and never return: close every fd but
 // `report_fd`, drop all capabilities, turn non-dumpable (so the program,
-// same uid, cannot ptrace it), then reap every child (orphans included) and
+// same uid, cannot ptrace it), all before the program goes on (it waits on
+// a pipe for pid 1's word), then reap every child (orphans included) and
 // forward SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 to the program;
 // when the program ends, report and exit as described above. The kernel then
 // kills everything left in the namespace. Returns a positive errno only if
