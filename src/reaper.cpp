@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -144,6 +145,7 @@ std::size_t kill_unclaimed_children(const ReapFilter& is_kept, double max_second
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(max_seconds));
   std::size_t killed = 0;
+  std::vector<pid_t> signalled;
   // A round per generation: a killed process's children are ours once it
   // has died. A fork chain that outruns the rounds meets the deadline.
   for (;;) {
@@ -152,9 +154,15 @@ std::size_t kill_unclaimed_children(const ReapFilter& is_kept, double max_second
     std::vector<UniqueFd> dying;
     for (pid_t pid : children) {
       if (is_kept && is_kept(pid)) continue;
+      // Once per call: a child killed in an earlier round that is still
+      // listed is a zombie this wait may not reap (a clone child of ours,
+      // e.g. a guardian told to stop: its owner reaps it with __WALL), and
+      // waiting for it again would spin to the bound.
+      if (std::find(signalled.begin(), signalled.end(), pid) != signalled.end()) continue;
       UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
       if (!fd) continue;  // reaped meanwhile
       (void)::syscall(SYS_pidfd_send_signal, fd.get(), SIGKILL, nullptr, 0);
+      signalled.push_back(pid);
       dying.push_back(std::move(fd));
     }
     if (dying.empty()) return killed;
@@ -170,6 +178,36 @@ std::size_t kill_unclaimed_children(const ReapFilter& is_kept, double max_second
     }
     if (Clock::now() >= deadline) return killed;
   }
+}
+
+std::optional<std::uint64_t> process_start_ticks(pid_t pid) {
+  auto stat = detail::read_to_end("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return std::nullopt;
+  // "pid (comm) S ppid ...": comm may hold spaces and parentheses; the
+  // state is field 3, starttime field 22, so 19 words past the state.
+  auto close = stat->rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  const char* p = stat->data() + close + 1;
+  const char* end = stat->data() + stat->size();
+  for (int field = 3; field < 22; ++field) {
+    while (p < end && *p == ' ') ++p;
+    while (p < end && *p != ' ') ++p;
+  }
+  while (p < end && *p == ' ') ++p;
+  std::uint64_t ticks = 0;
+  if (std::from_chars(p, end, ticks).ec != std::errc()) return std::nullopt;
+  return ticks;
+}
+
+std::uint64_t boottime_ticks_now() {
+  static const long hz = [] {
+    long v = ::sysconf(_SC_CLK_TCK);
+    return v > 0 ? v : 100;
+  }();
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_BOOTTIME, &ts);
+  const std::uint64_t ns = static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+  return ns / (1000000000ull / static_cast<std::uint64_t>(hz));
 }
 
 }  // namespace corral

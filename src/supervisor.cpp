@@ -274,6 +274,7 @@ Expected<RunHandle> Supervisor::start(Request request, RunCallbacks callbacks) {
     return RunHandle(this, Impl::token(slot, run.gen));
   }
 
+  run.started_ticks = boottime_ticks_now();
   auto child = runner.spawn(run.prep, *s.spawner);
   if (!child) {
     // corral's own failure (pipe, clone3): nothing runs; undo.

@@ -115,6 +115,9 @@ struct Pipe {
 struct Run {
   std::uint32_t gen = 0;
   bool active = false;
+  // boottime_ticks_now() just before the spawn: every process of the run
+  // started at this tick or later (kill_leftovers_of_ended_runs).
+  std::uint64_t started_ticks = 0;
   std::size_t fd_weight = 0;  // fds_per_run(tier), counted in held_fds while active
   PreparedRun prep;
   RunCallbacks callbacks;
@@ -287,8 +290,23 @@ struct Supervisor::Impl {
   // SupervisorOptions::owns_every_child: every child that is neither a
   // run's leader nor the guardian, and all it leaves, is killed.
   void kill_leftover_children();
-  // A leader exited while other runs were in flight: its leftovers, if
-  // any, could not be told from theirs; killed once the loop is idle.
+  // A leader exited while other runs were in flight: what it left cannot be
+  // told from theirs by parentage, but by age it can. A child of ours born
+  // before every run still in flight started (/proc/PID/stat's start
+  // tick, below each run's started_ticks) descends from none of them: it
+  // is a leftover of a run that ended, and is killed here. So in a batch
+  // that never goes idle an escapee lives until the runs in flight at its
+  // birth have ended, not until the batch does. At most every
+  // kLeftoverScanSeconds (it lists our children).
+  void kill_leftovers_of_ended_runs();
+  // Kills, with all it leaves, every child of ours that is neither a run's
+  // leader, nor the guardian, nor spared, and started before `tick`
+  // (UINT64_MAX: whenever).
+  void kill_unknown_children_born_before(std::uint64_t tick);
+  static constexpr double kLeftoverScanSeconds = 0.1;
+  std::chrono::steady_clock::time_point next_leftover_scan{};
+  // Unknown children that only an idle loop can judge may be left (born
+  // when a run now in flight had started): killed once the loop is idle.
   bool leftovers_unchecked = false;
   std::unordered_set<pid_t> spared_children;  // Supervisor::spare_child
 

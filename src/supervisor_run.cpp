@@ -275,8 +275,12 @@ void Supervisor::Impl::on_leader_exit(std::uint32_t slot, Run& run) {
   // is the only run, every unknown child of ours is its; with others in
   // flight it cannot be told whose, and waits for the loop to go idle.
   if (options.owns_every_child && !(run.prep.uid_lease && run.prep.uid_lease->host_wide())) {
-    if (in_flight == 1) kill_leftover_children();
-    else leftovers_unchecked = true;
+    if (in_flight == 1) {
+      kill_leftover_children();
+    } else {
+      leftovers_unchecked = true;
+      kill_leftovers_of_ended_runs();
+    }
   }
   if (!run.out.eof || !run.err.eof) arm_timer(slot, run, TimerPhase::drain, options.drain_seconds);
 }
@@ -285,13 +289,33 @@ void Supervisor::Impl::kill_leftover_children() {
   if (!options.owns_every_child || !options.become_subreaper) return;
   leftovers_unchecked = false;
   if (no_children_of_runs()) return;
+  kill_unknown_children_born_before(UINT64_MAX);
+}
+
+void Supervisor::Impl::kill_leftovers_of_ended_runs() {
+  if (!options.owns_every_child || !options.become_subreaper) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_leftover_scan) return;
+  next_leftover_scan = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(kLeftoverScanSeconds));
+  std::uint64_t oldest = UINT64_MAX;
+  for (const auto& run : slots)
+    if (run && run->active && !run->exited) oldest = std::min(oldest, run->started_ticks);
+  kill_unknown_children_born_before(oldest);
+}
+
+void Supervisor::Impl::kill_unknown_children_born_before(std::uint64_t tick) {
   // Bounded: a process stuck in the kernel (D state) must not stall the
   // loop; one that outlasts the bound already has its SIGKILL, and dies
   // when the kernel lets it go.
   constexpr double kLeftoverKillSeconds = 0.5;
   (void)kill_unclaimed_children(
-      [this](pid_t pid) {
-        return by_pid.count(pid) > 0 || (guardian && pid == guardian->pid()) || spared_children.count(pid) > 0;
+      [this, tick](pid_t pid) {
+        if (by_pid.count(pid) > 0 || (guardian && pid == guardian->pid()) || spared_children.count(pid) > 0)
+          return true;
+        if (tick == UINT64_MAX) return false;  // no run in flight: every unknown child is a leftover
+        auto born = process_start_ticks(pid);
+        return !born || *born >= tick;  // gone, or maybe of a run in flight
       },
       kLeftoverKillSeconds);
 }

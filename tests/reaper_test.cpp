@@ -246,6 +246,60 @@ Test(reaper, an_owning_supervisor_kills_what_a_run_left_while_another_was_in_fli
   }
 }
 
+// A batch that never goes idle: the early run leaves a setsid escapee and
+// ends while a later run, started after the escapee was born, is still in
+// flight. The escapee descends from no run in flight then (it started
+// before all of them), so it goes at the early run's end, not when the
+// late run ends: checked while the late run is still running.
+Test(reaper, an_escapee_older_than_every_run_in_flight_dies_at_its_runs_end, .timeout = 60) {
+  corral_test::TempDir dir;
+  auto report = corral_test::run_in_child_reporting([&](int fd) {
+    corral::SupervisorOptions o;
+    o.owns_every_child = true;
+    auto sup = corral::Supervisor::create(o);
+    if (!sup) return 10;
+    auto submit = [&](std::string script) {
+      corral::Request r;
+      r.tier = corral::Tier::none;
+      r.argv = {"/bin/sh", "-c", std::move(script)};
+      return (*sup)->submit(std::move(r));
+    };
+    bool early_done = false;
+    corral::Request er;
+    er.tier = corral::Tier::none;
+    er.argv = {"/bin/sh", "-c",
+               "setsid sh -c 'echo $$ > " + (dir / "escapee") + "; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 0.5"};
+    corral::RunCallbacks cb;
+    cb.on_result = [&](const corral::Result&) { early_done = true; };
+    auto early = (*sup)->submit(std::move(er), std::move(cb));
+    if (!early) return 11;
+    early->detach();
+    // The late run starts well after the escapee (start times count in
+    // clock ticks, 10 ms).
+    for (int i = 0; i < 500 && corral_test::read_file(dir / "escapee").empty(); ++i) (void)(*sup)->run_once(0.01);
+    std::string text = corral_test::read_file(dir / "escapee");
+    pid_t escapee = text.empty() ? 0 : static_cast<pid_t>(std::stol(text));
+    for (int i = 0; i < 5; ++i) (void)(*sup)->run_once(0.01);
+    auto late = submit("sleep 5");
+    if (!late) return 12;
+    late->detach();
+    while (!early_done)
+      if (!(*sup)->run_once(-1)) return 13;
+    // The late run is still in flight here, for seconds yet.
+    for (int i = 0; i < 20 && escapee > 0 && corral_test::alive(escapee); ++i) (void)(*sup)->run_once(0.01);
+    const bool alive = escapee > 0 && corral_test::alive(escapee);
+    std::string line = "escapee=" + std::to_string(escapee) + "\nalive_while_another_run_is_in_flight=" +
+                       (alive ? "yes" : "no") + "\n";
+    if (write(fd, line.data(), line.size()) < 0) return 14;
+    if (alive) kill(escapee, SIGKILL);
+    (*sup)->close();
+    return 0;
+  });
+  cr_assert_eq(report.end.code, 0, "child exit %d: %s", report.end.code, report.output.c_str());
+  cr_assert(field(report.output, "escapee") != "0", "the escapee did not start");
+  expect_field(report, "alive_while_another_run_is_in_flight", "no");
+}
+
 // close() with runs still in flight: it kills them, and what they left
 // (a setsid escapee outside their group) goes too under owns_every_child,
 // though no leader exit and no idle loop ever looked for it.

@@ -11,7 +11,9 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "corral/status.hpp"
 
@@ -54,6 +56,15 @@ std::size_t reap_orphans(const ReapFilter& is_tracked = {});
 // every child is known: an unclaimed one is a leftover, never someone
 // else's (SupervisorOptions::owns_every_child).
 std::size_t kill_unclaimed_children(const ReapFilter& is_kept, double max_seconds);
+
+// When a process started, and now, on one clock: clock ticks
+// (sysconf(_SC_CLK_TCK), 100 a second on Linux) of CLOCK_BOOTTIME, rounded
+// down, which is what /proc/PID/stat's starttime counts (field 22).
+// Coarse, but enough to tell "born before that moment" for sure: a process
+// started at or after a moment read here has a start tick no lower than
+// that moment's. process_start_ticks is nullopt when the process is gone.
+std::optional<std::uint64_t> process_start_ticks(pid_t pid);
+std::uint64_t boottime_ticks_now();
 
 // True when no child of ours is one a wait without __WALL sees: no child at
 // all but clone children (an exit signal other than SIGCHLD at clone time),

@@ -52,8 +52,13 @@ struct SupervisorOptions {
   // it was told to spare (spare_child) can only be something a run left,
   // e.g. a setsid escapee of tier none reparented to us as the subreaper.
   // Such children, and all they leave, are killed when a run's leader
-  // exits while no other run is in flight (nothing else could own them),
-  // else once the supervisor goes idle, and at the latest by close(). Off
+  // exits while no other run is in flight (nothing else could own them);
+  // with others in flight, at a leader's exit (at most every 0.1 s) those
+  // that started before every run still in flight did (by
+  // /proc/PID/stat's start time: they descend from none of them), so an
+  // escapee in a busy batch outlives its run only until the runs in flight
+  // at its birth have ended; the rest once the supervisor goes idle, and
+  // at the latest by close(). Off
   // for a library caller, whose process may have children of its own;
   // needs become_subreaper.
   bool owns_every_child = false;
