@@ -681,3 +681,31 @@ Test(batch, a_nul_in_a_string_and_a_syntax_error_are_errors_naming_where) {
   cr_assert(field(by_id[""], "error").find("not valid JSON at byte 29") != std::string::npos, "%s",
             by_id[""].dump().c_str());
 }
+
+// What a job leaves behind does not live on while later jobs run: job A
+// leaves a setsid escapee and ends while job B, started after the escapee
+// was born (when X, a short job, made room at --parallel 2), still runs.
+// B looks for the escapee from inside the batch a second after A ended.
+Test(batch, a_jobs_escapee_is_gone_while_later_jobs_still_run) {
+  Base base;
+  TempDir scratch;
+  const std::string pid_file = scratch / "escapee";
+  std::string jobs =
+      job("a", {"sh", "-c",
+                "setsid sh -c 'echo $$ > " + pid_file + "; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 0.6"}) +
+      job("x", {"sleep", "0.2"}) +
+      job("b", {"sh", "-c",
+                "sleep 1.6; if kill -0 \"$(cat " + pid_file + ")\" 2>/dev/null; then echo alive; else echo gone; fi"});
+  corral_test::write_file(scratch / "jobs.jsonl", jobs);
+  Batch b({"--parallel", "2", scratch / "jobs.jsonl"}, 0, base.dir.path());
+  int rc = b.finish();
+  std::string text = corral_test::read_file(pid_file);
+  pid_t escapee = text.empty() ? 0 : static_cast<pid_t>(std::stol(text));
+  if (escapee > 0 && corral_test::alive(escapee)) kill(escapee, SIGKILL);
+  cr_assert_eq(rc, 0, "exit %d; stderr: %s", rc, b.err_text.c_str());
+  cr_assert(escapee > 0, "the escapee did not start");
+  std::map<std::string, json> by_id;
+  for (json& r : b.results())
+    if (r.contains("id") && r["id"].is_string()) by_id[r["id"].get<std::string>()] = r;
+  expect_field(by_id["b"], "stdout", "gone\n");
+}
