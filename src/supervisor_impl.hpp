@@ -297,8 +297,10 @@ struct Supervisor::Impl {
   // is a leftover of a run that ended, and is killed here. So in a batch
   // that never goes idle an escapee lives until the runs in flight at its
   // birth have ended, not until the batch does. At most every
-  // kLeftoverScanSeconds (it lists our children).
+  // kLeftoverScanSeconds (it lists our children): a leader exit that comes
+  // sooner leaves the scan owed, and the timer wheel does it when due.
   void kill_leftovers_of_ended_runs();
+  bool leftover_scan_owed = false;
   // Kills, with all it leaves, every child of ours that is neither a run's
   // leader, nor the guardian, nor spared, and started before `tick`
   // (UINT64_MAX: whenever).

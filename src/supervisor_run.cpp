@@ -295,7 +295,12 @@ void Supervisor::Impl::kill_leftover_children() {
 void Supervisor::Impl::kill_leftovers_of_ended_runs() {
   if (!options.owns_every_child || !options.become_subreaper) return;
   const auto now = std::chrono::steady_clock::now();
-  if (now < next_leftover_scan) return;
+  if (now < next_leftover_scan) {
+    leftover_scan_owed = true;
+    arm_wheel();
+    return;
+  }
+  leftover_scan_owed = false;
   next_leftover_scan = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                  std::chrono::duration<double>(kLeftoverScanSeconds));
   std::uint64_t oldest = UINT64_MAX;

@@ -85,8 +85,9 @@ void Supervisor::Impl::drop_timer(Run& run) {
 }
 
 void Supervisor::Impl::arm_wheel() {
-  if (timer_heap.empty()) return;
-  const auto due = slots[timer_heap.front()]->timer_due;
+  if (timer_heap.empty() && !leftover_scan_owed) return;
+  auto due = timer_heap.empty() ? next_leftover_scan : slots[timer_heap.front()]->timer_due;
+  if (leftover_scan_owed) due = std::min(due, next_leftover_scan);
   if (wheel_armed && due >= wheel_due) return;
   // The kernel reads wheel_ts when the SQE is submitted (at the end of
   // this submit or loop turn); a second arming before then only moves it
@@ -119,6 +120,7 @@ void Supervisor::Impl::on_wheel() {
     on_timer(slot, run, fired);  // may arm the run's next timer
     maybe_finish(slot, run);
   }
+  if (leftover_scan_owed && now >= next_leftover_scan) kill_leftovers_of_ended_runs();
   arm_wheel();
 }
 

@@ -250,7 +250,9 @@ Test(reaper, an_owning_supervisor_kills_what_a_run_left_while_another_was_in_fli
 // ends while a later run, started after the escapee was born, is still in
 // flight. The escapee descends from no run in flight then (it started
 // before all of them), so it goes at the early run's end, not when the
-// late run ends: checked while the late run is still running.
+// late run ends: checked while the late run is still running. A run that
+// ends just before the early one takes the scan's turn (one each 0.1 s),
+// so the early one's is owed, and the timer wheel must do it.
 Test(reaper, an_escapee_older_than_every_run_in_flight_dies_at_its_runs_end, .timeout = 60) {
   corral_test::TempDir dir;
   auto report = corral_test::run_in_child_reporting([&](int fd) {
@@ -272,8 +274,10 @@ Test(reaper, an_escapee_older_than_every_run_in_flight_dies_at_its_runs_end, .ti
     corral::RunCallbacks cb;
     cb.on_result = [&](const corral::Result&) { early_done = true; };
     auto early = (*sup)->submit(std::move(er), std::move(cb));
-    if (!early) return 11;
+    auto just_before = submit("sleep 0.45");
+    if (!early || !just_before) return 11;
     early->detach();
+    just_before->detach();
     // The late run starts well after the escapee (start times count in
     // clock ticks, 10 ms).
     for (int i = 0; i < 500 && corral_test::read_file(dir / "escapee").empty(); ++i) (void)(*sup)->run_once(0.01);

@@ -53,7 +53,7 @@ struct SupervisorOptions {
   // e.g. a setsid escapee of tier none reparented to us as the subreaper.
   // Such children, and all they leave, are killed when a run's leader
   // exits while no other run is in flight (nothing else could own them);
-  // with others in flight, at a leader's exit (at most every 0.1 s) those
+  // with others in flight, within 0.1 s of a leader's exit, those
   // that started before every run still in flight did (by
   // /proc/PID/stat's start time: they descend from none of them), so an
   // escapee in a busy batch outlives its run only until the runs in flight
