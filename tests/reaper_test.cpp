@@ -205,6 +205,38 @@ Test(reaper, nothing_to_reap_returns_zero) {
   cr_expect(r.end.exited && r.end.code == 0, "exit %d", r.end.code);
 }
 
+namespace {
+
+// A tier none run of `sh -c script` on `sup`.
+corral::Expected<corral::RunHandle> submit_sh(corral::Supervisor& sup, std::string script,
+                                              corral::RunCallbacks callbacks = {}) {
+  corral::Request r;
+  r.tier = corral::Tier::none;
+  r.argv = {"/bin/sh", "-c", std::move(script)};
+  return sup.submit(std::move(r), std::move(callbacks));
+}
+
+// A script that leaves a setsid escapee (it writes its pid to `pid_file`,
+// then sleeps 300 s), then runs `rest`.
+std::string leave_an_escapee(const std::string& pid_file, const std::string& rest) {
+  return "setsid sh -c 'echo $$ > " + pid_file + "; exec sleep 300' </dev/null >/dev/null 2>&1 & " + rest;
+}
+
+// Runs `sup`'s loop until the escapee has written its pid; 0 if it never does.
+pid_t wait_for_escapee(corral::Supervisor& sup, const std::string& pid_file) {
+  for (int i = 0; i < 500 && corral_test::read_file(pid_file).empty(); ++i) (void)sup.run_once(0.01);
+  std::string text = corral_test::read_file(pid_file);
+  return text.empty() ? 0 : static_cast<pid_t>(std::stol(text));
+}
+
+corral::Expected<std::unique_ptr<corral::Supervisor>> owning_supervisor() {
+  corral::SupervisorOptions o;
+  o.owns_every_child = true;
+  return corral::Supervisor::create(o);
+}
+
+}  // namespace
+
 // SupervisorOptions::owns_every_child with two runs in flight: the one that
 // ends first leaves a setsid escapee, which cannot be told from the other
 // run's processes then; it is killed by the time the supervisor is idle
@@ -218,16 +250,10 @@ Test(reaper, an_owning_supervisor_kills_what_a_run_left_while_another_was_in_fli
       o.owns_every_child = owns;
       auto sup = corral::Supervisor::create(o);
       if (!sup) return 10;
-      auto submit = [&](std::string script) {
-        corral::Request r;
-        r.tier = corral::Tier::none;
-        r.argv = {"/bin/sh", "-c", std::move(script)};
-        return (*sup)->submit(std::move(r));
-      };
       // Ends first, leaving an escapee that records its pid; the other
       // runs on meanwhile.
-      auto early = submit("setsid sh -c 'echo $$ > " + (dir / "escapee") + "; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 0.3");
-      auto late = submit("sleep 1.5");
+      auto early = submit_sh(**sup, leave_an_escapee(dir / "escapee", "sleep 0.3"));
+      auto late = submit_sh(**sup, "sleep 1.5");
       if (!early || !late) return 11;
       early->detach();
       late->detach();
@@ -256,35 +282,21 @@ Test(reaper, an_owning_supervisor_kills_what_a_run_left_while_another_was_in_fli
 Test(reaper, an_escapee_older_than_every_run_in_flight_dies_at_its_runs_end, .timeout = 60) {
   corral_test::TempDir dir;
   auto report = corral_test::run_in_child_reporting([&](int fd) {
-    corral::SupervisorOptions o;
-    o.owns_every_child = true;
-    auto sup = corral::Supervisor::create(o);
+    auto sup = owning_supervisor();
     if (!sup) return 10;
-    auto submit = [&](std::string script) {
-      corral::Request r;
-      r.tier = corral::Tier::none;
-      r.argv = {"/bin/sh", "-c", std::move(script)};
-      return (*sup)->submit(std::move(r));
-    };
     bool early_done = false;
-    corral::Request er;
-    er.tier = corral::Tier::none;
-    er.argv = {"/bin/sh", "-c",
-               "setsid sh -c 'echo $$ > " + (dir / "escapee") + "; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 0.5"};
     corral::RunCallbacks cb;
     cb.on_result = [&](const corral::Result&) { early_done = true; };
-    auto early = (*sup)->submit(std::move(er), std::move(cb));
-    auto just_before = submit("sleep 0.45");
+    auto early = submit_sh(**sup, leave_an_escapee(dir / "escapee", "sleep 0.5"), std::move(cb));
+    auto just_before = submit_sh(**sup, "sleep 0.45");
     if (!early || !just_before) return 11;
     early->detach();
     just_before->detach();
     // The late run starts well after the escapee (start times count in
     // clock ticks, 10 ms).
-    for (int i = 0; i < 500 && corral_test::read_file(dir / "escapee").empty(); ++i) (void)(*sup)->run_once(0.01);
-    std::string text = corral_test::read_file(dir / "escapee");
-    pid_t escapee = text.empty() ? 0 : static_cast<pid_t>(std::stol(text));
+    pid_t escapee = wait_for_escapee(**sup, dir / "escapee");
     for (int i = 0; i < 5; ++i) (void)(*sup)->run_once(0.01);
-    auto late = submit("sleep 5");
+    auto late = submit_sh(**sup, "sleep 5");
     if (!late) return 12;
     late->detach();
     while (!early_done)
@@ -310,20 +322,12 @@ Test(reaper, an_escapee_older_than_every_run_in_flight_dies_at_its_runs_end, .ti
 Test(reaper, an_owning_supervisor_closed_with_runs_in_flight_kills_what_they_left, .timeout = 60) {
   corral_test::TempDir dir;
   auto report = corral_test::run_in_child_reporting([&](int fd) {
-    corral::SupervisorOptions o;
-    o.owns_every_child = true;
-    auto sup = corral::Supervisor::create(o);
+    auto sup = owning_supervisor();
     if (!sup) return 10;
-    corral::Request r;
-    r.tier = corral::Tier::none;
-    r.argv = {"/bin/sh", "-c",
-              "setsid sh -c 'echo $$ > " + (dir / "escapee") + "; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 30"};
-    auto run = (*sup)->submit(std::move(r));
+    auto run = submit_sh(**sup, leave_an_escapee(dir / "escapee", "sleep 30"));
     if (!run) return 11;
     run->detach();
-    for (int i = 0; i < 500 && corral_test::read_file(dir / "escapee").empty(); ++i) (void)(*sup)->run_once(0.01);
-    std::string text = corral_test::read_file(dir / "escapee");
-    pid_t escapee = text.empty() ? 0 : static_cast<pid_t>(std::stol(text));
+    pid_t escapee = wait_for_escapee(**sup, dir / "escapee");
     (*sup)->close();
     bool alive = escapee > 0 && corral_test::alive(escapee);
     std::string line = "escapee=" + std::to_string(escapee) + "\nalive=" + (alive ? "yes" : "no") + "\n";
