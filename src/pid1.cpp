@@ -57,11 +57,12 @@ constexpr long kSigsetSize = 8;
 // it any process outside the domain. The program's /proc does not list
 // pid 1 (hidepid=ptraceable, mount_tree.cpp).
 //
-// All of it before the program is released (split_program_in_child): until
-// then pid 1 holds every capability of the user namespace, and where the
-// program's ids are pid 1's (rootless: the id switch changed no host id,
-// so nothing reset the dumpable flag) the program could seize it with
-// ptrace from its first instruction and use those capabilities.
+// All of it before the program is released (split_program_in_child). Where
+// the program's ids are pid 1's and nothing reset the dumpable flag
+// (rootless: the id switch changed no host id), a program running beside
+// it could seize it with ptrace: its first steps, which hold the same
+// capabilities, at once; an exec'd program without any, between pid 1's
+// capset and its PR_SET_DUMPABLE, and then write pid 1's report.
 // `keep_fd` (the release pipe) stays open with `report_fd`.
 void harden_pid1(int report_fd, int keep_fd, bool own_memory) noexcept {
   int lo = report_fd < keep_fd ? report_fd : keep_fd, hi = report_fd < keep_fd ? keep_fd : report_fd;
