@@ -67,6 +67,27 @@ bool children_from_task_lists(std::vector<pid_t>& out) {
   return found;
 }
 
+// Field `field` (1-based, as proc(5) counts them; 3 or later) of
+// /proc/PID/stat as a number; nullopt when the process is gone or the
+// field is not one. The comm (field 2) may hold spaces and parentheses:
+// the fields after it are counted from its last ')'.
+std::optional<std::uint64_t> stat_field(pid_t pid, int field) {
+  auto stat = detail::read_to_end("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return std::nullopt;
+  auto close = stat->rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  const char* p = stat->data() + close + 1;
+  const char* end = stat->data() + stat->size();
+  for (int f = 3; f < field; ++f) {
+    while (p < end && *p == ' ') ++p;
+    while (p < end && *p != ' ') ++p;
+  }
+  while (p < end && *p == ' ') ++p;
+  std::uint64_t value = 0;
+  if (std::from_chars(p, end, value).ec != std::errc()) return std::nullopt;
+  return value;
+}
+
 // Fallback without CONFIG_PROC_CHILDREN: every process whose stat names
 // us as parent. O(processes on the host), hence only a fallback.
 void children_from_proc_scan(std::vector<pid_t>& out) {
@@ -77,15 +98,8 @@ void children_from_proc_scan(std::vector<pid_t>& out) {
     char* end = nullptr;
     long pid = std::strtol(e->d_name, &end, 10);
     if (pid <= 0 || *end != '\0') continue;
-    auto stat = detail::read_to_end(std::string("/proc/") + e->d_name + "/stat");
-    if (!stat) continue;
-    // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
-    auto close = stat->rfind(')');
-    if (close == std::string::npos || close + 5 > stat->size()) continue;
-    const char* p = stat->data() + close + 4;  // past ") S "
-    long ppid = 0;
-    if (std::from_chars(p, stat->data() + stat->size(), ppid).ec == std::errc() && ppid == self)
-      out.push_back(static_cast<pid_t>(pid));
+    auto ppid = stat_field(static_cast<pid_t>(pid), 4);
+    if (ppid && *ppid == static_cast<std::uint64_t>(self)) out.push_back(static_cast<pid_t>(pid));
   }
   closedir(dir);
 }
@@ -180,24 +194,7 @@ std::size_t kill_unclaimed_children(const ReapFilter& is_kept, double max_second
   }
 }
 
-std::optional<std::uint64_t> process_start_ticks(pid_t pid) {
-  auto stat = detail::read_to_end("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return std::nullopt;
-  // "pid (comm) S ppid ...": comm may hold spaces and parentheses; the
-  // state is field 3, starttime field 22, so 19 words past the state.
-  auto close = stat->rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  const char* p = stat->data() + close + 1;
-  const char* end = stat->data() + stat->size();
-  for (int field = 3; field < 22; ++field) {
-    while (p < end && *p == ' ') ++p;
-    while (p < end && *p != ' ') ++p;
-  }
-  while (p < end && *p == ' ') ++p;
-  std::uint64_t ticks = 0;
-  if (std::from_chars(p, end, ticks).ec != std::errc()) return std::nullopt;
-  return ticks;
-}
+std::optional<std::uint64_t> process_start_ticks(pid_t pid) { return stat_field(pid, 22); }  // starttime
 
 std::uint64_t boottime_ticks_now() {
   static const long hz = [] {
