@@ -685,7 +685,9 @@ Test(batch, a_nul_in_a_string_and_a_syntax_error_are_errors_naming_where) {
 // What a job leaves behind does not live on while later jobs run: job A
 // leaves a setsid escapee and ends while job B, started after the escapee
 // was born (when X, a short job, made room at --parallel 2), still runs.
-// B looks for the escapee from inside the batch a second after A ended.
+// B looks for the escapee from inside the batch a second after A ended,
+// and the test from the host, once A's and X's result lines are out and
+// B's is not.
 Test(batch, a_jobs_escapee_is_gone_while_later_jobs_still_run) {
   Base base;
   TempDir scratch;
@@ -698,10 +700,19 @@ Test(batch, a_jobs_escapee_is_gone_while_later_jobs_still_run) {
                 "sleep 1.6; if kill -0 \"$(cat " + pid_file + ")\" 2>/dev/null; then echo alive; else echo gone; fi"});
   corral_test::write_file(scratch / "jobs.jsonl", jobs);
   Batch b({"--parallel", "2", scratch / "jobs.jsonl"}, 0, base.dir.path());
-  int rc = b.finish();
+  const bool two_ended = b.wait_lines(2, 10);
   std::string text = corral_test::read_file(pid_file);
   pid_t escapee = text.empty() ? 0 : static_cast<pid_t>(std::stol(text));
+  bool alive_seen_from_host = escapee > 0 && corral_test::alive(escapee);
+  for (int i = 0; i < 50 && alive_seen_from_host; ++i) {
+    usleep(10000);
+    alive_seen_from_host = corral_test::alive(escapee);
+  }
+  const std::size_t lines_then = b.lines();
+  int rc = b.finish();
   if (escapee > 0 && corral_test::alive(escapee)) kill(escapee, SIGKILL);
+  cr_assert(two_ended && lines_then == 2, "a and x should have ended, b not yet: %s", b.out_text.c_str());
+  cr_assert(!alive_seen_from_host, "the escapee %d is alive while job b runs (seen from the host)", escapee);
   cr_assert_eq(rc, 0, "exit %d; stderr: %s", rc, b.err_text.c_str());
   cr_assert(escapee > 0, "the escapee did not start");
   std::map<std::string, json> by_id;
