@@ -23,6 +23,7 @@
 #include "corral/process.hpp"
 #include "corral/syscalls.hpp"
 #include "corral/tier_limits.hpp"
+#include "corral/tier_runner.hpp"
 #include "corral/workspace.hpp"
 
 namespace corral {
@@ -130,17 +131,23 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   add("artifact_bytes", "supervisor", "per collected file");
   add("artifact_total_bytes", "supervisor", "all collected files");
   add("artifact_count", "supervisor", "more files refuse the collection");
-  if (mechanism(Limit::workspace_bytes) == LimitMechanism::tmpfs && container_workspace_on_tmpfs(h))
+  if (mechanism(Limit::workspace_bytes) == LimitMechanism::tmpfs && container && container_workspace_on_tmpfs(h))
     add("workspace_bytes", "hard",
         "the workspace is a tmpfs of this size (default " + std::to_string(kContainerWorkspaceBytes >> 20) +
             " MiB): a write past it fails with ENOSPC; its pages count against memory_bytes");
+  else if (mechanism(Limit::workspace_bytes) == LimitMechanism::tmpfs && process && process_workspace_tmpfs_possible(h))
+    add("workspace_bytes", "hard",
+        "when set, or with --confine-writes (default " + std::to_string(kContainerWorkspaceBytes >> 20) +
+            " MiB), the workspace is a tmpfs of this size, mounted over its directory in the run's own mount "
+            "namespace: a write past it fails with ENOSPC; otherwise a directory under " + h.workspace_base +
+            ", which every run shares");
   else
     add("workspace_bytes", "unsupported",
         std::string(container ? "a rootless run's workspace" : "the workspace") + " is a directory under " +
             h.workspace_base +
             (h.workspace_tmpfs ? " (a tmpfs shared by all runs: memory, not disk)" : " (not a tmpfs: disk)") +
             ": no per-run size limit, file_bytes caps each file (" +
-            (container ? "as root it is a tmpfs of its own)" : "tier container as root has one)"));
+            (container || process ? "as root it is a tmpfs of its own)" : "tiers process and container as root have one)"));
   if (mechanism(Limit::tmp_bytes) == LimitMechanism::tmpfs) {
     add("tmp_bytes", "hard",
         "/tmp is a tmpfs of this size (default 1 GiB, at most memory_bytes), and so is a --tmpfs "

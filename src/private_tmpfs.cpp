@@ -55,6 +55,18 @@ Expected<PrivateTmpfs> PrivateTmpfs::prepare(const std::string& target, std::uin
   return t;
 }
 
+Expected<PrivateTmpfs> PrivateTmpfs::adopt(const std::string& target, int mount_fd, std::uint64_t bytes) {
+  const std::string who = "private tmpfs for " + target;
+  if (target.empty() || target.front() != '/') return Error::invalid(who + ": not an absolute path");
+  PrivateTmpfs t;
+  t.target_ = target;
+  t.bytes_ = bytes;
+  t.holder_ = holding_mount(target);
+  t.mount_.reset(::fcntl(mount_fd, F_DUPFD_CLOEXEC, 0));
+  if (!t.mount_) return Error::from_errno(errno, who + ": dup its mount fd");
+  return t;
+}
+
 int attach_private_tmpfs_in_child(const PrivateTmpfs& tmpfs) noexcept {
   // Runs in the child between clone and exec: raw syscalls on prepared data.
   // Our namespace is a copy: a mount point that was shared there is a peer

@@ -109,6 +109,8 @@ int run_plan_in_child(void* p) noexcept {
 
   // Mounts before Landlock (a Landlock domain may not mount) and before
   // seccomp (the default profile denies the mount family); still root.
+  if (plan.private_workspace)
+    if (int e = attach_private_tmpfs_in_child(*plan.private_workspace)) return fail(SpawnStage::mounts, e);
   if (plan.private_shm)
     if (int e = attach_private_tmpfs_in_child(*plan.private_shm)) return fail(SpawnStage::mounts, e);
 

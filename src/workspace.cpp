@@ -162,9 +162,29 @@ Expected<Workspace> Workspace::create_tmpfs(const WorkspaceOptions& options) {
   Workspace ws;
   ws.owner_ = options.owner;
   ws.tmpfs_bytes_ = *options.tmpfs_bytes;
-  std::uint64_t bits = next_name_bits();
-  if (bits == 0 && ::getrandom(&bits, sizeof bits, 0) != sizeof bits) return errno_error("workspace: getrandom");
-  ws.name_ = "corral-" + hex64(bits);
+  ws.has_tmp_ = options.tmpfs_mount_point && options.make_tmp;
+  if (options.tmpfs_mount_point) {
+    // The mount point: root's, 0700, never chown'ed. The run reaches the
+    // tmpfs's root (its own) through it; on the host nobody else enters.
+    std::string base = options.base ? options.base->path() : default_base(options.base_dir);
+    const std::string who = "workspace: base directory " + quoted(base);
+    if (options.base) {
+      ws.shared_base_ = options.base;
+    } else {
+      ws.base_.reset(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (!ws.base_) return errno_error(who);
+    }
+    const std::string prefix = options.name_tag.empty() ? "corral-" : "corral-" + options.name_tag + "-";
+    auto name = make_unique_dir(ws.base_fd(), prefix.c_str(), 0700, who);
+    if (!name) return std::move(name).error();
+    ws.name_ = std::move(*name);
+    ws.path_ = join(base, ws.name_);
+    ws.mount_point_ = true;  // from here on an early return removes it
+  } else {
+    std::uint64_t bits = next_name_bits();
+    if (bits == 0 && ::getrandom(&bits, sizeof bits, 0) != sizeof bits) return errno_error("workspace: getrandom");
+    ws.name_ = "corral-" + hex64(bits);
+  }
   const std::string who = "workspace: tmpfs of " + std::to_string(ws.tmpfs_bytes_) + " bytes (workspace_bytes)";
   UniqueFd fs(static_cast<int>(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
   if (!fs) return errno_error(who + ": fsopen");
@@ -190,10 +210,13 @@ Expected<Workspace> Workspace::create_tmpfs(const WorkspaceOptions& options) {
   if (::fstat(ws.dir_.get(), &st) != 0) return errno_error(who + ": stat its root");
   ws.dev_ = st.st_dev;
   ws.ino_ = st.st_ino;
-  // HOME (tmp/ is for the process tiers, which never get a tmpfs).
-  if (::mkdirat(ws.dir_.get(), "home", 0700) != 0) return errno_error(who + ": create home");
-  if (ws.owner_ && ::fchownat(ws.dir_.get(), "home", ws.owner_->uid, ws.owner_->gid, AT_SYMLINK_NOFOLLOW) != 0)
-    return errno_error(who + ": chown home");
+  // HOME, and TMPDIR for tier process (a container has a /tmp of its own).
+  for (const char* sub : {"home", "tmp"}) {
+    if (!ws.has_tmp_ && std::strcmp(sub, "tmp") == 0) continue;
+    if (::mkdirat(ws.dir_.get(), sub, 0700) != 0) return errno_error(who + ": create " + sub);
+    if (ws.owner_ && ::fchownat(ws.dir_.get(), sub, ws.owner_->uid, ws.owner_->gid, AT_SYMLINK_NOFOLLOW) != 0)
+      return errno_error(who + ": chown " + sub);
+  }
   return ws;
 }
 
@@ -322,7 +345,8 @@ Workspace::Workspace(Workspace&& other) noexcept
       owner_(other.owner_),
       tmpfs_bytes_(other.tmpfs_bytes_),
       by_name_(other.by_name_),
-      has_tmp_(other.has_tmp_) {}
+      has_tmp_(other.has_tmp_),
+      mount_point_(std::exchange(other.mount_point_, false)) {}
 
 Workspace& Workspace::operator=(Workspace&& other) noexcept {
   if (this != &other) {
@@ -339,6 +363,7 @@ Workspace& Workspace::operator=(Workspace&& other) noexcept {
     tmpfs_bytes_ = other.tmpfs_bytes_;
     by_name_ = other.by_name_;
     has_tmp_ = other.has_tmp_;
+    mount_point_ = std::exchange(other.mount_point_, false);
   }
   return *this;
 }
@@ -370,6 +395,7 @@ Workspace::~Workspace() {
 
 Status Workspace::remove() {
   if (removed()) return {};
+  if (on_tmpfs() && !dir_) return remove_mount_point();  // its creation failed half-way
   if (released_ && by_name_ && remove_by_name()) return {};
   if (auto st = reacquire(); !st) return st;
   if (!on_tmpfs() && remove_if_empty()) return {};
@@ -384,7 +410,7 @@ Status Workspace::remove() {
     // Emptied, so its memory is back now even if a mount of it lingers; the
     // tmpfs itself goes with the last reference to it.
     dir_.reset();
-    return {};
+    return remove_mount_point();
   }
   // The owner uid may have renamed the root inside a sticky base: remove
   // the entry only if it is still our directory.
@@ -402,6 +428,19 @@ Status Workspace::remove() {
   base_.reset();
   shared_base_.reset();
   return result;
+}
+
+// The directory a tmpfs went over in the run's mount namespace. Nothing
+// was written to it; rmdir never follows a symlink and refuses anything
+// not empty, so a name someone swapped in loses nothing.
+Status Workspace::remove_mount_point() {
+  if (!mount_point_) return {};
+  if (::unlinkat(base_fd(), name_.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+    return errno_error("workspace: remove the tmpfs's mount point " + quoted(path_));
+  mount_point_ = false;
+  base_.reset();
+  shared_base_.reset();
+  return {};
 }
 
 // The common end of a run: the child left only the empty home/ and tmp/.

@@ -171,18 +171,28 @@ Test(container, enforcement_names_what_the_host_gives_the_tier) {
   cr_assert_eq(enforcement_summary(host(), Tier::os_process)["namespaces"], "unsupported");
 }
 
-// workspace_bytes binds only where the workspace is a tmpfs: tier
-// container as root. Elsewhere it is refused unless acknowledged, and then
-// the warning says it was not enforced.
-Test(container, workspace_bytes_is_hard_only_for_a_root_container_run) {
+// workspace_bytes binds only where the workspace can be a tmpfs: tiers
+// container and process as root (process with CAP_SYS_ADMIN, for its mount
+// namespace). Elsewhere it is refused unless acknowledged, and then the
+// warning says it was not enforced.
+Test(container, workspace_bytes_is_hard_only_for_root_container_and_process_runs) {
   HostFacts facts = host();
   facts.root = true;
+  facts.cap_sys_admin = true;
   cr_assert_eq(enforcement_summary(facts, Tier::container)["workspace_bytes"], "hard");
+  cr_assert_eq(enforcement_summary(facts, Tier::os_process)["workspace_bytes"], "hard");
   Request r;
   r.argv = {"true"};
   r.limits.set(Limit::workspace_bytes, 1 << 20);
+  r.tier = Tier::os_process;
+  std::vector<std::string> taken;
+  cr_assert(check_enforceable(facts, r, default_limits(), taken).ok());
+  for (const auto& w : taken) cr_assert(!contains(w, "workspace_bytes"), "%s", w.c_str());
+  HostFacts rootless = facts;
+  rootless.root = rootless.cap_sys_admin = false;
   for (Tier t : {Tier::none, Tier::os_process}) {
     r.tier = t;
+    if (t == Tier::os_process) facts = rootless;
     cr_assert_eq(enforcement_summary(facts, t)["workspace_bytes"], "unsupported");
     std::vector<std::string> warnings;
     auto st = check_enforceable(facts, r, default_limits(), warnings);

@@ -280,3 +280,70 @@ Test(process_tier, runs_in_a_row_drop_every_capability) {
   cr_expect_eq(corral_test::proc_status_field("thread-self", "CapAmb"), our_ambient);
   cr_expect_eq(corral_test::proc_status_field("thread-self", "CapBnd"), our_bounding);
 }
+
+// As root a sized workspace is a tmpfs of the run's own, over its
+// directory in a mount namespace of the run's own: a run cannot write past
+// workspace_bytes (HOME and TMPDIR are in it too), where before it shared
+// the base with every neighbour (corral's tmpfs, half of RAM) and
+// workspace_bytes was refused as unsupported. The directory goes with the
+// run.
+Test(process_tier, a_sized_workspace_is_a_tmpfs_a_run_cannot_write_past) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  Harness h;
+  Request r = req(Tier::os_process,
+                  {"/bin/sh", "-c",
+                   "pwd; stat -f -c '%T %b %S' .; "
+                   "dd if=/dev/zero of=\"$TMPDIR/a\" bs=1M count=3 2>/dev/null; echo tmp=$?; "
+                   "dd if=/dev/zero of=\"$HOME/b\" bs=1M count=3 2>/dev/null; echo home=$?; "
+                   "dd if=/dev/zero of=c bs=1M count=64 2>/dev/null; echo root=$?; "
+                   "du -sk . | cut -f1"});
+  r.limits.set(Limit::workspace_bytes, 8ull << 20);
+  Result res = h.run(r);
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  std::istringstream out(res.stdout_capture.text);
+  std::string dir, fs, blocks, block_size, tmp, home, root, kib;
+  out >> dir >> fs >> blocks >> block_size >> tmp >> home >> root >> kib;
+  cr_expect_eq(fs, "tmpfs", "%s", res.stdout_capture.text.c_str());
+  cr_expect_eq(std::stoull(blocks) * std::stoull(block_size), 8ull << 20, "%s", res.stdout_capture.text.c_str());
+  cr_expect_eq(tmp, "tmp=0", "%s", res.stdout_capture.text.c_str());
+  cr_expect_eq(home, "home=0", "%s", res.stdout_capture.text.c_str());
+  cr_expect_eq(root, "root=1", "a write past workspace_bytes went through: %s", res.stdout_capture.text.c_str());
+  cr_expect_leq(std::stoull(kib), 8192ull, "%s", res.stdout_capture.text.c_str());
+  cr_expect_eq(res.limits.get(Limit::workspace_bytes).value_or(0), 8ull << 20);
+  cr_expect_eq(res.enforcement["workspace_bytes"], "hard");
+  cr_expect_neq(access(dir.c_str(), F_OK), 0, "the workspace's directory %s outlived the run", dir.c_str());
+}
+
+// --confine-writes gives the run a mount namespace anyway: its workspace
+// is a tmpfs of the container's default size, Landlock lets it write
+// there (the rule names the tmpfs, not the directory it covers), and a
+// declared output is collected from it. An input larger than the size is
+// refused before anything runs, naming the limit.
+Test(process_tier, confined_writes_get_a_tmpfs_workspace_of_the_default_size) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  Harness h;
+  Request r = req(Tier::os_process, {"/bin/sh", "-c", "stat -f -c '%T %b %S' .; echo made > out.txt; echo x > \"$TMPDIR/t\" && echo tmp_ok"});
+  r.confine_writes = true;
+  r.outputs.push_back("out.txt");
+  Result res = h.run(r);
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", res.detail.c_str());
+  std::istringstream out(res.stdout_capture.text);
+  std::string fs, blocks, block_size, tmp_ok;
+  out >> fs >> blocks >> block_size >> tmp_ok;
+  cr_expect_eq(fs, "tmpfs", "%s", res.stdout_capture.text.c_str());
+  cr_expect_eq(std::stoull(blocks) * std::stoull(block_size), 1ull << 30, "%s", res.stdout_capture.text.c_str());
+  cr_expect_eq(tmp_ok, "tmp_ok", "%s", res.stdout_capture.text.c_str());
+  cr_assert_eq(res.artifacts.size(), 1u, "%s", res.detail.c_str());
+  cr_expect_eq(res.artifacts[0].bytes, 5u);
+
+  Request sized = req(Tier::os_process, {"/bin/true"});
+  sized.limits.set(Limit::workspace_bytes, 65536);
+  Input big;
+  big.name = "big.bin";
+  big.bytes = std::string(100000, 'x');
+  sized.inputs.push_back(big);
+  auto refused = h.sup->run(sized);
+  std::string why = refused.ok() ? refused->detail : refused.error().message();
+  cr_assert(!refused.ok() || refused->outcome != Outcome::exited, "a 100000-byte input went into 65536 bytes");
+  cr_expect(corral_test::contains(why, "workspace_bytes=65536") && corral_test::contains(why, "big.bin"), "%s", why.c_str());
+}

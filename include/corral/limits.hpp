@@ -32,7 +32,7 @@ enum class Limit : std::uint8_t {
                          // whole collection when a run goes over it (one note)
   artifact_total_bytes,  // all collected outputs together
   artifact_count,        // number of collected outputs
-  workspace_bytes,       // `container` as root: the size of the run's tmpfs workspace
+  workspace_bytes,       // as root: the size of the run's tmpfs workspace (container; process when set)
   tmp_bytes,             // `container`: the size of its /tmp tmpfs (and of a --tmpfs without a size)
   shm_bytes,             // `container`: the size of its /dev/shm tmpfs
 };

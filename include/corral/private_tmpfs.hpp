@@ -1,5 +1,6 @@
 // private_tmpfs: a tmpfs of one run's own mounted over a host path (the
-// process tier's /dev/shm under --confine-writes) in the run's mount
+// process tier's /dev/shm under --confine-writes, its workspace as root
+// when sized: process_runner.cpp) in the run's mount
 // namespace, so what the run writes there is neither the host's nor any
 // other run's, and dies with the run.
 //
@@ -32,6 +33,11 @@ class PrivateTmpfs {
   // go over `target` (an absolute path to a directory). Errors name the
   // call: "private tmpfs for /dev/shm: fsopen: Operation not permitted".
   static Expected<PrivateTmpfs> prepare(const std::string& target, std::uint64_t bytes);
+  // Parent: a detached tmpfs made elsewhere (`mount_fd`, an fsmount fd: a
+  // run's tmpfs workspace, WorkspaceOptions::tmpfs_mount_point), to go over
+  // `target`, its mount point. Holds a dup of mount_fd (closed with the
+  // plan); the owner keeps its own to stage and collect through.
+  static Expected<PrivateTmpfs> adopt(const std::string& target, int mount_fd, std::uint64_t bytes);
 
   PrivateTmpfs(PrivateTmpfs&&) noexcept = default;
   PrivateTmpfs& operator=(PrivateTmpfs&&) noexcept = default;

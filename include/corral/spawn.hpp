@@ -78,13 +78,16 @@ struct ChildPlan {
   // The vfork path only; the container path takes no notifying filter.
   std::shared_ptr<const SeccompProgram> seccomp_fallback;
   // CLONE_NEW* flags the vfork path's clone3 adds (tier process as root:
-  // CLONE_NEWIPC; CLONE_NEWNS with private_shm). The container path builds
+  // CLONE_NEWIPC; CLONE_NEWNS with private_workspace or private_shm). The container path builds
   // its namespaces itself.
   std::uint64_t clone_namespaces = 0;
   // Tier process as root with confined writes: a tmpfs of the run's own
   // attached over /dev/shm in the run's mount namespace (CLONE_NEWNS), first
   // thing after setsid. Its fd closes with the plan, after the spawn.
   std::optional<PrivateTmpfs> private_shm;
+  // Tier process as root with a sized workspace: the workspace's tmpfs
+  // attached over its directory, before private_shm (same namespace).
+  std::optional<PrivateTmpfs> private_workspace;
 
   // Filled by finalize(): the pointer arrays into the storage above.
   std::vector<char*> argv;

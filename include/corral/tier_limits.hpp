@@ -37,7 +37,8 @@ std::string_view to_string(LimitMechanism mechanism);
 // process_count are the run's cgroup (one ceiling over the tree; RLIMIT_AS
 // would make an OOM the program's own MemoryError and say nothing, and
 // RLIMIT_NPROC counts per uid in each user namespace); workspace_bytes,
-// tmp_bytes and shm_bytes size its tmpfs mounts. The supervisor's limits
+// tmp_bytes and shm_bytes size its tmpfs mounts. workspace_bytes sizes
+// tier process's tmpfs workspace too (as root: tier_runner.hpp). The supervisor's limits
 // are the supervisor's everywhere.
 constexpr LimitMechanism limit_mechanism(Limit limit, Tier tier) {
   const bool container = tier == Tier::container;
@@ -49,7 +50,8 @@ constexpr LimitMechanism limit_mechanism(Limit limit, Tier tier) {
     case Limit::file_bytes:
     case Limit::open_files:
       return LimitMechanism::rlimit;
-    case Limit::workspace_bytes:  // container as root; rootless it is a directory (container.hpp)
+    case Limit::workspace_bytes:  // as root; rootless it is a directory (container.hpp, tier_runner.hpp)
+      return tier == Tier::none ? LimitMechanism::none : LimitMechanism::tmpfs;
     case Limit::tmp_bytes:
     case Limit::shm_bytes:
       return container ? LimitMechanism::tmpfs : LimitMechanism::none;

@@ -126,6 +126,11 @@ class TierRunner {
 // The runner of a tier (process_runner.cpp, container_runner.cpp).
 const TierRunner& tier_runner(Tier tier);
 const TierRunner& process_runner();
+// Whether tier process can give a run a tmpfs workspace of its own on this
+// host (fsopen, and the mount namespace it goes over the workspace's
+// directory in, need CAP_SYS_ADMIN: root). When it does is the process
+// runner's (process_runner.cpp: workspace_bytes set, or --confine-writes).
+bool process_workspace_tmpfs_possible(const HostFacts& host);
 const TierRunner& container_runner();
 
 // --- shared by the runners (tier_runner.cpp) ---

@@ -102,6 +102,13 @@ struct WorkspaceOptions {
   // frees it once the workspace's fd and the last mount of it are gone, so
   // a killed supervisor leaves none behind. The base is not used.
   std::optional<std::uint64_t> tmpfs_bytes = std::nullopt;
+  // With tmpfs_bytes: also an empty directory under the base (named as a
+  // directory workspace is, WorkspaceOptions::name_tag too) for the tmpfs
+  // to go over in the run's own mount namespace (tier process:
+  // PrivateTmpfs::over_workspace). path(), home() and tmp() then name where
+  // the run sees it. Nothing is ever written to that directory; remove()
+  // removes it. The tmpfs gets tmp/ as well when make_tmp says so.
+  bool tmpfs_mount_point = false;
   // Make the tree and remove it by its name below `base`, holding no fd of
   // it in between: the workspace starts released (dirfd() is -1 until
   // reacquire(), which staging calls itself) and remove() takes the empty
@@ -133,7 +140,8 @@ class Workspace {
   ~Workspace();
 
   // As created; "" for a tmpfs workspace (WorkspaceOptions::tmpfs_bytes),
-  // which has no path on the host.
+  // which has no path on the host, unless it has a mount point there
+  // (WorkspaceOptions::tmpfs_mount_point).
   const std::string& path() const noexcept { return path_; }
   bool on_tmpfs() const noexcept { return tmpfs_bytes_ > 0; }
   std::uint64_t tmpfs_bytes() const noexcept { return tmpfs_bytes_; }
@@ -142,7 +150,7 @@ class Workspace {
   // O_PATH|O_DIRECTORY|O_CLOEXEC fd of the root; owned by the workspace.
   // -1 while released (WorkspaceOptions::by_name: from the start).
   int dirfd() const noexcept { return dir_.get(); }
-  bool removed() const noexcept { return !dir_.valid() && !released_; }
+  bool removed() const noexcept { return !dir_.valid() && !released_ && !mount_point_; }
 
   // While the child runs nothing needs the workspace: close the root fd, so
   // a supervised run holds only its pidfd and pipes. Needs a shared
@@ -205,6 +213,7 @@ class Workspace {
  private:
   bool remove_if_empty();  // remove()'s fast path: an emptied root goes without the walk
   bool remove_by_name();   // the same for a released workspace, by name (by_name)
+  Status remove_mount_point();  // a tmpfs's directory on the host (tmpfs_mount_point)
   static Expected<Workspace> create_by_name(const WorkspaceOptions& options, const std::string& prefix);
   Workspace() = default;
 
@@ -237,6 +246,7 @@ class Workspace {
   std::uint64_t tmpfs_bytes_ = 0;  // > 0: a tmpfs of this size, dir_ its fsmount fd
   bool by_name_ = false;           // made by name (WorkspaceOptions::by_name)
   bool has_tmp_ = true;            // tmp/ was made (WorkspaceOptions::make_tmp)
+  bool mount_point_ = false;       // a tmpfs's directory name_ under the base (tmpfs_mount_point)
 };
 
 }  // namespace corral
