@@ -12,7 +12,6 @@
 #include <charconv>
 
 #include "corral/capabilities.hpp"
-#include "corral/container.hpp"
 #include "corral/landlock.hpp"
 #include "corral/private_tmpfs.hpp"
 #include "corral/tier_limits.hpp"
@@ -212,7 +211,7 @@ class ProcessRunner final : public TierRunner {
     const Request& req = run.request;
     if (req.tier == Tier::os_process && process_workspace_tmpfs_possible(host) &&
         (run.limits.has(Limit::workspace_bytes) || req.confine_writes)) {
-      if (!run.limits.has(Limit::workspace_bytes)) run.limits.set(Limit::workspace_bytes, kContainerWorkspaceBytes);
+      if (!run.limits.has(Limit::workspace_bytes)) run.limits.set(Limit::workspace_bytes, kDefaultWorkspaceBytes);
       opts.tmpfs_bytes = run.limits.get(Limit::workspace_bytes);
       opts.tmpfs_mount_point = true;
     }

@@ -63,7 +63,7 @@ inline constexpr std::string_view kContainerWorkspace = "/workspace";
 // host directory has none), and no disk work per run. Its pages count
 // against memory_bytes. Work that needs more (a big tree) binds a host
 // directory with --bind or --cwd.
-inline constexpr std::uint64_t kContainerWorkspaceBytes = 1ull << 30;
+inline constexpr std::uint64_t kContainerWorkspaceBytes = kDefaultWorkspaceBytes;
 // Where that holds: fsopen of a tmpfs needs CAP_SYS_ADMIN, so as root.
 // Rootless, the workspace is a directory under the base.
 bool container_workspace_on_tmpfs(const HostFacts& host);

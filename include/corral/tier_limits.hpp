@@ -20,6 +20,10 @@ namespace corral {
 // of its own (a container's, tier process's private /dev/shm): 256 MiB (at
 // 16 MiB a 64 MiB shared-memory segment died of SIGBUS, see README).
 inline constexpr std::uint64_t kDefaultShmBytes = 256ull << 20;
+// A tmpfs workspace's size unless workspace_bytes says, in every tier that
+// gives a run one (container as root; process as root with --confine-writes):
+// 1 GiB (container.hpp, kContainerWorkspaceBytes).
+inline constexpr std::uint64_t kDefaultWorkspaceBytes = 1ull << 30;
 
 enum class LimitMechanism : std::uint8_t {
   rlimit,      // set in the child: LimitInfo::rlimit_resource (rlimits.hpp)
