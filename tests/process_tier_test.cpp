@@ -312,6 +312,9 @@ Test(process_tier, a_sized_workspace_is_a_tmpfs_a_run_cannot_write_past) {
   cr_expect_eq(res.limits.get(Limit::workspace_bytes).value_or(0), 8ull << 20);
   cr_expect_eq(res.enforcement["workspace_bytes"], "hard");
   cr_expect_neq(access(dir.c_str(), F_OK), 0, "the workspace's directory %s outlived the run", dir.c_str());
+  // The mount was the run's namespace's only: none reached ours.
+  cr_expect(!corral_test::contains(corral_test::read_file("/proc/self/mountinfo"), dir), "%s is mounted on the host",
+            dir.c_str());
 }
 
 // --confine-writes gives the run a mount namespace anyway: its workspace
