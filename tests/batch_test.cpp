@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -364,11 +365,11 @@ struct Measured {
   std::string out, err;
 };
 
-Measured measure_batch(const std::vector<std::string>& args, const std::string& tmpdir) {
-  TempDir capture;
-  std::string out_path = capture / "out", err_path = capture / "err";
+// `corral batch ARGS` started with its results into out_path (a regular
+// file) and its stderr into err_path; its pid (-1: fork failed).
+pid_t start_batch(const std::vector<std::string>& args, const std::string& tmpdir, const std::string& out_path,
+                  const std::string& err_path) {
   pid_t pid = fork();
-  cr_assert_geq(pid, 0);
   if (pid == 0) {
     int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -384,6 +385,14 @@ Measured measure_batch(const std::vector<std::string>& args, const std::string& 
     execv(bin.c_str(), argv.data());
     _exit(127);
   }
+  return pid;
+}
+
+Measured measure_batch(const std::vector<std::string>& args, const std::string& tmpdir) {
+  TempDir capture;
+  std::string out_path = capture / "out", err_path = capture / "err";
+  pid_t pid = start_batch(args, tmpdir, out_path, err_path);
+  cr_assert_geq(pid, 0);
   Measured m;
   int status = 0;
   struct rusage ru {};
@@ -444,6 +453,52 @@ Test(batch, a_100_mb_line_is_read_in_linear_time) {
   }
   cr_assert_lt(cpu[1], 20.0, "a 100 MB line cost %.2fs of CPU", cpu[1]);
   cr_assert_lt(cpu[1], 25 * cpu[0] + 1.0, "10 MB: %.2fs of CPU, 100 MB: %.2fs: not linear", cpu[0], cpu[1]);
+}
+
+// Result lines went out a piece per ring write, and a write's completion
+// comes back a loop turn later (into a file, from a worker thread): under
+// --parallel 64 they queued faster than they were written, so a batch's
+// memory grew with its length (here 3,000 jobs 11 MB, 30,000 48 MB, until
+// the queue's high water stopped the intake of jobs). A write now carries
+// all that is queued: 4,000 jobs hold what 400 do.
+Test(batch, results_into_a_file_do_not_pile_up_as_the_batch_grows) {
+  Base base;
+  TempDir scratch;
+  const int jobs[2] = {400, 4000};
+  for (int i = 0; i < 2; ++i) {
+    std::ofstream f(scratch / ("jobs" + std::to_string(i)));
+    for (int k = 0; k < jobs[i]; ++k) f << job("j" + std::to_string(k), {"/bin/true"});
+  }
+  // Both batches from one process forked now: a child's ru_maxrss counts
+  // the pages it had before its exec (the forking process's), and this
+  // test process grows as it goes.
+  auto rep = corral_test::run_in_child_reporting([&](int report) {
+    std::string said;
+    for (int i = 0; i < 2; ++i) {
+      const std::string n = std::to_string(i);
+      pid_t pid = start_batch({"--parallel", "64", scratch / ("jobs" + n)}, base.dir.path(), scratch / ("out" + n),
+                              scratch / ("err" + n));
+      int status = 0;
+      struct rusage ru {};
+      if (pid < 0 || wait4(pid, &status, 0, &ru) != pid) return 2;
+      said += std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + " " + std::to_string(ru.ru_maxrss) + " ";
+    }
+    return write(report, said.data(), said.size()) == static_cast<ssize_t>(said.size()) ? 0 : 3;
+  });
+  cr_assert(rep.end.exited && rep.end.code == 0, "the launcher failed");
+  std::istringstream in(rep.output);
+  int code[2] = {-1, -1};
+  long rss[2] = {0, 0};
+  in >> code[0] >> rss[0] >> code[1] >> rss[1];
+  for (int i = 0; i < 2; ++i) {
+    const std::string n = std::to_string(i);
+    cr_assert_eq(code[i], 0, "%d jobs: exit %d: %s", jobs[i], code[i], corral_test::read_file(scratch / ("err" + n)).c_str());
+    std::ifstream out(scratch / ("out" + n));
+    std::size_t lines = 0;
+    for (std::string line; std::getline(out, line);) lines += json::parse(line).value("outcome", "") == "exited";
+    cr_assert_eq(lines, static_cast<std::size_t>(jobs[i]));
+  }
+  cr_expect_leq(rss[1], rss[0] + 2048, "400 jobs: %ld KiB at most, 4000 jobs: %ld KiB", rss[0], rss[1]);
 }
 
 // A line over --max-line-bytes is an error result naming its line number

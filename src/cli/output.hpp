@@ -65,6 +65,7 @@ class RingWriter {
   std::uint64_t lost() const { return lost_; }
   // Bytes written so far (all of what write() was given, once flushed).
   std::uint64_t written() const { return written_; }
+
   // Called when queued() falls below half the high water after being over.
   std::function<void()> on_drained;
   // Turn the loop until everything queued is written, a write failed, or
@@ -88,9 +89,14 @@ class RingWriter {
   std::deque<Chunk> chunks_;
   // The front chunk written: its next part, or the next chunk.
   void advance();
-  std::size_t offset_ = 0;  // of chunks_.front() already written
+  std::size_t offset_ = 0;  // of chunks_.front() already written or gathered
+  // What the ring writes: pieces gathered from the chunks (kick()), or the
+  // front chunk itself (from_front_: a big piece, uncopied).
+  std::string gathered_;
+  std::size_t gathered_at_ = 0;  // of gathered_ already written
+  bool from_front_ = false;
   std::size_t queued_ = 0;
-  bool in_flight_ = false;  // chunks_.front() is being written
+  bool in_flight_ = false;  // a write is in the ring
   bool was_over_ = false;
   int error_ = 0;
   std::uint64_t lost_ = 0;
