@@ -20,6 +20,14 @@
 namespace corral {
 namespace {
 
+// Whether a tier process run as root gets a tmpfs workspace of its own
+// (ProcessRunner::workspace): it sized it, or it confines its writes.
+// run.limits is the request's merged over defaults that leave
+// workspace_bytes unset, so the request alone answers.
+bool asks_tmpfs_workspace(const Request& req) {
+  return req.confine_writes || req.limits.has(Limit::workspace_bytes);
+}
+
 // The fds a run holds while its child runs: the pidfd and the stdout and
 // stderr read ends. The workspace holds none (its root fd is released after
 // the spawn and reopened for collection; the base fd is shared), the plan's
@@ -209,8 +217,7 @@ class ProcessRunner final : public TierRunner {
   Status workspace(PreparedRun& run, const HostFacts& host, RunContext&, WorkspaceOptions opts) const override {
     opts.make_tmp = true;  // TMPDIR
     const Request& req = run.request;
-    if (req.tier == Tier::os_process && process_workspace_tmpfs_possible(host) &&
-        (run.limits.has(Limit::workspace_bytes) || req.confine_writes)) {
+    if (req.tier == Tier::os_process && process_workspace_tmpfs_possible(host) && asks_tmpfs_workspace(req)) {
       if (!run.limits.has(Limit::workspace_bytes)) run.limits.set(Limit::workspace_bytes, kDefaultWorkspaceBytes);
       opts.tmpfs_bytes = run.limits.get(Limit::workspace_bytes);
       opts.tmpfs_mount_point = true;
@@ -320,8 +327,7 @@ class ProcessRunner final : public TierRunner {
     if (req.tier != Tier::os_process) return kFdsPerProcessRun;
     // A tmpfs workspace (as root, when sized or --confine-writes) keeps its
     // fd: it has no name to be found again by.
-    const bool tmpfs = req.confine_writes || req.limits.has(Limit::workspace_bytes);
-    return kFdsPerProcessRun + 2 + (tmpfs ? 1 : 0) + (req.net == NetworkAccess::none ? 1 : 0);
+    return kFdsPerProcessRun + 2 + (asks_tmpfs_workspace(req) ? 1 : 0) + (req.net == NetworkAccess::none ? 1 : 0);
   }
 
   Expected<Spawner::Child> spawn(PreparedRun& run, Spawner& spawner) const override {

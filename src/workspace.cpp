@@ -83,6 +83,11 @@ Expected<std::string> make_unique_dir(int parent, const char* prefix, mode_t mod
   }
 }
 
+// "corral-", or "corral-<tag>-" (WorkspaceOptions::name_tag).
+std::string name_prefix(const WorkspaceOptions& options) {
+  return options.name_tag.empty() ? "corral-" : "corral-" + options.name_tag + "-";
+}
+
 std::string join(const std::string& dir, const std::string& name) {
   return dir + (!dir.empty() && dir.back() == '/' ? "" : "/") + name;
 }
@@ -166,19 +171,7 @@ Expected<Workspace> Workspace::create_tmpfs(const WorkspaceOptions& options) {
   if (options.tmpfs_mount_point) {
     // The mount point: root's, 0700, never chown'ed. The run reaches the
     // tmpfs's root (its own) through it; on the host nobody else enters.
-    std::string base = options.base ? options.base->path() : default_base(options.base_dir);
-    const std::string who = "workspace: base directory " + quoted(base);
-    if (options.base) {
-      ws.shared_base_ = options.base;
-    } else {
-      ws.base_.reset(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-      if (!ws.base_) return errno_error(who);
-    }
-    const std::string prefix = options.name_tag.empty() ? "corral-" : "corral-" + options.name_tag + "-";
-    auto name = make_unique_dir(ws.base_fd(), prefix.c_str(), 0700, who);
-    if (!name) return std::move(name).error();
-    ws.name_ = std::move(*name);
-    ws.path_ = join(base, ws.name_);
+    if (auto st = ws.make_dir_in_base(options); !st) return std::move(st).error();
     ws.mount_point_ = true;  // from here on an early return removes it
   } else {
     std::uint64_t bits = next_name_bits();
@@ -228,28 +221,34 @@ Status Workspace::explain_full(Status st) const {
                            std::to_string(tmpfs_bytes_) + ")");
 }
 
+// A fresh corral-[<tag>-]<16 hex> directory (0700) in the options' base:
+// the base held (shared, or opened for this workspace), name_ and path_ set.
+Status Workspace::make_dir_in_base(const WorkspaceOptions& options) {
+  const std::string base = options.base ? options.base->path() : default_base(options.base_dir);
+  const std::string who = "workspace: base directory " + quoted(base);
+  if (options.base) {
+    shared_base_ = options.base;
+  } else {
+    base_.reset(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!base_) return errno_error(who);
+  }
+  auto name = make_unique_dir(base_fd(), name_prefix(options).c_str(), 0700, who);
+  if (!name) return std::move(name).error();
+  name_ = std::move(*name);
+  path_ = join(base, name_);
+  return {};
+}
+
 Expected<Workspace> Workspace::create(const WorkspaceOptions& options) {
   if (options.tmpfs_bytes) {
     if (*options.tmpfs_bytes == 0) return Error::invalid("workspace: a tmpfs workspace needs a size above 0");
     return create_tmpfs(options);
   }
-  const std::string prefix = options.name_tag.empty() ? "corral-" : "corral-" + options.name_tag + "-";
-  if (options.by_name && options.base) return create_by_name(options, prefix);
-  std::string base = options.base ? options.base->path() : default_base(options.base_dir);
-  std::string who = "workspace: base directory " + quoted(base);
+  if (options.by_name && options.base) return create_by_name(options, name_prefix(options));
   Workspace ws;
   ws.owner_ = options.owner;
   ws.has_tmp_ = options.make_tmp;
-  if (options.base) {
-    ws.shared_base_ = options.base;
-  } else {
-    ws.base_.reset(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!ws.base_) return errno_error(who);
-  }
-  auto name = make_unique_dir(ws.base_fd(), prefix.c_str(), 0700, who);
-  if (!name) return std::move(name).error();
-  ws.name_ = std::move(*name);
-  ws.path_ = join(base, ws.name_);
+  if (auto st = ws.make_dir_in_base(options); !st) return std::move(st).error();
   // From here on `ws` owns the directory: an early return removes it.
   ws.dir_.reset(::openat(ws.base_fd(), ws.name_.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st {};

@@ -219,6 +219,7 @@ class Workspace {
 
   int base_fd() const noexcept { return shared_base_ ? shared_base_->fd() : base_.get(); }
   static Expected<Workspace> create_tmpfs(const WorkspaceOptions& options);
+  Status make_dir_in_base(const WorkspaceOptions& options);  // base_/shared_base_, name_, path_
   // For messages: the quoted path, or "tmpfs workspace <name>".
   std::string label() const;
   Status explain_full(Status st) const;
