@@ -4,6 +4,7 @@
 // side by side, and for runs one after another (those the supervisor clones
 // from its spawn thread: spawn_thread.hpp). Helpers from
 // tests/helpers/hostile.c.
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <mqueue.h>
@@ -349,4 +350,44 @@ Test(process_tier, confined_writes_get_a_tmpfs_workspace_of_the_default_size) {
   std::string why = refused.ok() ? refused->detail : refused.error().message();
   cr_assert(!refused.ok() || refused->outcome != Outcome::exited, "a 100000-byte input went into 65536 bytes");
   cr_expect(corral_test::contains(why, "workspace_bytes=65536") && corral_test::contains(why, "big.bin"), "%s", why.c_str());
+}
+
+// From the host, while a sized run is in flight: what it wrote into its
+// workspace is not in the directory the host (and every neighbour) sees at
+// that path, and the host's mount table has no mount there. On the old
+// code the gate refused the run; acknowledged, its file sat in the shared
+// base.
+Test(process_tier, a_sized_workspace_is_out_of_the_hosts_sight_while_it_runs) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  Harness h;
+  TempDir meet;
+  chmod(meet.path().c_str(), 0777);
+  Request r = req(Tier::os_process, {"/bin/sh", "-c",
+                                     "dd if=/dev/zero of=mine bs=1M count=6 2>/dev/null && pwd > \"$0/where.tmp\" && "
+                                     "mv \"$0/where.tmp\" \"$0/where\" && sleep 5",
+                                     meet.path()});
+  r.limits.set(Limit::workspace_bytes, 8ull << 20);
+  Result res;
+  RunCallbacks cb;
+  cb.on_result = [&](const Result& got) { res = got; };
+  auto handle = h.sup->submit(std::move(r), std::move(cb));
+  cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+  const std::string where = meet / "where";
+  auto t0 = std::chrono::steady_clock::now();
+  while (access(where.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+    cr_assert(h.sup->run_once(0.01).ok());
+  std::string dir = corral_test::read_file(where);
+  if (!dir.empty() && dir.back() == '\n') dir.pop_back();
+  cr_assert(!dir.empty(), "the run never said where its workspace is: %s", res.detail.c_str());
+  // The host's view of that directory, and of its mounts, with the run alive.
+  std::size_t entries = 0;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) entries += std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..");
+    closedir(d);
+  }
+  const bool mounted_here = corral_test::contains(corral_test::read_file("/proc/self/mountinfo"), " " + dir + " ");
+  handle->cancel();
+  cr_assert(h.sup->run_until_idle().ok());
+  cr_expect_eq(entries, 0u, "the host sees %zu entries in %s while the run is in flight", entries, dir.c_str());
+  cr_expect(!mounted_here, "the run's tmpfs is mounted at %s in the host's namespace", dir.c_str());
 }
