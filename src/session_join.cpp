@@ -91,9 +91,9 @@ struct SessionJoin {
   std::uint64_t session_ooms = 0;
   std::string session_events_local;
   std::uint64_t session_oom_base = 0;
-  // How many of session_ooms a notification of the exec's own eventfd was
-  // already told apart from (session_oom_is_the_execs_own).
-  std::uint64_t session_ooms_checked = 0;
+  // What the exec's own eventfd (ContainerRun::oom_event) counted so far:
+  // the session's OOMs and the exec's (session_oom_is_the_execs_own).
+  std::uint64_t exec_notifications = 0;
   std::optional<std::uint64_t> session_memory_bytes;  // for the notes
   std::uint64_t drain_session_ooms() {
     std::uint64_t n = 0;
@@ -236,6 +236,20 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const Sessi
   if (!cg) return std::move(cg).error().context("session " + info->id + ": the exec's cgroup");
   // v2: CLONE_INTO_CGROUP places the child at clone time.
   c->join_in_child = cg->cgroup_fd() < 0;
+  // v1, a session with a memory ceiling: its group's eventfd too (the
+  // exec's fires for the session's OOMs as well; session_join.hpp),
+  // registered before the exec's. An OOM of the session's between the two
+  // is then counted by the session's alone, and can only hide one of the
+  // exec's own, never pass for one (session_oom_is_the_execs_own).
+  UniqueFd session_oom;
+  if (info->memory_bytes && cg->version() == CgroupVersion::v1)
+    for (const auto& dir : info->cgroup_dirs) {
+      auto event = cgroup_v1_oom_notifier(dir);
+      if (!event) return std::move(event).error().context("session exec: the session's OOM events");
+      if (!event->valid()) continue;  // not the memory hierarchy
+      session_oom = std::move(*event);
+      break;
+    }
   if (run.limits.get(Limit::memory_bytes) || info->memory_bytes) {
     auto oom = cg->oom_notifier();
     if (!oom) return std::move(oom).error().context("session exec");
@@ -243,25 +257,16 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const Sessi
   }
   c->cgroup.emplace(std::move(*cg));
   auto join = std::make_shared<SessionJoin>();
+  if (c->oom_event) join->session_oom = std::move(session_oom);
   join->active_file = info->active_file;
   join->pid1 = std::move(*pid1);
   join->inside_uid = info->inside_uid;
   join->inside_gid = info->inside_uid;
   join->session_memory_bytes = info->memory_bytes;
-  // v1, a session with a memory ceiling: its group's eventfd too (the
-  // exec's fires for the session's OOMs as well; session_join.hpp).
   if (info->memory_bytes && c->cgroup->version() == CgroupVersion::v2 && !info->cgroup_dirs.empty()) {
     join->session_events_local = info->cgroup_dirs.front() + "/memory.events.local";
     join->session_oom_base = join->local_ooms();
   }
-  if (info->memory_bytes && c->oom_event)
-    for (const auto& dir : info->cgroup_dirs) {
-      auto event = cgroup_v1_oom_notifier(dir);
-      if (!event) return std::move(event).error().context("session exec: the session's OOM events");
-      if (!event->valid()) continue;  // not the memory hierarchy
-      join->session_oom = std::move(*event);
-      break;
-    }
   c->session = std::move(join);
   // cwd or chdir: either is a path inside here (nothing is bound for an exec).
   run.plan->cwd = req.cwd ? *req.cwd : req.chdir ? *req.chdir : std::string(kContainerWorkspace);
@@ -378,16 +383,17 @@ std::string mib(std::uint64_t bytes) {
 
 bool session_oom_is_the_execs_own(ContainerRun& c) {
   // The kernel signals the group that ran out first, then the groups below
-  // it (mm/memcontrol-v1.c mem_cgroup_oom_notify, a pre-order walk): when
-  // the exec's eventfd is seen, the session's has counted an OOM of the
-  // session's ceiling already. Only the session's OOMs since the last
-  // notification count: one the exec saw earlier does not make every later
-  // OOM of its own ceiling the session's.
+  // it (mm/memcontrol-v1.c mem_cgroup_oom_notify, a pre-order walk). So,
+  // with the exec's eventfd read before the session's, every OOM of the
+  // session's that the exec's count holds is in the session's count too:
+  // a count above the session's is an OOM of the exec's own ceiling, also
+  // when both ran out between two looks (one notification for both). The
+  // counts are kept from the exec's start, so an OOM of the session's seen
+  // earlier does not make a later one of the exec's the session's either.
   if (!c.session) return true;
-  const std::uint64_t total = c.session->drain_session_ooms();
-  const bool new_session_oom = total > c.session->session_ooms_checked;
-  c.session->session_ooms_checked = total;
-  return !new_session_oom;
+  std::uint64_t n = 0;
+  if (c.oom_event && ::read(c.oom_event.get(), &n, sizeof n) == sizeof n) c.session->exec_notifications += n;
+  return c.session->exec_notifications > c.session->drain_session_ooms();
 }
 
 void finish_session_exec_oom(ContainerRun& c, const CgroupStats& stats, bool notified, TierFacts& facts) {

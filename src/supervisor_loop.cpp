@@ -149,11 +149,8 @@ void Supervisor::Impl::handle_cqe(io_uring_cqe* cqe) {
       } else if (!run.exited) {
         // An OOM of a ceiling the run shares (its session's): the kernel's
         // OOM killer alone picks who dies. The run's own ceiling may still
-        // run out later: the count read (the eventfd would stay readable)
-        // and watched again.
-        const int fd = run.prep.runner->oom_event_fd(run.prep);
-        std::uint64_t count = 0;
-        if (fd >= 0 && ::read(fd, &count, sizeof count) == sizeof count) arm_oom(slot, run, fd);
+        // run out later: watched again (oom_is_the_runs_own read the count).
+        if (const int fd = run.prep.runner->oom_event_fd(run.prep); fd >= 0) arm_oom(slot, run, fd);
       }
       break;
     case kOpWatch:

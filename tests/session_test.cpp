@@ -312,6 +312,57 @@ Test(session, an_exec_that_saw_its_sessions_oom_is_still_killed_whole_at_its_own
   cr_expect(process_alive(s.pid1));
 }
 
+// The same two OOMs, but both before the supervisor looks: the session's
+// ceiling runs out (a neighbour exec's doing), then the exec's own, while
+// the loop is not running. The exec's eventfd then holds two notifications
+// and the session's one. The old check saw the session's new OOM and took
+// the whole wake-up for the session's: nothing killed the exec as a whole,
+// and its shell went on ("survived").
+Test(session, an_execs_own_oom_right_after_its_sessions_is_told_apart_in_one_wakeup) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("oom-one-look")};
+  auto spec = spec_with_helpers();
+  spec.base.limits.set(Limit::memory_bytes, 64ull << 20);
+  auto s = open_session(sc.name, "t", spec);
+  auto sup = supervisor();
+  auto wait_for = [](const char* flag) {
+    return "/bin/touch /workspace/" + std::string(flag) + "-ready; until [ -e /workspace/" + flag +
+           " ]; do /bin/sleep 0.01; done; ";
+  };
+  Request hog;
+  hog.argv = {"/bin/sh", "-c", wait_for("go") + "/helpers/memhog grow; /bin/touch /workspace/hog-done"};
+  hog.limits.set(Limit::wall_seconds, 60);
+  Request own;
+  own.argv = {"/bin/sh", "-c",
+              wait_for("hog-done") + "/helpers/memhog grow; /bin/touch /workspace/own-done; /bin/sleep 3; echo survived"};
+  own.limits.set(Limit::memory_bytes, 24ull << 20);
+  own.limits.set(Limit::wall_seconds, 60);
+  std::shared_ptr<Result> hog_result, own_result;
+  auto keep = [](std::shared_ptr<Result>& into) {
+    return RunCallbacks{nullptr, [&into](const Result& res) { into = std::make_shared<Result>(res); }};
+  };
+  auto h1 = sup->submit(session_exec_request(s.id, own), keep(own_result));
+  auto h2 = sup->submit(session_exec_request(s.id, hog), keep(hog_result));
+  cr_assert(h1 && h2, "submit: %s", !h1 ? h1.error().message().c_str() : h2.error().message().c_str());
+  for (int i = 0; i < 500 && !(exists(workdir_path(s, "hog-done-ready")) && exists(workdir_path(s, "go-ready"))); ++i)
+    (void)sup->run_once(0.02);
+  cr_assert(exists(workdir_path(s, "go-ready")) && exists(workdir_path(s, "hog-done-ready")), "the execs never ran");
+  // From here the loop does not run until both ceilings have run out.
+  corral_test::write_file(workdir_path(s, "go"), "");
+  cr_assert(gone_within([&] { return exists(workdir_path(s, "own-done")); }, 30),
+            "the exec's memhog never met its own ceiling");
+  while (!own_result || !hog_result) (void)sup->run_once(1);
+  cr_expect(exists(workdir_path(s, "hog-done")), "the session's OOM did not come first");
+  cr_expect_eq(own_result->outcome, Outcome::killed_oom, "%s", own_result->detail.c_str());
+  cr_expect(!contains(own_result->stdout_capture.text, "survived"),
+            "the exec went on after its own ceiling ran out: %s", own_result->detail.c_str());
+  // The neighbour's memhog was the session OOM's victim; its shell went on,
+  // as the kernel's OOM killer left it.
+  cr_expect(contains(hog_result->detail, "out of memory under the session's memory_bytes ceiling (64 MiB)"), "%s",
+            hog_result->detail.c_str());
+  cr_expect(process_alive(s.pid1));
+}
+
 Test(session, files_refuse_hostile_layouts) {
   SKIP_UNLESS_SESSIONS();
   Scope sc{scope_for("files")};

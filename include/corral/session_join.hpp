@@ -63,11 +63,13 @@ Expected<Spawner::Child> spawn_session_exec(ChildPlan& plan, ContainerRun& c, st
 // exec group's `oom` event is its own ceiling's, its oom_kill its
 // processes' (memory.oom.group 1 there: the victim's whole exec dies).
 //
-// Supervisor, when the exec's eventfd fired: whether this is the exec's own
-// ceiling (the session's eventfd did not fire: kill the whole exec, as a
-// container run's OOM is), or the session's (false: the kernel's OOM killer
-// picks its victim among every exec of the session, and only that one
-// dies; a neighbour exec that did not allocate is not killed for it).
+// Supervisor, when the exec's eventfd fired: whether the exec's own ceiling
+// ran out (its eventfd has counted more, since the exec began, than the
+// session's: kill the whole exec, as a container run's OOM is; also when an
+// OOM of the session's came in the same wake-up), or only the session's
+// (false: the kernel's OOM killer picks its victim among every exec of the
+// session, and only that one dies; a neighbour exec that did not allocate
+// is not killed for it).
 bool session_oom_is_the_execs_own(ContainerRun& c);
 // finish_container, for a session exec: facts.oom_killed and the notes from
 // the exec group's stats, the exec's eventfd (`notified`) and the session's:

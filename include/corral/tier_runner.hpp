@@ -96,7 +96,9 @@ class TierRunner {
   virtual int oom_event_fd(const PreparedRun& run) const = 0;
   // When that eventfd fired: whether the OOM is the run's own, so the whole
   // run is killed (false: an OOM of a ceiling shared with others, such as a
-  // session's, where the kernel's OOM killer alone picks who dies).
+  // session's, where the kernel's OOM killer alone picks who dies). A
+  // runner that can say false reads the eventfd's count here: the loop
+  // watches it again after a false without reading it.
   virtual bool oom_is_the_runs_own(PreparedRun&) const { return true; }
   // The group kill: `sig` to everything of the run (leader = the spawned
   // child's pidfd).
