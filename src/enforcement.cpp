@@ -137,10 +137,11 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
             " MiB): a write past it fails with ENOSPC; its pages count against memory_bytes");
   else if (mechanism(Limit::workspace_bytes) == LimitMechanism::tmpfs && process && process_workspace_tmpfs_possible(h))
     add("workspace_bytes", "hard",
-        "when set, or with --confine-writes (default " + std::to_string(kContainerWorkspaceBytes >> 20) +
-            " MiB), the workspace is a tmpfs of this size, mounted over its directory in the run's own mount "
-            "namespace: a write past it fails with ENOSPC; otherwise a directory under " + h.workspace_base +
-            ", which every run shares");
+        "the workspace is a tmpfs of this size (default " + std::to_string(kContainerWorkspaceBytes >> 20) +
+            " MiB) over its directory, mounted for the run's time (with --confine-writes, or when set in a "
+            "base the caller chose, in the run's own mount namespace): a write past it fails with ENOSPC; in "
+            "a base the caller chose (not " + std::string(kRootWorkspaceMount) + "), an unset one leaves a "
+            "directory there, which every run shares");
   else
     add("workspace_bytes", "unsupported",
         std::string(container ? "a rootless run's workspace" : "the workspace") + " is a directory under " +

@@ -16,15 +16,15 @@
 #include "corral/private_tmpfs.hpp"
 #include "corral/tier_limits.hpp"
 #include "corral/tier_runner.hpp"
+#include "corral/workspace_base.hpp"
 
 namespace corral {
 namespace {
 
-// Whether a tier process run as root gets a tmpfs workspace of its own
-// (ProcessRunner::workspace): it sized it, or it confines its writes.
-// run.limits is the request's merged over defaults that leave
-// workspace_bytes unset, so the request alone answers.
-bool asks_tmpfs_workspace(const Request& req) {
+// Whether a tier process run as root may get its tmpfs workspace in a
+// mount namespace of its own (ProcessRunner::workspace), which holds one
+// fd more: --confine-writes, or a size outside corral's own base.
+bool may_have_namespaced_workspace(const Request& req) {
   return req.confine_writes || req.limits.has(Limit::workspace_bytes);
 }
 
@@ -206,21 +206,27 @@ class ProcessRunner final : public TierRunner {
     return std::optional<WorkspaceOwner>(owner);
   }
 
-  // Tier process as root: the workspace is a tmpfs of the run's own, over
-  // its directory in a mount namespace of the run's own, when
-  // workspace_bytes is set, or when --confine-writes makes that namespace
-  // anyway (a private /dev/shm; then the container's default size). A
-  // write past the size fails with ENOSPC, and a run can no longer fill
-  // the base its neighbours' workspaces share (corral's tmpfs, half of
-  // RAM). Otherwise a directory there: a mount namespace for every run
-  // costs ~0.2-0.3 ms (README, "Where workspaces live").
+  // Tier process as root: the workspace is a tmpfs of the run's own
+  // (workspace_bytes, by default the container's 1 GiB) over its directory
+  // under the base. A write past the size fails with ENOSPC, and a run
+  // cannot fill the base its neighbours' workspaces share (corral's tmpfs,
+  // half of RAM). With --confine-writes it is mounted in the run's own
+  // mount namespace (made anyway, for a private /dev/shm); otherwise on the
+  // host, for the run's time: a mount namespace a run costs ~0.2 ms, the
+  // mount ~0.05 (README, "Where workspaces live"). On the host only in
+  // corral's own base (root's, private): a base the caller chose (a disk,
+  // TMPDIR) keeps a directory unless the run is sized or confined.
   Status workspace(PreparedRun& run, const HostFacts& host, RunContext&, WorkspaceOptions opts) const override {
     opts.make_tmp = true;  // TMPDIR
     const Request& req = run.request;
-    if (req.tier == Tier::os_process && process_workspace_tmpfs_possible(host) && asks_tmpfs_workspace(req)) {
+    const bool own_base = opts.base && opts.base->path() == kRootWorkspaceMount;
+    const bool sized = req.limits.has(Limit::workspace_bytes);
+    const bool own_namespace = req.confine_writes || (sized && !own_base);
+    if (req.tier == Tier::os_process && process_workspace_tmpfs_possible(host) && (own_namespace || own_base)) {
       if (!run.limits.has(Limit::workspace_bytes)) run.limits.set(Limit::workspace_bytes, kDefaultWorkspaceBytes);
       opts.tmpfs_bytes = run.limits.get(Limit::workspace_bytes);
       opts.tmpfs_mount_point = true;
+      opts.tmpfs_on_host = !own_namespace;
     }
     auto ws = Workspace::create(opts);
     if (!ws) return std::move(ws).error();
@@ -311,7 +317,7 @@ class ProcessRunner final : public TierRunner {
       plan.seccomp_fallback = std::move(*plain);
     }
     plan.seccomp = std::move(*program);
-    if (run.workspace->on_tmpfs()) {
+    if (run.workspace->on_tmpfs() && !run.workspace->tmpfs_on_host()) {
       auto tmpfs = PrivateTmpfs::adopt(run.workspace->path(), run.workspace->dirfd(), run.workspace->tmpfs_bytes());
       if (!tmpfs) return std::move(tmpfs).error();
       plan.private_workspace.emplace(std::move(*tmpfs));
@@ -325,9 +331,11 @@ class ProcessRunner final : public TierRunner {
     // held for a later run (ipc_namespace.hpp); with --net none, the
     // seccomp listener too.
     if (req.tier != Tier::os_process) return kFdsPerProcessRun;
-    // A tmpfs workspace (as root, when sized or --confine-writes) keeps its
-    // fd: it has no name to be found again by.
-    return kFdsPerProcessRun + 2 + (asks_tmpfs_workspace(req) ? 1 : 0) + (req.net == NetworkAccess::none ? 1 : 0);
+    // A tmpfs workspace in the run's own mount namespace keeps its fd: it
+    // has no name to be found again by. One mounted on the host is released
+    // as a directory is.
+    return kFdsPerProcessRun + 2 + (may_have_namespaced_workspace(req) ? 1 : 0) +
+           (req.net == NetworkAccess::none ? 1 : 0);
   }
 
   Expected<Spawner::Child> spawn(PreparedRun& run, Spawner& spawner) const override {

@@ -210,6 +210,13 @@ Expected<Workspace> Workspace::create_tmpfs(const WorkspaceOptions& options) {
     if (ws.owner_ && ::fchownat(ws.dir_.get(), sub, ws.owner_->uid, ws.owner_->gid, AT_SYMLINK_NOFOLLOW) != 0)
       return errno_error(who + ": chown " + sub);
   }
+  if (options.tmpfs_mount_point && options.tmpfs_on_host) {
+    // Attached below the base, which is private (workspace_base.cpp): the
+    // mount propagates nowhere.
+    if (::syscall(SYS_move_mount, ws.dir_.get(), "", ws.base_fd(), ws.name_.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
+      return errno_error(who + ": mount it on " + quoted(ws.path_));
+    ws.mounted_on_host_ = true;
+  }
   return ws;
 }
 
@@ -345,7 +352,8 @@ Workspace::Workspace(Workspace&& other) noexcept
       tmpfs_bytes_(other.tmpfs_bytes_),
       by_name_(other.by_name_),
       has_tmp_(other.has_tmp_),
-      mount_point_(std::exchange(other.mount_point_, false)) {}
+      mount_point_(std::exchange(other.mount_point_, false)),
+      mounted_on_host_(std::exchange(other.mounted_on_host_, false)) {}
 
 Workspace& Workspace::operator=(Workspace&& other) noexcept {
   if (this != &other) {
@@ -363,12 +371,13 @@ Workspace& Workspace::operator=(Workspace&& other) noexcept {
     by_name_ = other.by_name_;
     has_tmp_ = other.has_tmp_;
     mount_point_ = std::exchange(other.mount_point_, false);
+    mounted_on_host_ = std::exchange(other.mounted_on_host_, false);
   }
   return *this;
 }
 
 Status Workspace::release_fd() {
-  if (released_ || removed() || on_tmpfs()) return {};
+  if (released_ || removed() || (on_tmpfs() && !mounted_on_host_)) return {};
   if (!shared_base_)
     return Error(EINVAL, "workspace: " + label() + ": release_fd needs a shared WorkspaceBase (found by name later)");
   dir_.reset();
@@ -394,7 +403,11 @@ Workspace::~Workspace() {
 
 Status Workspace::remove() {
   if (removed()) return {};
-  if (on_tmpfs() && !dir_) return remove_mount_point();  // its creation failed half-way
+  if (on_tmpfs() && !dir_ && !released_) return remove_mount_point();  // its creation failed half-way
+  if (released_ && mounted_on_host_ && tmpfs_emptied_by_name()) {
+    released_ = false;
+    return remove_mount_point();
+  }
   if (released_ && by_name_ && remove_by_name()) return {};
   if (auto st = reacquire(); !st) return st;
   if (!on_tmpfs() && remove_if_empty()) return {};
@@ -434,6 +447,13 @@ Status Workspace::remove() {
 // not empty, so a name someone swapped in loses nothing.
 Status Workspace::remove_mount_point() {
   if (!mount_point_) return {};
+  // Emptied before (remove()), so nothing is lost if a reference to the
+  // tmpfs outlives the mount. EINVAL: not mounted there (any more).
+  if (mounted_on_host_) {
+    if (int e = unmount_workspace_at(path_); e && e != ENOENT)
+      return Error::from_errno(e, "workspace: unmount the tmpfs on " + quoted(path_));
+    mounted_on_host_ = false;
+  }
   if (::unlinkat(base_fd(), name_.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
     return errno_error("workspace: remove the tmpfs's mount point " + quoted(path_));
   mount_point_ = false;
@@ -470,6 +490,21 @@ bool Workspace::remove_if_empty() {
 // reacquire() says so. A path through the root is walked only in the
 // base, where no one with fewer rights than ours can swap the root for a
 // link between the check and the rmdir.
+// The same for a tmpfs mounted on the host (tmpfs_on_host), up to its
+// root, which is a mount: empty when it has no subdirectory left (nlink 2)
+// and its size is that of "." and ".." alone (tmpfs counts 20 bytes an
+// entry, mm/shmem.c BOGO_DIRENT_SIZE). Anything else is for the walk.
+bool Workspace::tmpfs_emptied_by_name() {
+  constexpr off_t kEmptyTmpfsDirSize = 2 * 20;
+  const int base = base_fd();
+  for (const char* sub : {"home", "tmp"})
+    if (has_tmp_ || std::strcmp(sub, "tmp") != 0)
+      (void)::unlinkat(base, (name_ + "/" + sub).c_str(), AT_REMOVEDIR);
+  struct stat root {};
+  return ::fstatat(base, name_.c_str(), &root, AT_SYMLINK_NOFOLLOW) == 0 && root.st_dev == dev_ &&
+         root.st_ino == ino_ && root.st_nlink == 2 && root.st_size == kEmptyTmpfsDirSize;
+}
+
 bool Workspace::remove_by_name() {
   const int base = base_fd();
   struct stat entry {};

@@ -50,6 +50,13 @@ bool root_workspace_tmpfs(bool prepare, std::string& why) {
     why = "mount a tmpfs on " + mnt + ": " + std::strerror(errno);
     return false;
   }
+  // Private, whatever /run's propagation is: a run's workspace tmpfs
+  // mounted below it (WorkspaceOptions::tmpfs_on_host) reaches no other
+  // mount namespace.
+  if (::syscall(SYS_mount, nullptr, mnt.c_str(), nullptr, MS_PRIVATE, nullptr) != 0) {
+    why = "make " + mnt + " a private mount: " + std::strerror(errno);
+    return false;
+  }
   return true;
 }
 

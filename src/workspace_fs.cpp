@@ -150,4 +150,11 @@ const char* dt_name(unsigned char type) {
   }
 }
 
+int unmount_workspace_at(const std::string& path) {
+  // MNT_DETACH, UMOUNT_NOFOLLOW: <sys/mount.h> and <linux/mount.h> clash in this glibc.
+  constexpr long kDetach = 2, kNoFollow = 8;
+  if (::syscall(SYS_umount2, path.c_str(), kDetach | kNoFollow) == 0 || errno == EINVAL) return 0;
+  return errno;
+}
+
 }  // namespace corral::wsfs

@@ -73,4 +73,9 @@ struct Errors {
 // one directory fd at a time; what could not go is in `errors`.
 void remove_contents(int root_path_fd, Errors& errors);
 
+// Detaches the mount at `path` (a tmpfs workspace mounted on the host,
+// WorkspaceOptions::tmpfs_on_host), not following a symlink there. 0 when
+// it went or nothing is mounted there (EINVAL); else errno.
+int unmount_workspace_at(const std::string& path);
+
 }  // namespace corral::wsfs

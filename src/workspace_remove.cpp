@@ -217,7 +217,9 @@ Expected<int> Workspace::remove_leftovers(const std::string& base_dir, std::stri
   for (const auto& name : names) {
     UniqueFd dir(::openat(base.get(), name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!dir) continue;  // a symlink or a file by that name: not a workspace
-    remove_contents(dir.get(), errors);
+    remove_contents(dir.get(), errors);  // a tmpfs mounted there: emptied through `dir`, then unmounted
+    const std::string path = base_dir + "/" + name;
+    if (int e = unmount_workspace_at(path)) errors.add(Error::from_errno(e, "unmount " + quoted(path)));
     if (::unlinkat(base.get(), name.c_str(), AT_REMOVEDIR) == 0) ++removed;
     else errors.add(errno_error("remove " + quoted(base_dir + "/" + name)));
   }

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -89,6 +90,56 @@ Test(leftovers, records_are_locked_while_their_owner_lives_and_swept_after) {
   // A normal end takes the record with it.
   live.reset();
   cr_assert(!exists(owners + "/ba9876543210"));
+}
+
+// A supervisor that dies with a run in flight leaves that run's tmpfs
+// mounted on its directory (WorkspaceOptions::tmpfs_on_host, the default of
+// a tier process run as root): the next start's sweep unmounts it and
+// removes the directory. Without the unmount the directory's rmdir fails
+// (EBUSY) and the tmpfs, with what the run wrote, stays.
+Test(leftovers, a_dead_owners_mounted_tmpfs_workspace_is_unmounted_and_removed) {
+  if (!is_root_capable()) cr_skip_test("owner records and tmpfs workspaces are root's");
+  TempDir dir;
+  const std::string owners = dir / "owners", base = dir / "base";
+  cr_assert_eq(mkdir(base.c_str(), 0700), 0);
+  std::string path;
+  int pipe_fds[2];
+  cr_assert_eq(pipe(pipe_fds), 0);
+  pid_t p = fork();
+  if (p == 0) {
+    auto rec = OwnerRecord::create("0123456789ac", base, owners);
+    WorkspaceOptions o;
+    o.base_dir = base;
+    o.name_tag = "0123456789ac";
+    o.tmpfs_bytes = 8u << 20;
+    o.tmpfs_mount_point = true;
+    o.tmpfs_on_host = true;
+    auto ws = Workspace::create(o);
+    if (!rec.ok() || !ws.ok()) _exit(1);
+    (void)corral_test::write_file(ws->path() + "/home/left", std::string(1 << 20, 'x'));
+    (void)!write(pipe_fds[1], ws->path().data(), ws->path().size());
+    _exit(0);  // no destructor: record, mount and directory stay
+  }
+  close(pipe_fds[1]);
+  char buf[4096];
+  ssize_t n = read(pipe_fds[0], buf, sizeof buf);
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(p, &status, 0);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0 && n > 0);
+  path.assign(buf, static_cast<std::size_t>(n));
+  cr_assert(corral_test::contains(corral_test::read_file("/proc/self/mountinfo"), " " + path + " "),
+            "the dead owner's tmpfs is not mounted at %s", path.c_str());
+  cr_assert(exists(path + "/home/left"));
+
+  SweepReport r = sweep_dead_supervisors("ffffffffffff", owners);
+  cr_expect_eq(r.owners, 1, "problems: %s", r.problems.empty() ? "" : r.problems[0].c_str());
+  cr_expect_eq(r.workspaces, 1, "problems: %s", r.problems.empty() ? "" : r.problems[0].c_str());
+  cr_expect(!corral_test::contains(corral_test::read_file("/proc/self/mountinfo"), " " + path + " "),
+            "%s is still mounted", path.c_str());
+  cr_expect(!exists(path), "the dead owner's workspace stayed");
+  cr_expect(!exists(owners + "/0123456789ac"), "the dead owner's record stayed");
+  (void)umount2(path.c_str(), MNT_DETACH);  // a failed run leaves the host as it found it
 }
 
 // A live library supervisor with a run in flight, and a CLI started beside

@@ -25,6 +25,7 @@
 
 #include "corral/spawn_thread.hpp"
 #include "corral/supervisor.hpp"
+#include "corral/workspace_base.hpp"
 #include "support.hpp"
 #include "supervisor_harness.hpp"
 
@@ -350,6 +351,72 @@ Test(process_tier, confined_writes_get_a_tmpfs_workspace_of_the_default_size) {
   std::string why = refused.ok() ? refused->detail : refused.error().message();
   cr_assert(!refused.ok() || refused->outcome != Outcome::exited, "a 100000-byte input went into 65536 bytes");
   cr_expect(corral_test::contains(why, "workspace_bytes=65536") && corral_test::contains(why, "big.bin"), "%s", why.c_str());
+}
+
+// As root in corral's own base, a run that asked for nothing gets a tmpfs
+// of its own (1 GiB, as a container's) mounted over its directory for the
+// run's time: two runs in flight have one each, neither is the base every
+// run shares, so neither can fill its neighbour's. After the runs nothing
+// is mounted there and the directories are gone. On the old code both
+// workspaces were directories of the base (11.8 GiB here, half of RAM).
+Test(process_tier, a_default_workspace_is_a_tmpfs_of_its_own_for_the_runs_time) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  unsetenv("TMPDIR");  // corral's default base: its own tmpfs at /run/corral/workspaces
+  auto sup = Supervisor::create();
+  cr_assert(sup.ok(), "%s", sup.ok() ? "" : sup.error().message().c_str());
+  TempDir meet;
+  chmod(meet.path().c_str(), 0777);
+  std::vector<Result> results;
+  std::vector<RunHandle> handles;
+  for (const char* name : {"a", "b"}) {
+    Request r = req(Tier::os_process, {"/bin/sh", "-c",
+                                       "dd if=/dev/zero of=mine bs=1M count=4 2>/dev/null; "
+                                       "{ pwd; stat -f -c '%T %b %S %i' .; stat -c %d .; } > \"$0/$1.tmp\" && "
+                                       "mv \"$0/$1.tmp\" \"$0/$1\" && sleep 5",
+                                       meet.path(), name});
+    RunCallbacks cb;
+    cb.on_result = [&results](const Result& got) { results.push_back(got); };
+    auto handle = (*sup)->submit(std::move(r), std::move(cb));
+    cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+    handles.push_back(std::move(*handle));
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  while ((access((meet / "a").c_str(), F_OK) != 0 || access((meet / "b").c_str(), F_OK) != 0) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+    cr_assert((*sup)->run_once(0.01).ok());
+  struct stat base {};
+  cr_assert_eq(stat(kRootWorkspaceMount, &base), 0);
+  std::vector<std::string> dirs;
+  std::set<std::string> devices;
+  const std::string mounts = corral_test::read_file("/proc/self/mountinfo");
+  for (const char* name : {"a", "b"}) {
+    std::istringstream said(corral_test::read_file(meet / name));
+    std::string dir, type, blocks, block_size, fsid, dev;
+    said >> dir >> type >> blocks >> block_size >> fsid >> dev;
+    cr_assert(!dir.empty(), "run %s never said where its workspace is", name);
+    cr_expect_eq(dir.rfind(std::string(kRootWorkspaceMount) + "/", 0), 0u, "%s", dir.c_str());
+    cr_expect_eq(type, "tmpfs", "run %s: %s", name, type.c_str());
+    cr_expect_eq(std::stoull(blocks) * std::stoull(block_size), 1ull << 30, "run %s: a tmpfs of %s blocks of %s", name,
+                 blocks.c_str(), block_size.c_str());
+    cr_expect_neq(std::stoull(dev), static_cast<unsigned long long>(base.st_dev),
+                  "run %s's workspace is on the base every run shares", name);
+    cr_expect(corral_test::contains(mounts, " " + dir + " "), "the host's mount table has nothing at %s", dir.c_str());
+    devices.insert(dev);
+    dirs.push_back(dir);
+  }
+  cr_expect_eq(devices.size(), 2u, "the two runs share one workspace filesystem");
+  for (auto& h : handles) h.cancel();
+  cr_assert((*sup)->run_until_idle().ok());
+  cr_assert_eq(results.size(), 2u);
+  for (const Result& res : results) {
+    cr_expect_eq(res.limits.get(Limit::workspace_bytes).value_or(0), 1ull << 30, "%s", res.detail.c_str());
+    cr_expect_eq(res.enforcement.at("workspace_bytes"), "hard", "%s", res.detail.c_str());
+  }
+  const std::string after = corral_test::read_file("/proc/self/mountinfo");
+  for (const auto& dir : dirs) {
+    cr_expect(!corral_test::contains(after, " " + dir + " "), "%s is still mounted after its run", dir.c_str());
+    cr_expect_neq(access(dir.c_str(), F_OK), 0, "%s outlived its run", dir.c_str());
+  }
 }
 
 // From the host, while a sized run is in flight: what it wrote into its

@@ -132,7 +132,7 @@ std::string run_help() {
     std::string shown = d ? human_value(*d, info.unit) : "none";
     if (info.limit == Limit::workspace_bytes)
       shown = human_value(kContainerWorkspaceBytes, info.unit) +
-              " (tier container as root; tier process as root: when set, or with --confine-writes)";
+              " (tiers container and process as root; process in a base you chose: when set or confined)";
     if (info.limit == Limit::tmp_bytes) shown = "1 GiB, at most memory_bytes (tier container)";
     if (info.limit == Limit::shm_bytes) shown = human_value(kContainerShmBytes, info.unit) + " (tier container)";
     std::snprintf(line, sizeof line, "  %-22s %-8s default: %s\n", std::string(info.name).c_str(),
