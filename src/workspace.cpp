@@ -462,6 +462,13 @@ Status Workspace::remove_mount_point() {
   return {};
 }
 
+// rmdir of home/ and tmp/ (the ones made) at `at`, below `prefix` ("" or
+// "<name>/"): refused, and so kept, when not empty or not directories.
+void Workspace::remove_subdirs(int at, const std::string& prefix) const {
+  for (const char* sub : {"home", "tmp"})
+    if (has_tmp_ || std::strcmp(sub, "tmp") != 0) (void)::unlinkat(at, (prefix + sub).c_str(), AT_REMOVEDIR);
+}
+
 // The common end of a run: the child left only the empty home/ and tmp/.
 // rmdir them and then the root by its name (still our inode: same check as
 // remove() makes), without the walk's opens, listings and fstats. rmdir
@@ -469,8 +476,7 @@ Status Workspace::remove_mount_point() {
 // point, so anything else the child left makes this return false and the
 // walk removes it.
 bool Workspace::remove_if_empty() {
-  for (const char* sub : {"home", "tmp"})
-    if (has_tmp_ || std::strcmp(sub, "tmp") != 0) (void)::unlinkat(dir_.get(), sub, AT_REMOVEDIR);
+  remove_subdirs(dir_.get(), "");
   struct stat mine {}, entry {};
   if (::fstat(dir_.get(), &mine) != 0 || ::fstatat(base_fd(), name_.c_str(), &entry, AT_SYMLINK_NOFOLLOW) != 0 ||
       !same_inode(mine, entry) || ::unlinkat(base_fd(), name_.c_str(), AT_REMOVEDIR) != 0)
@@ -490,6 +496,20 @@ bool Workspace::remove_if_empty() {
 // reacquire() says so. A path through the root is walked only in the
 // base, where no one with fewer rights than ours can swap the root for a
 // link between the check and the rmdir.
+bool Workspace::remove_by_name() {
+  const int base = base_fd();
+  struct stat entry {};
+  if (::fstatat(base, name_.c_str(), &entry, AT_SYMLINK_NOFOLLOW) != 0 || entry.st_dev != dev_ ||
+      entry.st_ino != ino_)
+    return false;
+  remove_subdirs(base, name_ + "/");
+  if (::unlinkat(base, name_.c_str(), AT_REMOVEDIR) != 0) return false;
+  released_ = false;
+  base_.reset();
+  shared_base_.reset();
+  return true;
+}
+
 // The same for a tmpfs mounted on the host (tmpfs_on_host), up to its
 // root, which is a mount: empty when it has no subdirectory left (nlink 2)
 // and its size is that of "." and ".." alone (tmpfs counts 20 bytes an
@@ -497,28 +517,10 @@ bool Workspace::remove_if_empty() {
 bool Workspace::tmpfs_emptied_by_name() {
   constexpr off_t kEmptyTmpfsDirSize = 2 * 20;
   const int base = base_fd();
-  for (const char* sub : {"home", "tmp"})
-    if (has_tmp_ || std::strcmp(sub, "tmp") != 0)
-      (void)::unlinkat(base, (name_ + "/" + sub).c_str(), AT_REMOVEDIR);
+  remove_subdirs(base, name_ + "/");
   struct stat root {};
   return ::fstatat(base, name_.c_str(), &root, AT_SYMLINK_NOFOLLOW) == 0 && root.st_dev == dev_ &&
          root.st_ino == ino_ && root.st_nlink == 2 && root.st_size == kEmptyTmpfsDirSize;
-}
-
-bool Workspace::remove_by_name() {
-  const int base = base_fd();
-  struct stat entry {};
-  if (::fstatat(base, name_.c_str(), &entry, AT_SYMLINK_NOFOLLOW) != 0 || entry.st_dev != dev_ ||
-      entry.st_ino != ino_)
-    return false;
-  for (const char* sub : {"home", "tmp"})
-    if (has_tmp_ || std::strcmp(sub, "tmp") != 0)
-      (void)::unlinkat(base, (name_ + "/" + sub).c_str(), AT_REMOVEDIR);
-  if (::unlinkat(base, name_.c_str(), AT_REMOVEDIR) != 0) return false;
-  released_ = false;
-  base_.reset();
-  shared_base_.reset();
-  return true;
 }
 
 // ---- staging --------------------------------------------------------------

@@ -223,6 +223,7 @@ class Workspace {
   bool remove_if_empty();  // remove()'s fast path: an emptied root goes without the walk
   bool remove_by_name();   // the same for a released workspace, by name (by_name)
   bool tmpfs_emptied_by_name();  // the same for a released tmpfs_on_host, but for its mount
+  void remove_subdirs(int at, const std::string& prefix) const;  // rmdir home/ and tmp/
   Status remove_mount_point();  // a tmpfs's directory on the host (tmpfs_mount_point)
   static Expected<Workspace> create_by_name(const WorkspaceOptions& options, const std::string& prefix);
   Workspace() = default;
