@@ -47,6 +47,13 @@ RunHandle submit_until_running(Supervisor& sup, const std::string& id, const Req
   return std::move(*h);
 }
 
+// The OOM tests' session: the helpers, and a memory ceiling of its own.
+SessionSpec spec_with_ceiling(std::uint64_t memory_bytes) {
+  auto spec = spec_with_helpers();
+  spec.base.limits.set(Limit::memory_bytes, memory_bytes);
+  return spec;
+}
+
 }  // namespace
 
 TestSuite(session, .timeout = 120);
@@ -253,9 +260,7 @@ Test(session, an_oom_exec_is_killed_oom_and_the_session_survives) {
 Test(session, an_oom_at_the_sessions_ceiling_is_the_allocating_execs_and_spares_its_neighbour) {
   SKIP_UNLESS_SESSIONS();
   Scope sc{scope_for("session-oom")};
-  auto spec = spec_with_helpers();
-  spec.base.limits.set(Limit::memory_bytes, 64ull << 20);
-  auto s = open_session(sc.name, "t", spec);
+  auto s = open_session(sc.name, "t", spec_with_ceiling(64ull << 20));
   auto sup = supervisor();
   Request calm;
   calm.argv = {"/bin/sh", "-c", "/bin/sleep 3.4173; echo calm"};
@@ -290,9 +295,7 @@ Test(session, an_oom_at_the_sessions_ceiling_is_the_allocating_execs_and_spares_
 Test(session, an_exec_that_saw_its_sessions_oom_is_still_killed_whole_at_its_own_ceiling) {
   SKIP_UNLESS_SESSIONS();
   Scope sc{scope_for("oom-twice")};
-  auto spec = spec_with_helpers();
-  spec.base.limits.set(Limit::memory_bytes, 64ull << 20);
-  auto s = open_session(sc.name, "t", spec);
+  auto s = open_session(sc.name, "t", spec_with_ceiling(64ull << 20));
   auto sup = supervisor();
   Request own;
   own.argv = {"/bin/sh", "-c", "/bin/sleep 3.4175; /helpers/memhog grow; echo survived; /bin/sleep 1"};
@@ -321,9 +324,7 @@ Test(session, an_exec_that_saw_its_sessions_oom_is_still_killed_whole_at_its_own
 Test(session, an_execs_own_oom_right_after_its_sessions_is_told_apart_in_one_wakeup) {
   SKIP_UNLESS_SESSIONS();
   Scope sc{scope_for("oom-one-look")};
-  auto spec = spec_with_helpers();
-  spec.base.limits.set(Limit::memory_bytes, 64ull << 20);
-  auto s = open_session(sc.name, "t", spec);
+  auto s = open_session(sc.name, "t", spec_with_ceiling(64ull << 20));
   auto sup = supervisor();
   auto wait_for = [](const char* flag) {
     return "/bin/touch /workspace/" + std::string(flag) + "-ready; until [ -e /workspace/" + flag +
