@@ -46,6 +46,39 @@ std::string token_of(Supervisor& s) {
   return id.substr(2, 12);
 }
 
+// A workspace in `base` named for the owner `tag`.
+WorkspaceOptions tagged(const std::string& base, const char* tag) {
+  WorkspaceOptions o;
+  o.base_dir = base;
+  o.name_tag = tag;
+  return o;
+}
+
+// A dead owner, as a SIGKILLed supervisor leaves one: a child registers
+// (o.name_tag, records in `owners`), makes a workspace as `o` says with
+// home/left in it, and exits without cleaning up. Returns its path.
+std::string leave_dead_owner(const WorkspaceOptions& o, const std::string& owners, const std::string& left) {
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  pid_t p = fork();
+  if (p == 0) {
+    auto rec = OwnerRecord::create(o.name_tag, o.base_dir, owners);
+    auto ws = Workspace::create(o);
+    if (!rec.ok() || !ws.ok()) _exit(1);
+    (void)corral_test::write_file(ws->path() + "/home/left", left);
+    (void)!write(fds[1], ws->path().data(), ws->path().size());
+    _exit(0);  // no destructor: record and workspace (and a mount of it) stay
+  }
+  close(fds[1]);
+  char buf[4096];
+  ssize_t n = read(fds[0], buf, sizeof buf);
+  close(fds[0]);
+  int status = 0;
+  waitpid(p, &status, 0);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0 && n > 0, "the dead owner never made its workspace");
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
 }  // namespace
 
 Test(leftovers, records_are_locked_while_their_owner_lives_and_swept_after) {
@@ -54,28 +87,12 @@ Test(leftovers, records_are_locked_while_their_owner_lives_and_swept_after) {
   const std::string owners = dir / "owners", base = dir / "base";
   cr_assert_eq(mkdir(base.c_str(), 0700), 0);
   // A dead owner: a child registers, leaves a workspace, and dies.
-  pid_t p = fork();
-  if (p == 0) {
-    auto rec = OwnerRecord::create("0123456789ab", base, owners);
-    WorkspaceOptions o;
-    o.base_dir = base;
-    o.name_tag = "0123456789ab";
-    auto ws = Workspace::create(o);
-    if (!rec.ok() || !ws.ok()) _exit(1);
-    (void)corral_test::write_file(ws->path() + "/home/left", "x");
-    _exit(0);  // no destructor: record and workspace stay
-  }
-  int status = 0;
-  waitpid(p, &status, 0);
-  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  (void)leave_dead_owner(tagged(base, "0123456789ab"), owners, "x");
   // A live owner with a workspace of its own, in the same base.
   auto made = OwnerRecord::create("ba9876543210", base, owners);
   cr_assert(made.ok(), "%s", made.ok() ? "" : made.error().message().c_str());
   std::optional<OwnerRecord> live(std::move(*made));
-  WorkspaceOptions o;
-  o.base_dir = base;
-  o.name_tag = "ba9876543210";
-  auto mine = Workspace::create(o);
+  auto mine = Workspace::create(tagged(base, "ba9876543210"));
   cr_assert(mine.ok());
   cr_assert_eq(entries(base, "corral-0123456789ab-"), 1u);
   cr_assert(exists(owners + "/0123456789ab"));
@@ -102,32 +119,11 @@ Test(leftovers, a_dead_owners_mounted_tmpfs_workspace_is_unmounted_and_removed) 
   TempDir dir;
   const std::string owners = dir / "owners", base = dir / "base";
   cr_assert_eq(mkdir(base.c_str(), 0700), 0);
-  std::string path;
-  int pipe_fds[2];
-  cr_assert_eq(pipe(pipe_fds), 0);
-  pid_t p = fork();
-  if (p == 0) {
-    auto rec = OwnerRecord::create("0123456789ac", base, owners);
-    WorkspaceOptions o;
-    o.base_dir = base;
-    o.name_tag = "0123456789ac";
-    o.tmpfs_bytes = 8u << 20;
-    o.tmpfs_mount_point = true;
-    o.tmpfs_on_host = true;
-    auto ws = Workspace::create(o);
-    if (!rec.ok() || !ws.ok()) _exit(1);
-    (void)corral_test::write_file(ws->path() + "/home/left", std::string(1 << 20, 'x'));
-    (void)!write(pipe_fds[1], ws->path().data(), ws->path().size());
-    _exit(0);  // no destructor: record, mount and directory stay
-  }
-  close(pipe_fds[1]);
-  char buf[4096];
-  ssize_t n = read(pipe_fds[0], buf, sizeof buf);
-  close(pipe_fds[0]);
-  int status = 0;
-  waitpid(p, &status, 0);
-  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0 && n > 0);
-  path.assign(buf, static_cast<std::size_t>(n));
+  WorkspaceOptions o = tagged(base, "0123456789ac");
+  o.tmpfs_bytes = 8u << 20;
+  o.tmpfs_mount_point = true;
+  o.tmpfs_on_host = true;
+  const std::string path = leave_dead_owner(o, owners, std::string(1 << 20, 'x'));
   cr_assert(corral_test::contains(corral_test::read_file("/proc/self/mountinfo"), " " + path + " "),
             "the dead owner's tmpfs is not mounted at %s", path.c_str());
   cr_assert(exists(path + "/home/left"));
