@@ -1,10 +1,14 @@
-// Workspace::stage_file and stage_path (workspace.hpp): an input that is a
-// host file or a whole host directory. Parent-side, before the child starts. The tree is
+// Staging into a workspace (workspace.hpp): stage_bytes, stage_copy and
+// stage_dir, and stage_file and stage_path, an input that is a host file or
+// a whole host directory. Parent-side, before the child starts. The tree is
 // walked from fds (openat O_NOFOLLOW below the directory opened first), so
 // nothing renamed or linked into it while we copy leads outside it.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <functional>
 
 #include <linux/openat2.h>
 
@@ -152,6 +156,96 @@ Status Workspace::stage_path(const std::string& host_path, std::string_view name
   if (!S_ISDIR(st.st_mode))
     return Error::invalid(label + ": neither a regular file nor a directory (" + dt_name(IFTODT(st.st_mode)) + ")");
   return stage_tree(src->get(), std::string(name), walk, 0);
+}
+
+// ---- bytes, a copy, a directory -------------------------------------------
+
+namespace {
+
+// Creates input `name` (validated) below root and lets `fill` write it.
+Status stage_into(int root, const std::optional<WorkspaceOwner>& owner, std::string_view name, mode_t mode,
+                  const std::string& label, const std::function<Status(int)>& fill) {
+  if (auto ok = validate_relative_name(name, "workspace: input"); !ok) return ok;
+  if (mode & ~mode_t{0777}) return Error::invalid(label + ": mode must be permission bits only (<= 0777)");
+  if (root < 0) return Error(EBADF, label + ": workspace already removed");
+  auto segs = split_segments(name);
+  auto parent = open_parents(root, segs, label, owner);
+  if (!parent) return std::move(parent).error();
+  auto fd = create_exclusive(parent->get(), segs.back(), mode, label);
+  if (!fd) return std::move(fd).error();
+  Status st;
+  if (::fchmod(fd->get(), mode) != 0) st = errno_error(label + ": chmod");  // the umask must not matter
+  else if (owner && ::fchown(fd->get(), owner->uid, owner->gid) != 0) st = errno_error(label + ": chown");
+  else st = fill(fd->get());
+  if (!st) (void)::unlinkat(parent->get(), segs.back().c_str(), 0);  // no half-staged input
+  return st;
+}
+
+// copy_file_range (in-kernel, reflink where the filesystem can), falling
+// back to read/write when the kernel refuses it for this pair of files.
+// At most `max_bytes`: a file with more (one that grows while it is copied,
+// or says 0 bytes and reads without end, as /proc files do) stops the copy
+// one byte past the cap with EFBIG, never an endless copy. The bytes copied.
+Expected<std::uint64_t> copy_fd(int src, int dst, std::uint64_t max_bytes) {
+  bool fallback = false;
+  std::string buf;
+  std::uint64_t done = 0;
+  for (;;) {
+    if (done > max_bytes) return Error(EFBIG, "more than " + std::to_string(max_bytes) + " bytes");
+    // One byte past the cap at most, to see that there is more.
+    const std::uint64_t left = max_bytes - done == UINT64_MAX ? UINT64_MAX : max_bytes - done + 1;
+    ssize_t n;
+    if (!fallback) {
+      n = ::copy_file_range(src, nullptr, dst, nullptr, static_cast<std::size_t>(std::min<std::uint64_t>(left, 1 << 30)), 0);
+      if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
+        fallback = true;
+        continue;
+      }
+    } else {
+      if (buf.empty()) buf.resize(1 << 16);
+      n = ::read(src, buf.data(), static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size())));
+      if (n > 0) {
+        if (auto w = write_all(dst, std::string_view(buf.data(), static_cast<std::size_t>(n))); !w) return w.error();
+      }
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_error("copy");
+    if (n == 0) return done;
+    done += static_cast<std::uint64_t>(n);
+  }
+}
+
+}  // namespace
+
+Status Workspace::stage_bytes(std::string_view name, std::string_view bytes, mode_t mode) {
+  std::string label = "workspace: input " + quoted(name);
+  if (auto st = reacquire(); !st) return st;  // a workspace made by name holds no fd yet
+  return explain_full(stage_into(dir_.get(), owner_, name, mode, label, [&](int fd) -> Status {
+    if (auto w = write_all(fd, bytes); !w) return w.error().context(label);
+    return {};
+  }));
+}
+
+Status Workspace::stage_copy(int src, std::string_view name, mode_t mode, const std::string& label,
+                             std::uint64_t max_bytes, const std::string& too_big, std::uint64_t* copied) {
+  if (auto st = reacquire(); !st) return st;
+  return explain_full(stage_into(dir_.get(), owner_, name, mode, label, [&](int fd) -> Status {
+    auto c = copy_fd(src, fd, max_bytes);
+    if (!c && c.error().code() == EFBIG && !too_big.empty()) return Error(EFBIG, too_big);
+    if (!c) return c.error().context(label);
+    if (copied) *copied = *c;
+    return {};
+  }));
+}
+
+Status Workspace::stage_dir(std::string_view name, const std::string& label) {
+  if (auto ok = validate_relative_name(name, "workspace: input"); !ok) return ok;
+  if (auto st = reacquire(); !st) return st;
+  if (dir_.get() < 0) return Error(EBADF, label + ": workspace already removed");
+  auto segs = split_segments(std::string(name) + "/.");
+  auto parent = open_parents(dir_.get(), segs, label, owner_);
+  if (!parent) return explain_full(std::move(parent).error());
+  return {};
 }
 
 }  // namespace corral
