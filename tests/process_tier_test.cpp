@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/magic.h>
 #include <mqueue.h>
 #include <sched.h>
 #include <sys/msg.h>
@@ -14,6 +15,7 @@
 #include <sys/sem.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -405,6 +407,27 @@ Test(process_tier, a_default_workspace_is_a_tmpfs_of_its_own_for_the_runs_time) 
     dirs.push_back(dir);
   }
   cr_expect_eq(devices.size(), 2u, "the two runs share one workspace filesystem");
+  // The host's own view: each path is a tmpfs of 1 GiB; and, with the runs
+  // in flight, the supervisor holds no fd of either (released as a
+  // directory workspace is: the fd budget does not grow).
+  for (const auto& dir : dirs) {
+    struct statfs fs {};
+    cr_expect(statfs(dir.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC &&
+                  static_cast<unsigned long long>(fs.f_blocks) * fs.f_bsize == 1ull << 30,
+              "from the host, %s is not a tmpfs of 1 GiB", dir.c_str());
+  }
+  std::size_t held = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      char target[4096];
+      ssize_t n = readlinkat(dirfd(d), e->d_name, target, sizeof target - 1);
+      if (n <= 0) continue;
+      const std::string link(target, static_cast<std::size_t>(n));
+      for (const auto& dir : dirs) held += link == dir || link.rfind(dir + "/", 0) == 0;
+    }
+    closedir(d);
+  }
+  cr_expect_eq(held, 0u, "the supervisor holds %zu fds of its runs' workspaces while they run", held);
   for (auto& h : handles) h.cancel();
   cr_assert((*sup)->run_until_idle().ok());
   cr_assert_eq(results.size(), 2u);

@@ -335,7 +335,7 @@ Test(session, an_execs_own_oom_right_after_its_sessions_is_told_apart_in_one_wak
   hog.limits.set(Limit::wall_seconds, 60);
   Request own;
   own.argv = {"/bin/sh", "-c",
-              wait_for("hog-done") + "/helpers/memhog grow; /bin/touch /workspace/own-done; /bin/sleep 3; echo survived"};
+              wait_for("hog-done") + "/helpers/memhog grow; /bin/touch /workspace/own-done; /bin/sleep 3.4178; echo survived"};
   own.limits.set(Limit::memory_bytes, 24ull << 20);
   own.limits.set(Limit::wall_seconds, 60);
   std::shared_ptr<Result> hog_result, own_result;
@@ -352,7 +352,12 @@ Test(session, an_execs_own_oom_right_after_its_sessions_is_told_apart_in_one_wak
   corral_test::write_file(workdir_path(s, "go"), "");
   cr_assert(gone_within([&] { return exists(workdir_path(s, "own-done")); }, 30),
             "the exec's memhog never met its own ceiling");
+  // Seen from the host: the exec's shell went on past its OOM.
+  const std::vector<std::string> went_on = {"/bin/sleep", "3.4178"};
+  cr_assert(gone_within([&] { return corral_test::host_pid_with_argv(went_on) > 0; }, 5),
+            "the exec's shell never went on to its sleep");
   while (!own_result || !hog_result) (void)sup->run_once(1);
+  cr_expect_eq(corral_test::host_pid_with_argv(went_on), 0, "the exec's sleep outlived its Result");
   cr_expect(exists(workdir_path(s, "hog-done")), "the session's OOM did not come first");
   cr_expect_eq(own_result->outcome, Outcome::killed_oom, "%s", own_result->detail.c_str());
   cr_expect(!contains(own_result->stdout_capture.text, "survived"),

@@ -2,15 +2,20 @@
 // place where the host has one, TMPDIR and an explicit base still winning,
 // `corral enforcement` naming it, and a disk base still cleaned up.
 #include <linux/magic.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "cli_runner.hpp"
 #include "corral/workspace.hpp"
+#include "corral/workspace_base.hpp"
 #include "support.hpp"
 
 using namespace corral;
@@ -119,4 +124,39 @@ Test(workspace_base, a_disk_base_still_gets_its_workspaces_removed, .timeout = 6
   std::error_code ec;
   cr_assert(fs::is_empty(disk, ec), "%s holds something after the runs", disk.c_str());
   fs::remove_all(disk, ec);
+}
+
+// Root's own base is a private mount even where its parent is shared (a
+// systemd host's /run): a run's workspace tmpfs mounted below it
+// (WorkspaceOptions::tmpfs_on_host) then reaches no other mount namespace.
+// Played in a mount namespace of the test's own, made private first (the
+// host's table is never touched), with "/" shared there and the base
+// unmounted so that choose_workspace_base mounts it again. Without the
+// MS_PRIVATE after the mount, the new base inherits "shared:N".
+Test(workspace_base, roots_own_base_is_mounted_private_under_a_shared_parent) {
+  if (geteuid() != 0) cr_skip_test("the base of its own is root's");
+  pid_t p = fork();
+  if (p == 0) {
+    unsetenv("TMPDIR");
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(10);
+    (void)umount2(kRootWorkspaceMount, MNT_DETACH);
+    if (mount(nullptr, "/", nullptr, MS_SHARED, nullptr) != 0) _exit(11);
+    auto choice = choose_workspace_base("", true);
+    if (choice.path != kRootWorkspaceMount) _exit(12);
+    std::string line;
+    std::ifstream in("/proc/self/mountinfo");
+    const std::string at = std::string(" ") + kRootWorkspaceMount + " ";
+    while (std::getline(in, line))
+      if (line.find(at) != std::string::npos) _exit(line.find(" shared:") == std::string::npos ? 0 : 13);
+    _exit(14);
+  }
+  int status = 0;
+  waitpid(p, &status, 0);
+  cr_assert(WIFEXITED(status), "the child died");
+  const int code = WEXITSTATUS(status);
+  cr_assert_neq(code, 10, "could not make a private mount namespace");
+  cr_assert_neq(code, 11, "could not make / shared in it");
+  cr_assert_neq(code, 12, "the default base is not root's own");
+  cr_assert_neq(code, 14, "the base was not mounted");
+  cr_assert_eq(code, 0, "the base was mounted shared under a shared parent");
 }
