@@ -570,7 +570,11 @@ Expected<int> sweep_stale_run_cgroups(const CgroupProbe& probe, const CgroupSpec
 
 Expected<UniqueFd> RunCgroup::oom_notifier() const {
   if (version() != CgroupVersion::v1) return UniqueFd();
-  for (const auto& dir : dirs()) {
+  return cgroup_v1_oom_notifier(dirs());
+}
+
+Expected<UniqueFd> cgroup_v1_oom_notifier(const std::vector<std::string>& dirs) {
+  for (const auto& dir : dirs) {
     auto event = cgroup_v1_oom_notifier(dir);
     if (!event || event->valid()) return event;  // else not the memory hierarchy
   }

@@ -242,14 +242,11 @@ Status prepare_session_exec(PreparedRun& run, const HostFacts& host, const Sessi
   // is then counted by the session's alone, and can only hide one of the
   // exec's own, never pass for one (session_oom_is_the_execs_own).
   UniqueFd session_oom;
-  if (info->memory_bytes && cg->version() == CgroupVersion::v1)
-    for (const auto& dir : info->cgroup_dirs) {
-      auto event = cgroup_v1_oom_notifier(dir);
-      if (!event) return std::move(event).error().context("session exec: the session's OOM events");
-      if (!event->valid()) continue;  // not the memory hierarchy
-      session_oom = std::move(*event);
-      break;
-    }
+  if (info->memory_bytes && cg->version() == CgroupVersion::v1) {
+    auto event = cgroup_v1_oom_notifier(info->cgroup_dirs);
+    if (!event) return std::move(event).error().context("session exec: the session's OOM events");
+    session_oom = std::move(*event);
+  }
   if (run.limits.get(Limit::memory_bytes) || info->memory_bytes) {
     auto oom = cg->oom_notifier();
     if (!oom) return std::move(oom).error().context("session exec");

@@ -311,6 +311,9 @@ class RunCgroup {
 // ancestor's, never a descendant's. An empty fd when `dir` has no
 // memory.oom_control (v2, or not the memory hierarchy).
 Expected<UniqueFd> cgroup_v1_oom_notifier(const std::string& dir);
+// The same on the first of `dirs` (a group's one per hierarchy) that is a
+// v1 memory group; an empty fd when none is.
+Expected<UniqueFd> cgroup_v1_oom_notifier(const std::vector<std::string>& dirs);
 
 // Make the run's cgroup: the parent group (created when missing and then kept; on v2 with
 // the needed controllers enabled down to it), then a uniquely named child
