@@ -26,6 +26,8 @@
 #include "corral/tier_runner.hpp"
 #include "corral/workspace.hpp"
 
+#include "tmpfs_options.hpp"
+
 namespace corral {
 
 namespace {
@@ -131,15 +133,20 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   add("artifact_bytes", "supervisor", "per collected file");
   add("artifact_total_bytes", "supervisor", "all collected files");
   add("artifact_count", "supervisor", "more files refuse the collection");
+  // Said of every tmpfs a run gets: what it holds besides its size.
+  const std::string inodes = "; at most one inode per " + std::to_string(detail::kTmpfsBytesPerInode >> 10) +
+                             " KiB of it plus " + std::to_string(detail::kTmpfsInodeAllowance) +
+                             " (empty files, links and directories take no size)";
   if (mechanism(Limit::workspace_bytes) == LimitMechanism::tmpfs && container && container_workspace_on_tmpfs(h))
     add("workspace_bytes", "hard",
         "the workspace is a tmpfs of this size (default " + std::to_string(kContainerWorkspaceBytes >> 20) +
-            " MiB): a write past it fails with ENOSPC; its pages count against memory_bytes");
+            " MiB): a write past it fails with ENOSPC" + inodes + "; its pages count against memory_bytes");
   else if (mechanism(Limit::workspace_bytes) == LimitMechanism::tmpfs && process && process_workspace_tmpfs_possible(h))
     add("workspace_bytes", "hard",
         "the workspace is a tmpfs of this size (default " + std::to_string(kContainerWorkspaceBytes >> 20) +
             " MiB) over its directory, mounted for the run's time (with --confine-writes, or when set in a "
-            "base the caller chose, in the run's own mount namespace): a write past it fails with ENOSPC; in "
+            "base the caller chose, in the run's own mount namespace): a write past it fails with ENOSPC" + inodes +
+            "; in "
             "a base the caller chose (not " + std::string(kRootWorkspaceMount) + "), an unset one leaves a "
             "directory there, which every run shares");
   else
@@ -152,10 +159,10 @@ std::vector<EnforcementEntry> enforcement_map(const HostFacts& h, Tier tier) {
   if (mechanism(Limit::tmp_bytes) == LimitMechanism::tmpfs) {
     add("tmp_bytes", "hard",
         "/tmp is a tmpfs of this size (default 1 GiB, at most memory_bytes), and so is a --tmpfs "
-        "without a size: a write past it fails with ENOSPC; its pages count against memory_bytes");
+        "without a size: a write past it fails with ENOSPC" + inodes + "; its pages count against memory_bytes");
     add("shm_bytes", "hard",
         "/dev/shm is a tmpfs of this size (default " + std::to_string(kContainerShmBytes >> 20) +
-            " MiB): a write past it fails with ENOSPC; its pages count against memory_bytes");
+            " MiB): a write past it fails with ENOSPC" + inodes + "; its pages count against memory_bytes");
   } else {
     add("tmp_bytes", "unsupported", "the process tiers share the host's /tmp; TMPDIR is the workspace's tmp");
     add("shm_bytes", "unsupported",

@@ -20,6 +20,7 @@
 
 #include "mount_tree_builder.hpp"
 #include "mountinfo.hpp"
+#include "tmpfs_options.hpp"
 
 namespace corral {
 
@@ -201,7 +202,7 @@ Status build_tree(const MountTreeSpec& spec, const EtcIdentity& who, Builder& b,
 
   const std::string old_root = *staging + std::string(kOldRoot);
   b.add(MountOp::make_private, "make every mount private", "/");
-  b.tmpfs(*staging, MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.root_bytes()) + ",mode=0755");
+  b.tmpfs(*staging, MS_NOSUID | MS_NODEV, detail::tmpfs_mount_data(spec.root_bytes(), "0755"));
   b.add(MountOp::mkdir, "mkdir " + old_root, old_root, {}, 0700);
   b.add(MountOp::pivot_root, "pivot_root into the new root", old_root, *staging);
 
@@ -234,7 +235,7 @@ Status build_tree(const MountTreeSpec& spec, const EtcIdentity& who, Builder& b,
     fresh.mount("mount proc on /proc", "proc", "/proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=ptraceable");
   }
   b.mkdir("/tmp", 01777);
-  fresh.tmpfs("/tmp", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.tmp_bytes()) + ",mode=1777");
+  fresh.tmpfs("/tmp", MS_NOSUID | MS_NODEV, detail::tmpfs_mount_data(spec.tmp_bytes(), "1777"));
 
   std::string cwd = "/";
   if (spec.workspace_mount_fd() >= 0) {
@@ -308,7 +309,7 @@ Status build_tree(const MountTreeSpec& spec, const EtcIdentity& who, Builder& b,
       side->mkdir_parents(*inside);
       side->mkdir(*inside, 01777);
     }
-    fresh.tmpfs(*inside, MS_NOSUID | MS_NODEV, "size=" + std::to_string(t.bytes) + ",mode=1777");
+    fresh.tmpfs(*inside, MS_NOSUID | MS_NODEV, detail::tmpfs_mount_data(t.bytes, "1777"));
   }
   b.add(MountOp::detach, "detach the host's root", std::string(kOldRoot));
   b.add(MountOp::rmdir, "rmdir " + std::string(kOldRoot), std::string(kOldRoot));

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "mount_tree_builder.hpp"
+#include "tmpfs_options.hpp"
 
 namespace corral::mount_tree_detail {
 namespace {
@@ -200,7 +201,7 @@ void add_dev(Builder& b, const MountTreeSpec& spec, Builder& fresh, const std::v
   fresh.mount("mount devpts on /dev/pts", "devpts", "/dev/pts", MS_NOSUID | MS_NOEXEC,
               "newinstance,ptmxmode=0666,mode=0620");
   b.mkdir("/dev/shm", 01777);
-  fresh.tmpfs("/dev/shm", MS_NOSUID | MS_NODEV, "size=" + std::to_string(spec.shm_bytes()) + ",mode=1777");
+  fresh.tmpfs("/dev/shm", MS_NOSUID | MS_NODEV, detail::tmpfs_mount_data(spec.shm_bytes(), "1777"));
   b.setattr("/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, "make /dev read-only");
 }
 

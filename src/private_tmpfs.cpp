@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "corral/syscalls.hpp"
+#include "tmpfs_options.hpp"
 
 namespace corral {
 namespace {
@@ -44,8 +45,9 @@ Expected<PrivateTmpfs> PrivateTmpfs::prepare(const std::string& target, std::uin
   UniqueFd fs(static_cast<int>(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
   if (!fs) return Error::from_errno(errno, who + ": fsopen");
   const std::string size = std::to_string(bytes);
+  const std::string inodes = std::to_string(detail::tmpfs_max_inodes(bytes));
   for (auto [key, value] : {std::pair{"source", "corral-shm"}, std::pair{"size", size.c_str()},
-                            std::pair{"mode", "1777"}})
+                            std::pair{"nr_inodes", inodes.c_str()}, std::pair{"mode", "1777"}})
     if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_SET_STRING, key, value, 0) != 0)
       return Error::from_errno(errno, who + ": fsconfig " + key + "=" + value);
   if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0)

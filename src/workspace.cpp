@@ -28,6 +28,7 @@
 #include <functional>
 #include <utility>
 
+#include "tmpfs_options.hpp"
 #include "workspace_fs.hpp"
 
 namespace corral {
@@ -188,6 +189,7 @@ Expected<Workspace> Workspace::create_tmpfs(const WorkspaceOptions& options) {
   };
   std::vector<std::pair<const char*, std::string>> config = {{"source", "corral-workspace"},
                                                              {"size", std::to_string(ws.tmpfs_bytes_)},
+                                                             {"nr_inodes", std::to_string(detail::tmpfs_max_inodes(ws.tmpfs_bytes_))},
                                                              {"mode", "0700"}};
   if (ws.owner_) {
     config.emplace_back("uid", std::to_string(ws.owner_->uid));

@@ -183,6 +183,35 @@ Test(container_data, a_tmpfs_of_1M_refuses_the_second_mebibyte) {
   for (const char* bad : {"scratch:1M", "/s:1X", "/s:-1", "/s:1", "/s:"}) cr_assert(!parse_tmpfs_spec(bad).ok(), "%s", bad);
 }
 
+// Empty files cost a tmpfs inodes (~1 KiB of kernel memory each) and no
+// size; the kernel's default allows millions whatever the size. Every
+// tmpfs of a container (/tmp, /dev/shm, a --tmpfs, and as root its
+// workspace) allows one inode per 4 KiB of its size plus 1024. On the old
+// code each 4 MiB tmpfs here took all 20,000 empty files.
+Test(container_data, empty_files_in_each_tmpfs_stop_at_its_inode_bound) {
+  SKIP_UNLESS_CONTAINER();
+  constexpr std::uint64_t kBytes = 4ull << 20;
+  constexpr unsigned long kBound = kBytes / 4096 + 1024;
+  Harness h;
+  std::vector<std::string> dirs = {"/tmp", "/dev/shm", "/scratch"};
+  if (geteuid() == 0) dirs.push_back(".");  // rootless, the workspace is a directory of the host's
+  Request r = sh(corral_test::empty_files_until_refused(dirs, 20000));
+  r.limits.set(Limit::tmp_bytes, kBytes);
+  r.limits.set(Limit::shm_bytes, kBytes);
+  r.limits.set(Limit::workspace_bytes, kBytes);
+  auto scratch = parse_tmpfs_spec("/scratch:4M");
+  cr_assert(scratch.ok());
+  r.tmpfs.push_back(*scratch);
+  Result res = h.run(std::move(r));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", text_of(res).c_str());
+  auto made = corral_test::empty_files_made(res.stdout_capture.text);
+  for (const auto& dir : dirs) {
+    cr_assert(made.count(dir), "%s: %s", dir.c_str(), text_of(res).c_str());
+    cr_expect(made[dir] < kBound && made[dir] + 8 > kBound, "%s of %llu bytes took %lu empty files (bound %lu)",
+              dir.c_str(), static_cast<unsigned long long>(kBytes), made[dir], kBound);
+  }
+}
+
 Test(container_data, tmp_bytes_is_the_size_of_tmp_and_shown_in_the_result) {
   SKIP_UNLESS_CONTAINER();
   Harness h;

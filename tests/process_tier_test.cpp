@@ -481,3 +481,41 @@ Test(process_tier, a_sized_workspace_is_out_of_the_hosts_sight_while_it_runs) {
   cr_expect_eq(entries, 0u, "the host sees %zu entries in %s while the run is in flight", entries, dir.c_str());
   cr_expect(!mounted_here, "the run's tmpfs is mounted at %s in the host's namespace", dir.c_str());
 }
+
+// A tmpfs's size counts file content only: empty files cost inodes (~1 KiB
+// of kernel memory each) and no size, and the kernel's default allows
+// millions whatever the size. Every tmpfs a process-tier run gets (its
+// workspace, mounted on the host or in its own namespace, and the private
+// /dev/shm of --confine-writes) allows one inode per 4 KiB of its size
+// plus 1024. On the old code each of these 4 MiB tmpfs took all 20,000
+// empty files (and would have taken millions).
+Test(process_tier, empty_files_in_a_runs_tmpfs_stop_at_its_inode_bound) {
+  CORRAL_SKIP_UNLESS_ROOT();
+  constexpr std::uint64_t kBytes = 4ull << 20;
+  constexpr unsigned long kBound = kBytes / 4096 + 1024;  // root, home and tmp are three of them
+  auto flood = [](Supervisor& sup, Request r, const std::string& dir) {
+    r.limits.set(Limit::workspace_bytes, kBytes);
+    auto res = sup.run(r);
+    cr_assert(res.ok(), "%s", res.ok() ? "" : res.error().message().c_str());
+    cr_assert_eq(res->outcome, Outcome::exited, "%s", res->detail.c_str());
+    auto made = corral_test::empty_files_made(res->stdout_capture.text);
+    cr_assert(made.count(dir), "%s: %s", dir.c_str(), res->stdout_capture.text.c_str());
+    cr_expect(made[dir] < kBound && made[dir] + 8 > kBound, "%s of %llu bytes took %lu empty files (bound %lu)",
+              dir.c_str(), static_cast<unsigned long long>(kBytes), made[dir], kBound);
+  };
+  const std::string script = corral_test::empty_files_until_refused({"."}, 20000);
+  {
+    // corral's own base: the tmpfs is mounted over the directory on the host.
+    unsetenv("TMPDIR");
+    auto sup = Supervisor::create();
+    cr_assert(sup.ok(), "%s", sup.ok() ? "" : sup.error().message().c_str());
+    flood(**sup, req(Tier::os_process, {"/bin/sh", "-c", script}), ".");
+  }
+  Harness h;  // a base the test chose: the tmpfs is mounted in the run's own namespace
+  flood(*h.sup, req(Tier::os_process, {"/bin/sh", "-c", script}), ".");
+  Request shm = req(Tier::os_process, {"/bin/sh", "-c", corral_test::empty_files_until_refused({"/dev/shm"}, 20000)});
+  shm.confine_writes = true;
+  shm.limits.set(Limit::shm_bytes, kBytes);
+  shm.acknowledged.insert("shm_bytes");
+  flood(*h.sup, shm, "/dev/shm");
+}

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <initializer_list>
 #include <iterator>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -248,6 +249,29 @@ inline void assert_mentions(const std::string& text, std::initializer_list<std::
 // Compares through a named copy: no pointer into a temporary reaches the
 // assertion macro (sanitizer builds catch that).
 inline void expect_text(const std::string& got, const std::string& want) { cr_assert_str_eq(got.c_str(), want.c_str()); }
+
+// ---- a flood of empty files ------------------------------------------------------------------
+
+// Shell text for a run: in each of `dirs`, empty files until the kernel
+// refuses one or `cap` are made, then "DIR MADE" on a line. Empty files
+// cost a tmpfs inodes and no size: what its nr_inodes bounds.
+inline std::string empty_files_until_refused(const std::vector<std::string>& dirs, int cap) {
+  std::string script;
+  for (const auto& dir : dirs)
+    script += "i=0; while [ $i -lt " + std::to_string(cap) + " ] && { true > \"" + dir +
+              "/f$i\"; } 2>/dev/null; do i=$((i+1)); done; echo \"" + dir + " $i\"; ";
+  return script;
+}
+
+// What empty_files_until_refused printed, by directory.
+inline std::map<std::string, unsigned long> empty_files_made(const std::string& out) {
+  std::map<std::string, unsigned long> made;
+  std::istringstream lines(out);
+  std::string dir;
+  unsigned long n = 0;
+  while (lines >> dir >> n) made[dir] = n;
+  return made;
+}
 
 // Workspaces on tmpfs when there is one: this host's ext4 takes about a
 // millisecond per mkdir, which would make a soak a disk benchmark. False
