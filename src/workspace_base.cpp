@@ -26,6 +26,18 @@ dev_t dev_of(const char* path) {
   return ::stat(path, &st) == 0 ? st.st_dev : 0;
 }
 
+// Private, whatever /run's propagation is: a run's workspace tmpfs mounted
+// below it (WorkspaceOptions::tmpfs_on_host) reaches no other mount
+// namespace. Said again for a base already mounted: an older corral
+// mounted it without this step, and under a shared /run (systemd's) it
+// stayed shared until reboot. One mount(2) that changes nothing when it is
+// private already.
+bool make_private(const std::string& mnt, std::string& why) {
+  if (::syscall(SYS_mount, nullptr, mnt.c_str(), nullptr, MS_PRIVATE, nullptr) == 0) return true;
+  why = "make " + mnt + " a private mount: " + std::strerror(errno);
+  return false;
+}
+
 // Root's tmpfs at kRootWorkspaceMount: true when it is mounted (already, or
 // now with prepare); `why` says what failed otherwise.
 bool root_workspace_tmpfs(bool prepare, std::string& why) {
@@ -35,7 +47,7 @@ bool root_workspace_tmpfs(bool prepare, std::string& why) {
   // tmpfs. (A /run that is itself a tmpfs does not count: its space is
   // the host's services'.)
   dev_t here = dev_of(mnt.c_str());
-  if (here != 0 && here != dev_of(parent.c_str()) && is_tmpfs(mnt)) return true;
+  if (here != 0 && here != dev_of(parent.c_str()) && is_tmpfs(mnt)) return !prepare || make_private(mnt, why);
   if (!prepare) {
     why = "mounted by the first run";
     return true;
@@ -50,14 +62,7 @@ bool root_workspace_tmpfs(bool prepare, std::string& why) {
     why = "mount a tmpfs on " + mnt + ": " + std::strerror(errno);
     return false;
   }
-  // Private, whatever /run's propagation is: a run's workspace tmpfs
-  // mounted below it (WorkspaceOptions::tmpfs_on_host) reaches no other
-  // mount namespace.
-  if (::syscall(SYS_mount, nullptr, mnt.c_str(), nullptr, MS_PRIVATE, nullptr) != 0) {
-    why = "make " + mnt + " a private mount: " + std::strerror(errno);
-    return false;
-  }
-  return true;
+  return make_private(mnt, why);
 }
 
 }  // namespace

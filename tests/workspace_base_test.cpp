@@ -126,21 +126,18 @@ Test(workspace_base, a_disk_base_still_gets_its_workspaces_removed, .timeout = 6
   fs::remove_all(disk, ec);
 }
 
-// Root's own base is a private mount even where its parent is shared (a
-// systemd host's /run): a run's workspace tmpfs mounted below it
-// (WorkspaceOptions::tmpfs_on_host) then reaches no other mount namespace.
-// Played in a mount namespace of the test's own, made private first (the
-// host's table is never touched), with "/" shared there and the base
-// unmounted so that choose_workspace_base mounts it again. Without the
-// MS_PRIVATE after the mount, the new base inherits "shared:N".
-Test(workspace_base, roots_own_base_is_mounted_private_under_a_shared_parent) {
-  if (geteuid() != 0) cr_skip_test("the base of its own is root's");
+// Played in a forked child in a mount namespace of its own, made private
+// first (the host's table is never touched): `shape` sets the scene,
+// choose_workspace_base then runs as a supervisor's start does, and the
+// base's mountinfo line must have no "shared:N". The child's exit code:
+// 0 private, 10 no namespace, 11 the scene failed, 12 not root's base, 13
+// shared, 14 not mounted.
+static int base_propagation_after_choice(const std::function<bool()>& shape) {
   pid_t p = fork();
   if (p == 0) {
     unsetenv("TMPDIR");
     if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(10);
-    (void)umount2(kRootWorkspaceMount, MNT_DETACH);
-    if (mount(nullptr, "/", nullptr, MS_SHARED, nullptr) != 0) _exit(11);
+    if (!shape()) _exit(11);
     auto choice = choose_workspace_base("", true);
     if (choice.path != kRootWorkspaceMount) _exit(12);
     std::string line;
@@ -155,8 +152,35 @@ Test(workspace_base, roots_own_base_is_mounted_private_under_a_shared_parent) {
   cr_assert(WIFEXITED(status), "the child died");
   const int code = WEXITSTATUS(status);
   cr_assert_neq(code, 10, "could not make a private mount namespace");
-  cr_assert_neq(code, 11, "could not make / shared in it");
+  cr_assert_neq(code, 11, "could not set the scene");
   cr_assert_neq(code, 12, "the default base is not root's own");
   cr_assert_neq(code, 14, "the base was not mounted");
+  return code;
+}
+
+// Root's own base is a private mount even where its parent is shared (a
+// systemd host's /run): a run's workspace tmpfs mounted below it
+// (WorkspaceOptions::tmpfs_on_host) then reaches no other mount namespace.
+// "/" is made shared and the base unmounted, so that choose_workspace_base
+// mounts it again. Without the MS_PRIVATE after the mount, the new base
+// inherits "shared:N".
+Test(workspace_base, roots_own_base_is_mounted_private_under_a_shared_parent) {
+  if (geteuid() != 0) cr_skip_test("the base of its own is root's");
+  const int code = base_propagation_after_choice([] {
+    (void)umount2(kRootWorkspaceMount, MNT_DETACH);
+    return mount(nullptr, "/", nullptr, MS_SHARED, nullptr) == 0;
+  });
   cr_assert_eq(code, 0, "the base was mounted shared under a shared parent");
+}
+
+// A base already mounted shared (by an older corral under a shared /run,
+// which left it so until reboot) is made private when a supervisor starts
+// on it. On the old code it stayed shared.
+Test(workspace_base, an_already_mounted_shared_base_is_made_private) {
+  if (geteuid() != 0) cr_skip_test("the base of its own is root's");
+  const int code = base_propagation_after_choice([] {
+    (void)choose_workspace_base("", true);  // mounted, as a first run would
+    return mount(nullptr, kRootWorkspaceMount, nullptr, MS_SHARED, nullptr) == 0;
+  });
+  cr_assert_eq(code, 0, "the base mounted shared stayed shared");
 }
