@@ -8,6 +8,7 @@
 #include <initializer_list>
 
 #include "corral/capture.hpp"
+#include "../src/background_work.hpp"
 #include "support.hpp"
 
 using namespace corral;
@@ -573,8 +574,9 @@ Test(workspace, a_tmpfs_workspace_needs_a_size) {
   expect_error(ws, {"tmpfs", "size"});
 }
 
-// What a tmpfs workspace holds goes with its last reference: emptied by
-// remove(), and the filesystem itself gone when the fd closes.
+// What a tmpfs workspace holds goes with its last reference: emptied after
+// remove() (on the background thread), and the filesystem itself gone when
+// the fd closes.
 Test(workspace, removing_a_tmpfs_workspace_empties_it_through_its_fd) {
   CORRAL_SKIP_UNLESS_ROOT();
   corral_test::TempDir base;
@@ -585,6 +587,8 @@ Test(workspace, removing_a_tmpfs_workspace_empties_it_through_its_fd) {
   UniqueFd other(::fcntl(ws.dirfd(), F_DUPFD_CLOEXEC, 0));
   cr_assert(other.valid());
   cr_assert(ws.remove().ok());
+  cr_assert(ws.removed());
+  corral::detail::wait_for_background_work();
   cr_assert_neq(::faccessat(other.get(), "a", F_OK, 0), 0, "remove() left the contents");
   cr_assert_neq(::faccessat(other.get(), "home", F_OK, 0), 0, "remove() left home/");
 }

@@ -224,6 +224,7 @@ class Workspace {
   bool remove_by_name();   // the same for a released workspace, by name (by_name)
   bool tmpfs_emptied_by_name();  // the same for a released tmpfs_on_host, but for its mount
   void remove_subdirs(int at, const std::string& prefix) const;  // rmdir home/ and tmp/
+  Status remove_tmpfs();        // unmounted and its mount point gone here; emptied and closed in the background
   Status remove_mount_point();  // a tmpfs's directory on the host (tmpfs_mount_point)
   static Expected<Workspace> create_by_name(const WorkspaceOptions& options, const std::string& prefix);
   Workspace() = default;
