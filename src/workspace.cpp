@@ -189,10 +189,11 @@ Expected<Workspace> Workspace::create_tmpfs(const WorkspaceOptions& options) {
       return errno_error(who + ": fsconfig " + key + "=" + value);
     return {};
   };
-  std::vector<std::pair<const char*, std::string>> config = {{"source", "corral-workspace"},
-                                                             {"size", std::to_string(ws.tmpfs_bytes_)},
-                                                             {"nr_inodes", std::to_string(detail::tmpfs_max_inodes(ws.tmpfs_bytes_))},
-                                                             {"mode", "0700"}};
+  std::vector<std::pair<const char*, std::string>> config = {
+      {"source", "corral-workspace"},
+      {"size", std::to_string(ws.tmpfs_bytes_)},
+      {"nr_inodes", std::to_string(detail::tmpfs_max_inodes(ws.tmpfs_bytes_))},
+      {"mode", "0700"}};
   if (ws.owner_) {
     config.emplace_back("uid", std::to_string(ws.owner_->uid));
     config.emplace_back("gid", std::to_string(ws.owner_->gid));
