@@ -91,6 +91,9 @@ int container_child(void* p) noexcept {
     return fail_in_child(a, SpawnStage::signals, e);
   // pgid = our host pid: the supervisor's killpg reaches pid 1 and the program.
   if (int e = become_session_leader_in_child()) return fail_in_child(a, SpawnStage::setsid, e);
+  // pid 1 too: the program inherits it, and pid 1 killed ends the run.
+  if (a->plan->first_oom_victim)
+    if (int e = make_first_oom_victim_in_child()) return fail_in_child(a, SpawnStage::oom_score, e);
 
   if (a->join_cgroup)
     if (int e = join_cgroup_in_child(*a->join_cgroup)) return fail_in_child(a, SpawnStage::cgroup, e);

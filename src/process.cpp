@@ -232,4 +232,12 @@ int become_session_leader_in_child() noexcept {
   return sys::error_of(sys::call(SYS_setsid));
 }
 
+int make_first_oom_victim_in_child() noexcept {
+  long fd = sys::call(SYS_openat, AT_FDCWD, reinterpret_cast<long>("/proc/self/oom_score_adj"), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return sys::error_of(fd);
+  long written = sys::call(SYS_write, fd, reinterpret_cast<long>("1000"), 4);
+  sys::call(SYS_close, fd);
+  return written < 0 ? sys::error_of(written) : 0;
+}
+
 }  // namespace corral

@@ -240,6 +240,7 @@ Expected<PreparedRun> prepare_run(Request request, RunContext& ctx, std::string 
                                          run.secrets->values()));
 
   ChildPlan& plan = *run.plan;
+  plan.first_oom_victim = true;
   plan.argv_storage.clear();
   if (req.payload) {
     if (auto st = wp->stage_bytes(req.payload->filename, req.payload->source, 0644); !st) return unstaged(st.error());

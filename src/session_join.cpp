@@ -180,6 +180,8 @@ int session_exec_child(void* p) noexcept {
   // Its own process group and session: the supervisor's killpg reaches it
   // and what stays in its group; the cgroup reaches the rest.
   if (int e = become_session_leader_in_child()) return fail_in_child(a, SpawnStage::setsid, e);
+  if (plan.first_oom_victim)
+    if (int e = make_first_oom_victim_in_child()) return fail_in_child(a, SpawnStage::oom_score, e);
   // v1 (v2 placed it at clone): before the cgroup namespace is entered
   // (then the path would be the session's view); the fds were opened by the
   // parent.

@@ -150,6 +150,11 @@ void run_keeper(const SessionKey& key, const SessionSpec& spec, const std::strin
     undo(nullptr);
     fail(st.error().context("session " + id + ": its cgroup"));
   }
+  // pid 1 keeps the session: not at a run's 1000, where an OOM of the
+  // session's own ceiling could take it as soon as an exec's process
+  // (protect_from_oom below lowers it to -1000 where the host lets it:
+  // CAP_SYS_RESOURCE). The execs are at 1000 (session_join.cpp).
+  prep->plan->first_oom_victim = false;
   auto child = spawn_container(*prep->plan, c);
   if (!child) {
     undo(nullptr);

@@ -34,6 +34,7 @@ std::string_view to_string(SpawnStage stage) {
     case SpawnStage::cgroup: return "cgroup";
     case SpawnStage::parent_death: return "parent_death";
     case SpawnStage::mounts: return "mounts";
+    case SpawnStage::oom_score: return "oom_score";
   }
   return "unknown";
 }
@@ -106,6 +107,8 @@ int run_plan_in_child(void* p) noexcept {
     return fail(SpawnStage::signals, e);
 
   if (int e = become_session_leader_in_child()) return fail(SpawnStage::setsid, e);
+  if (plan.first_oom_victim)
+    if (int e = make_first_oom_victim_in_child()) return fail(SpawnStage::oom_score, e);
 
   // Mounts before Landlock (a Landlock domain may not mount) and before
   // seccomp (the default profile denies the mount family); still root.

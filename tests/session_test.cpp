@@ -91,6 +91,23 @@ Test(session, state_persists_across_execs_and_the_same_key_is_the_same_session) 
   cr_expect_eq(exec(*sup, s.id, {"/bin/pwd"}).stdout_capture.text, "/workspace\n");
 }
 
+// An exec's processes are what the kernel's OOM killer takes first
+// (oom_score_adj 1000, as every run's); pid 1, which keeps the session,
+// never before them: -1000 where the host grants CAP_SYS_RESOURCE to lower
+// it, else as the supervisor's own (0 here). Old code: the exec had 0.
+Test(session, an_exec_is_the_first_oom_victim_and_pid_1_the_last) {
+  SKIP_UNLESS_SESSIONS();
+  Scope sc{scope_for("oomadj")};
+  auto s = open_session(sc.name, "t1", spec_with_helpers());
+  auto sup = supervisor();
+  auto r = exec(*sup, s.id, {"/bin/sh", "-c", "cat /proc/self/oom_score_adj"});
+  cr_expect_eq(r.outcome, Outcome::exited, "%s", r.detail.c_str());
+  cr_expect_eq(r.stdout_capture.text, "1000\n", "the exec's oom_score_adj: %s", r.stdout_capture.text.c_str());
+  const std::string pid1 = corral_test::read_file("/proc/" + std::to_string(s.pid1) + "/oom_score_adj");
+  cr_expect(pid1 == "-1000\n" || pid1 == corral_test::read_file("/proc/self/oom_score_adj"),
+            "pid 1's oom_score_adj: %s", pid1.c_str());
+}
+
 Test(session, two_keys_share_no_files_processes_or_network) {
   SKIP_UNLESS_SESSIONS();
   Scope sc{scope_for("keys")};

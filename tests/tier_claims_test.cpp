@@ -267,6 +267,22 @@ void check_reaps_descendants(std::string_view tier) {
 
 // Egress as the gate sees it on this host (host_tier_capabilities): the
 // run is shaped by request_for_route from a route built through the gate.
+// A run's processes, and what they fork, are what the kernel's OOM killer
+// takes first (oom_score_adj 1000), never the supervisor: a run without
+// memory_bytes has no cgroup of its own, and its tmpfs pages are nobody's
+// RSS, so only the run's end gives them back. Old code: 0, as the
+// supervisor's.
+void check_is_the_first_oom_victim(std::string_view tier) {
+  Subject s(tier);
+  const std::string ours = corral_test::read_file("/proc/self/oom_score_adj");
+  Result res = s.run(s.request({"sh", "-c", "cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'"}));
+  cr_assert_eq(res.outcome, Outcome::exited, "%s", describe(res).c_str());
+  cr_assert_str_eq(res.stdout_capture.text.c_str(), "1000\n1000\n", "tier %.*s: %s", (int)tier.size(), tier.data(),
+                   describe(res).c_str());
+  cr_assert_str_eq(corral_test::read_file("/proc/self/oom_score_adj").c_str(), ours.c_str(),
+                   "the supervisor's own oom_score_adj changed");
+}
+
 void check_egress(std::string_view tier) {
   Subject s(tier);
   HostFacts host = probe_host();
@@ -353,6 +369,7 @@ Test(tier_claims, os_process_without_network_still_writes_its_workspace) {
   CLAIM(tier, reports_resource_kill)    \
   CLAIM(tier, enforces_memory)          \
   CLAIM(tier, reaps_descendants)        \
+  CLAIM(tier, is_the_first_oom_victim)  \
   CLAIM(tier, egress)
 
 CLAIMS(none)

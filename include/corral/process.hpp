@@ -133,4 +133,14 @@ Expected<Pidfd> clone_child(const CloneSpec& spec, ChildFunction fn, void* arg);
 // group (pgid = pid) and has no controlling terminal. Returns 0 or errno.
 int become_session_leader_in_child() noexcept;
 
+// Child side: oom_score_adj 1000 (proc(5); raising it needs no privilege),
+// so the kernel's OOM killer takes this process, and what it forks, before
+// any process at the default 0: the supervisor, the host's services. A run
+// without memory_bytes has no cgroup of its own to be killed in; its
+// workspace, /tmp and /dev/shm tmpfs pages are nobody's RSS, and only its
+// end gives them back, which killing its own processes brings. Before the
+// privilege drop (after it the file is root's) and Landlock. Returns 0 or
+// errno.
+int make_first_oom_victim_in_child() noexcept;
+
 }  // namespace corral

@@ -47,6 +47,7 @@ enum class SpawnStage : std::uint8_t {
   cgroup,      // container tier: joining the run's cgroup
   parent_death,  // PR_SET_PDEATHSIG, or the supervisor died before it was set
   mounts,        // tier process: the run's own /dev/shm (private_tmpfs.hpp) in its mount namespace
+  oom_score,     // oom_score_adj 1000 (ChildPlan::first_oom_victim)
 };
 std::string_view to_string(SpawnStage stage);
 
@@ -69,6 +70,9 @@ struct ChildPlan {
   // of the run's uid, i.e. what a dead former holder of a freshly locked
   // uid left (UidPool::Reap::by_first_process). ESRCH (none) is success.
   bool reap_uid_first = false;
+  // oom_score_adj 1000 (make_first_oom_victim_in_child): every run's
+  // process is what the kernel's OOM killer takes before anything else.
+  bool first_oom_victim = false;
   std::optional<LandlockRuleset> landlock;
   // Shared: the BPF is immutable, and compiling it costs more than a spawn.
   std::shared_ptr<const SeccompProgram> seccomp;
