@@ -419,6 +419,9 @@ Test(process_tier, a_default_workspace_is_a_tmpfs_of_its_own_for_the_runs_time) 
     cr_expect(statfs(dir.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC &&
                   static_cast<unsigned long long>(fs.f_blocks) * fs.f_bsize == 1ull << 30,
               "from the host, %s is not a tmpfs of 1 GiB", dir.c_str());
+    // Its inodes bounded too: one per 4 KiB of it plus 1024.
+    cr_expect_eq(static_cast<unsigned long long>(fs.f_files), (1ull << 30) / 4096 + 1024,
+                 "from the host, %s allows %llu inodes", dir.c_str(), static_cast<unsigned long long>(fs.f_files));
   }
   std::size_t held = 0;
   if (DIR* d = opendir("/proc/self/fd")) {

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <sstream>
 
 #include "corral/isolation.hpp"
 #include "corral/route_run.hpp"
@@ -281,6 +282,39 @@ void check_is_the_first_oom_victim(std::string_view tier) {
                    describe(res).c_str());
   cr_assert_str_eq(corral_test::read_file("/proc/self/oom_score_adj").c_str(), ours.c_str(),
                    "the supervisor's own oom_score_adj changed");
+
+  // From the host, with a run in flight: every process below ours but the
+  // guardian (a container's pid 1 and its program included) is at 1000.
+  RunCallbacks cb;
+  bool done = false;
+  cb.on_result = [&done](const Result&) { done = true; };
+  auto handle = s.sup->submit(s.request({"sh", "-c", "sleep 5 & wait"}), std::move(cb));
+  cr_assert(handle.ok(), "%s", handle.ok() ? "" : handle.error().message().c_str());
+  std::vector<std::string> seen;
+  for (int i = 0; i < 500 && seen.empty(); ++i) {
+    cr_assert(s.sup->run_once(0.01).ok());
+    std::vector<std::string> below, sleeps;
+    std::vector<std::string> todo = {std::to_string(getpid())};
+    while (!todo.empty()) {
+      std::istringstream kids(corral_test::children_of(std::stoi(todo.back())));
+      todo.pop_back();
+      for (std::string k; kids >> k;) {
+        const std::string comm = corral_test::read_file("/proc/" + k + "/comm");
+        if (comm == "corral-guard\n") continue;
+        below.push_back(k + " " + comm.substr(0, comm.size() - 1) + " " +
+                        corral_test::read_file("/proc/" + k + "/oom_score_adj"));
+        if (comm == "sleep\n") sleeps.push_back(k);
+        todo.push_back(k);
+      }
+    }
+    if (!sleeps.empty()) seen = below;
+  }
+  handle->cancel();
+  while (!done) cr_assert(s.sup->run_once(1).ok());
+  cr_assert(!seen.empty(), "tier %.*s: the run's sleep never showed in the host's /proc", (int)tier.size(), tier.data());
+  for (const auto& line : seen)
+    cr_expect(line.size() > 5 && line.compare(line.size() - 5, 5, "1000\n") == 0,
+              "tier %.*s: seen from the host, pid comm oom_score_adj: %s", (int)tier.size(), tier.data(), line.c_str());
 }
 
 void check_egress(std::string_view tier) {
