@@ -42,18 +42,9 @@ Expected<PrivateTmpfs> PrivateTmpfs::prepare(const std::string& target, std::uin
   t.target_ = target;
   t.bytes_ = bytes;
   t.holder_ = holding_mount(target);
-  UniqueFd fs(static_cast<int>(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
-  if (!fs) return Error::from_errno(errno, who + ": fsopen");
-  const std::string size = std::to_string(bytes);
-  const std::string inodes = std::to_string(detail::tmpfs_max_inodes(bytes));
-  for (auto [key, value] : {std::pair{"source", "corral-shm"}, std::pair{"size", size.c_str()},
-                            std::pair{"nr_inodes", inodes.c_str()}, std::pair{"mode", "1777"}})
-    if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_SET_STRING, key, value, 0) != 0)
-      return Error::from_errno(errno, who + ": fsconfig " + key + "=" + value);
-  if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0)
-    return Error::from_errno(errno, who + ": fsconfig create");
-  t.mount_.reset(static_cast<int>(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)));
-  if (!t.mount_) return Error::from_errno(errno, who + ": fsmount");
+  auto mounted = detail::fsmount_tmpfs(who, "corral-shm", bytes, "1777");
+  if (!mounted) return std::move(mounted).error();
+  t.mount_ = std::move(*mounted);
   return t;
 }
 

@@ -1,12 +1,19 @@
 // Internal: what every tmpfs corral mounts for a run is bounded by (a
 // workspace, a private /dev/shm, a container's /tmp, /dev/shm, --tmpfs and
-// root). One place, so the bound cannot differ between the mount(2) data
+// root), and the detached one a workspace or a private /dev/shm is made
+// as. One place, so the bound cannot differ between the mount(2) data
 // string of a mount tree and the fsconfig keys of a detached mount.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "corral/fd.hpp"
+#include "corral/status.hpp"
 
 namespace corral::detail {
 
@@ -36,5 +43,17 @@ inline std::string tmpfs_mount_data(std::uint64_t bytes, std::string_view mode) 
   return "size=" + std::to_string(bytes) + ",nr_inodes=" + std::to_string(tmpfs_max_inodes(bytes)) +
          ",mode=" + std::string(mode);
 }
+
+struct TmpfsOwner {
+  uid_t uid;
+  gid_t gid;
+};
+
+// A detached tmpfs (fsopen, fsconfig, fsmount; nosuid, nodev) of `bytes`,
+// its inodes bounded as above, its root `mode` (octal text) and owned by
+// `owner` when given; `source` is what mountinfo names it. Each error says
+// `who` and the step that failed. Needs CAP_SYS_ADMIN.
+Expected<UniqueFd> fsmount_tmpfs(const std::string& who, const char* source, std::uint64_t bytes, const char* mode,
+                                 std::optional<TmpfsOwner> owner = std::nullopt);
 
 }  // namespace corral::detail

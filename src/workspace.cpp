@@ -182,28 +182,11 @@ Expected<Workspace> Workspace::create_tmpfs(const WorkspaceOptions& options) {
     ws.name_ = "corral-" + hex64(bits);
   }
   const std::string who = "workspace: tmpfs of " + std::to_string(ws.tmpfs_bytes_) + " bytes (workspace_bytes)";
-  UniqueFd fs(static_cast<int>(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
-  if (!fs) return errno_error(who + ": fsopen");
-  auto set = [&](const char* key, const std::string& value) -> Status {
-    if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_SET_STRING, key, value.c_str(), 0) != 0)
-      return errno_error(who + ": fsconfig " + key + "=" + value);
-    return {};
-  };
-  std::vector<std::pair<const char*, std::string>> config = {
-      {"source", "corral-workspace"},
-      {"size", std::to_string(ws.tmpfs_bytes_)},
-      {"nr_inodes", std::to_string(detail::tmpfs_max_inodes(ws.tmpfs_bytes_))},
-      {"mode", "0700"}};
-  if (ws.owner_) {
-    config.emplace_back("uid", std::to_string(ws.owner_->uid));
-    config.emplace_back("gid", std::to_string(ws.owner_->gid));
-  }
-  for (const auto& [key, value] : config)
-    if (auto st = set(key, value); !st) return std::move(st).error();
-  if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0)
-    return errno_error(who + ": fsconfig create");
-  ws.dir_.reset(static_cast<int>(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)));
-  if (!ws.dir_) return errno_error(who + ": fsmount");
+  std::optional<detail::TmpfsOwner> owner;
+  if (ws.owner_) owner = detail::TmpfsOwner{ws.owner_->uid, ws.owner_->gid};
+  auto mounted = detail::fsmount_tmpfs(who, "corral-workspace", ws.tmpfs_bytes_, "0700", owner);
+  if (!mounted) return std::move(mounted).error();
+  ws.dir_ = std::move(*mounted);
   struct stat st {};
   if (::fstat(ws.dir_.get(), &st) != 0) return errno_error(who + ": stat its root");
   ws.dev_ = st.st_dev;
