@@ -223,9 +223,10 @@ TierFacts finish_container(ContainerRun& c, const RunEnd& end) {
         facts.oom_killed = ceiling;
         facts.oom_kills = ooms;
         if (!ceiling && (ooms > 0 || notified))
-          notes.push_back(std::string(ooms > 0 ? "the kernel OOM-killed " + std::to_string(ooms) + " process(es) of the run"
-                                               : "the memory controller signalled an OOM to the run's cgroup") +
-                          ", but not at its memory_bytes ceiling (the host or an ancestor cgroup ran out)");
+          facts.oom_outside_ceiling =
+              std::string(ooms > 0 ? "the kernel OOM-killed " + std::to_string(ooms) + " process(es) of the run"
+                                   : "the memory controller signalled an OOM to the run's cgroup") +
+              ", but not at its memory_bytes ceiling (the host or an ancestor cgroup ran out)";
       }
       if (stats->pids_limit_hits.value_or(0) > 0)
         notes.push_back("process_count: pids.max refused " + std::to_string(*stats->pids_limit_hits) + " fork(s)");

@@ -16,6 +16,7 @@
 
 #include "corral/capabilities.hpp"
 #include "corral/container.hpp"
+#include "corral/kernel_oom_log.hpp"
 #include "corral/landlock.hpp"
 #include "corral/ns_template.hpp"
 #include "corral/privilege.hpp"
@@ -419,6 +420,17 @@ Status check_enforceable(const HostFacts& host, const Request& request, const Li
   return {};
 }
 
+namespace {
+// Whether a run the host's OOM killer (or an enclosing cgroup's) ends can
+// be told from one that killed itself: the kernel's log, read by a
+// supervisor the way this opens it.
+std::string oom_kill_record_line() {
+  auto log = KernelOomLog::open();
+  if (log) return "the kernel log (/dev/kmsg): a run an OOM kill outside its own ceiling ends is killed_oom, resource null";
+  return "none (" + log.error().message() + "): a run an OOM kill outside its own ceiling ends says signaled (SIGKILL)";
+}
+}  // namespace
+
 std::vector<std::pair<std::string, std::string>> host_fact_lines(const HostFacts& h) {
   auto yes = [](bool b) { return std::string(b ? "yes" : "no"); };
   return {
@@ -441,6 +453,7 @@ std::vector<std::pair<std::string, std::string>> host_fact_lines(const HostFacts
       {"workspace_base", h.workspace_base + " (" + h.workspace_source + ")"},
       {"workspace_backing", (h.workspace_tmpfs ? std::string("tmpfs (memory)") : "not a tmpfs (disk: each workspace costs disk writes)") +
                                 (h.workspace_note.empty() ? "" : "; " + h.workspace_note)},
+      {"oom_kill_record", oom_kill_record_line()},
   };
 }
 

@@ -7,9 +7,11 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
+#include "corral/kernel_oom_log.hpp"
 #include "corral/names.hpp"
 #include "corral/output_collect.hpp"
 #include "corral/tier_limits.hpp"
@@ -78,6 +80,10 @@ void classify_outcome(const RunEnd& end, const Limits& limits, Result& r) {
     // guess from the signal: a plain SIGKILL stays `signaled`.
     r.outcome = Outcome::killed_oom;
     r.resource = "memory_bytes";
+  } else if (sig == SIGKILL && end.host_oom_killed) {
+    // The kernel's own log names the kill (KernelOomLog): its OOM killer,
+    // for the host's memory or an enclosing cgroup's, no limit of the run's.
+    r.outcome = Outcome::killed_oom;
   } else if (sig == SIGXCPU && cpu_limit && spent_half_of(end.status->cpu_seconds(), *cpu_limit)) {
     // With the CPU time to show for it: a program that raised SIGXCPU
     // itself after 3 ms is `signaled`, not a limit the run met.
@@ -113,7 +119,9 @@ std::string describe_end(const Result& r, const std::string& program) {
                " s of it for a CPU (cpu_starved: more runs than CPUs; lower --parallel or raise wall_seconds)";
       }
       return "killed: wall_seconds deadline passed";
-    case Outcome::killed_oom: return "killed: out of memory under memory_bytes";
+    case Outcome::killed_oom:
+      return r.resource.empty() ? "killed: out of memory (the kernel's OOM killer, not at a ceiling of the run's own)"
+                                : "killed: out of memory under memory_bytes";
     case Outcome::killed_resource:
       return "killed: " + r.resource + " limit (SIG" + (sigabbrev_np(r.signal) ? sigabbrev_np(r.signal) : "?") + ")";
     case Outcome::spawn_failed: {
@@ -126,6 +134,51 @@ std::string describe_end(const Result& r, const std::string& program) {
     case Outcome::cancelled: return "cancelled";
   }
   return "";
+}
+
+// What ran out, in the words of the kernel's record of the kill.
+std::string oom_cause(const std::string& constraint) {
+  if (constraint.rfind("Memory cgroup", 0) == 0)
+    return "a memory cgroup that holds the run reached its limit (the supervisor's own, a service's MemoryMax, a "
+           "pod's limit), not a memory_bytes ceiling of the run";
+  return "the host ran out of memory";
+}
+
+// OOM kills of the run's processes that no ceiling of the run's own made:
+// the kernel's log of them since the run started (KernelOomLog), and a
+// cgroup of the run's own that counted kills (a container's) while it
+// stayed under its ceiling. A SIGKILL that nothing else explains (a
+// deadline, a cancel, a limit the supervisor enforced) is the OOM killer's
+// when the log names the run's leader, or the cgroup or a process of the
+// run's own uid in a container, whose program is not its leader (pid 1
+// is). The kills are named in the detail either way.
+void find_oom_kills_outside_ceiling(KernelOomLog* log, const PreparedRun& run, const TierFacts& facts, RunEnd& end,
+                                    std::vector<std::string>& notes) {
+  if (end.leader <= 0) return;  // never started
+  const bool sigkilled = end.status && !end.status->exited && end.status->signal == SIGKILL;
+  const bool explained =
+      end.oom_killed || end.timed_out || end.cancelled || !end.output_limit.empty() || end.cpu_limit_hit;
+  std::vector<OomKillRecord> kills;
+  if (log) {
+    // As root a run's uid is its alone on the host: the kernel's UID names the run.
+    std::optional<uid_t> own_uid;
+    if (run.uid_lease && run.uid_lease->host_wide()) own_uid = run.uid_lease->uid();
+    const bool counted = facts.oom_kills > 0;  // the cgroup already says it happened
+    kills = log->take_kills(end.kernel_log_mark, end.leader, own_uid, sigkilled && !explained && !counted);
+  }
+  if (end.oom_killed) return;  // the ceiling's own kills: the cgroup said so
+  const bool container = run.request.tier == Tier::container;
+  const bool leader = std::any_of(kills.begin(), kills.end(), [&](const OomKillRecord& k) { return k.pid == end.leader; });
+  if (sigkilled && !explained && (leader || (container && (!kills.empty() || facts.oom_kills > 0))))
+    end.host_oom_killed = true;
+  if (kills.empty()) {
+    if (!facts.oom_outside_ceiling.empty()) notes.push_back(facts.oom_outside_ceiling);
+    return;
+  }
+  std::string who;
+  for (const auto& k : kills)
+    who += (who.empty() ? "" : ", ") + quote_input(k.comm) + " (pid " + std::to_string(k.pid) + ")";
+  notes.push_back("the kernel's OOM killer took " + who + " of the run: " + oom_cause(kills.back().constraint));
 }
 
 // Secrets are masked in whatever the Result says about files, since a
@@ -144,7 +197,8 @@ void mask_names(const SecretSet& secrets, Result& r) {
 
 }  // namespace
 
-Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, StreamCapture* err) {
+Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, StreamCapture* err,
+                  KernelOomLog* kernel_oom_log) {
   const auto collect_started = std::chrono::steady_clock::now();
   // What the tier's spawn left to be read once the run is over (a
   // container's: whether its set-up failed, and how long it took).
@@ -199,6 +253,7 @@ Result finish_run(PreparedRun& run, const RunEnd& ended, StreamCapture& out, Str
   if (facts.cpu_seconds) r.cpu_seconds = *facts.cpu_seconds;
   if (facts.max_rss_bytes) r.max_rss_bytes = *facts.max_rss_bytes;
   if (facts.kill_confirmed) r.kill_confirmed = facts.kill_confirmed;
+  find_oom_kills_outside_ceiling(kernel_oom_log, run, facts, end, facts.notes);
   auto file_cap = run.limits.get(Limit::file_bytes);
   const bool sigxfsz = end.status && !end.status->exited && end.status->signal == SIGXFSZ;
   // Found again by name when it is released (a rare path: SIGXFSZ).

@@ -422,10 +422,10 @@ void finish_session_exec_oom(ContainerRun& c, const CgroupStats& stats, bool not
     facts.notes.push_back("the session's memory_bytes ceiling" + ceiling + " ran out during this exec; the "
                           "kernel's OOM killer took no process of this exec (its victim was another exec's)");
   else if (ooms > 0 || notified)
-    facts.notes.push_back(std::string(ooms > 0 ? "the kernel OOM-killed " + std::to_string(ooms) + " process(es) of the exec"
-                                               : "the memory controller signalled an OOM to the exec's cgroup") +
-                          ", but not at its memory_bytes ceiling nor the session's (the host or an ancestor "
-                          "cgroup ran out)");
+    facts.oom_outside_ceiling =
+        std::string(ooms > 0 ? "the kernel OOM-killed " + std::to_string(ooms) + " process(es) of the exec"
+                             : "the memory controller signalled an OOM to the exec's cgroup") +
+        ", but not at its memory_bytes ceiling nor the session's (the host or an ancestor cgroup ran out)";
 }
 
 }  // namespace corral

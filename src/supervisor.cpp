@@ -63,6 +63,10 @@ Expected<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorOptions optio
   if (options.become_subreaper) {
     if (auto st = become_subreaper(); !st) return std::move(st).error().context("supervisor");
   }
+  // The kernel's record of its OOM kills, for runs without a memory cgroup
+  // of their own (finish_run). Without CAP_SYSLOG there is none to read,
+  // and such a run's OOM kill stays `signaled`.
+  if (auto log = KernelOomLog::open()) impl->kernel_oom_log.emplace(std::move(*log));
 
   // One base fd for every workspace (a private 0711 directory when the
   // given base is writable by others; see WorkspaceBase).
@@ -275,6 +279,8 @@ Expected<RunHandle> Supervisor::start(Request request, RunCallbacks callbacks) {
   }
 
   run.started_ticks = boottime_ticks_now();
+  // Right before the start: no OOM kill the kernel logged before it is this run's.
+  if (s.kernel_oom_log) run.end.kernel_log_mark = s.kernel_oom_log->mark();
   auto child = runner.spawn(run.prep, *s.spawner);
   if (!child) {
     // corral's own failure (pipe, clone3): nothing runs; undo.
@@ -313,6 +319,7 @@ Expected<RunHandle> Supervisor::start(Request request, RunCallbacks callbacks) {
       if (pipe->fd) pipe->nonblocking = ::fcntl(pipe->fd.get(), F_SETFL, O_NONBLOCK) == 0;
   run.err.eof = !run.err_capture;
   s.by_pid[run.pidfd.pid()] = slot;
+  run.end.leader = run.pidfd.pid();
   // The leader leads its own group (pgid = pid); as root the uid is the run's alone.
   const UidPool::Lease* lease = run.prep.uid_lease ? &*run.prep.uid_lease : nullptr;
   if (guarded) s.guardian->watch(slot, run.pidfd.pid(), lease && lease->host_wide() ? lease->uid() : 0);

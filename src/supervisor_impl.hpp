@@ -30,6 +30,7 @@
 #include <unordered_set>
 
 #include "corral/guardian.hpp"
+#include "corral/kernel_oom_log.hpp"
 #include "corral/leftovers.hpp"
 #include "corral/reaper.hpp"
 #include "corral/run_setup.hpp"
@@ -206,6 +207,7 @@ struct Supervisor::Impl {
   bool ring_ready = false;
   std::optional<Spawner> spawner;
   UidPool uids;
+  std::optional<KernelOomLog> kernel_oom_log;  // when /dev/kmsg can be read (CAP_SYSLOG)
   // Kills the runs' groups and uids if this process dies (guardian.hpp);
   // started at the first submit.
   std::unique_ptr<Guardian> guardian;

@@ -397,7 +397,8 @@ void Supervisor::Impl::deliver(Run& run) {
     (void)run.prep.workspace->reacquire();
   // Not const, and not used after the callback: run() moves from it.
   Result result = unstaged ? unstarted_result(run.prep)
-                           : finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get());
+                           : finish_run(run.prep, run.end, *run.out_capture, run.err_capture.get(),
+                                        kernel_oom_log ? &*kernel_oom_log : nullptr);
   // The audit line (the policy's: run_policy.hpp), with the secrets scrubbed.
   std::span<const std::string> secrets;
   if (run.prep.secrets) secrets = run.prep.secrets->values();

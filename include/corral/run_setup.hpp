@@ -42,6 +42,7 @@ struct MechanismCache {
 struct ContainerRun;  // container.hpp
 class TierRunner;    // tier_runner.hpp
 struct SessionTarget;  // session_join.hpp
+class KernelOomLog;    // kernel_oom_log.hpp
 
 struct RunContext {
   UidPool* uids = nullptr;          // per-run uids when root; may be null
@@ -157,6 +158,17 @@ struct RunEnd {
   // CgroupStats::ceiling_oom). classify_outcome
   // makes a SIGKILL death killed_oom only with it.
   bool oom_killed = false;
+  // The kernel's log names the SIGKILL that ended the run an OOM kill
+  // outside any ceiling of the run's own (the host's memory, or an
+  // enclosing cgroup's, ran out): set by finish_run from KernelOomLog, for
+  // a SIGKILL nothing above explains. classify_outcome makes it killed_oom
+  // with no resource.
+  bool host_oom_killed = false;
+  // The run's first process (its program, or a container's pid 1), in our
+  // pid namespace, and the kernel log's mark taken right before it started
+  // (KernelOomLog::mark): what finish_run looks the log up by.
+  pid_t leader = 0;
+  std::uint64_t kernel_log_mark = 0;
   // The supervisor's CPU watch found the run at its cpu_seconds and killed
   // it (SIGKILL): killed_resource, resource cpu_seconds.
   bool cpu_limit_hit = false;
@@ -183,7 +195,11 @@ struct RunEnd {
 
 // Outcome, streams, outputs, timings; removes the workspace and returns the
 // uid lease. `out`/`err` are the run's captures (finished here).
-Result finish_run(PreparedRun& run, const RunEnd& end, StreamCapture& out, StreamCapture* err);
+// `kernel_oom_log`: the supervisor's, when it can read one; the OOM kills
+// it logged of the run's processes since end.kernel_log_mark are taken out
+// of it here.
+Result finish_run(PreparedRun& run, const RunEnd& end, StreamCapture& out, StreamCapture* err,
+                  KernelOomLog* kernel_oom_log = nullptr);
 
 // The outcome of an ended program, given the limits it ran under. Pure.
 void classify_outcome(const RunEnd& end, const Limits& limits, Result& result);

@@ -46,6 +46,10 @@ struct TierFacts {
   // OOM eventfd); unset: the tier has none.
   std::optional<bool> oom_killed;
   std::uint64_t oom_kills = 0;                 // processes the kernel OOM-killed in the run's cgroup
+  // What the cgroup says of OOM kills that were not at the run's own
+  // ceiling (an ancestor's or the host's ran out): finish_run adds it to
+  // the detail unless the kernel's log named the kills (KernelOomLog).
+  std::string oom_outside_ceiling;
   std::optional<double> cpu_seconds;           // the whole tree's, as the cgroup counted it
   std::optional<std::uint64_t> max_rss_bytes;  // the cgroup's peak
   // After a kill: whether nothing of the run is left (the cgroup removed).
