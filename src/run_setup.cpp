@@ -87,7 +87,16 @@ std::vector<std::string> secret_values(const std::vector<SecretRef>& refs) {
 
 void release_workspace_and_uid(PreparedRun& run, std::string& detail) {
   if (run.workspace) {
-    if (auto st = run.workspace->remove(); !st) detail += "; workspace not fully removed: " + st.error().message();
+    // The uid goes back once the workspace is gone: a later run of it could
+    // enter a directory workspace (one made in the caller's base) and read
+    // what this run left.
+    auto lease = std::make_shared<std::optional<UidPool::Lease>>(std::move(run.uid_lease));
+    auto removal = run.workspace->remove_or_hand_off([lease] { lease->reset(); });
+    if (!removal) detail += "; workspace not fully removed: " + removal.error().message();
+    else if (*removal == Workspace::Removal::in_background)
+      detail += "; the workspace held more than " + std::to_string(Workspace::kEntriesInCaller) +
+                " entries: the rest is removed after this result, off the supervisor's loop (failures there are "
+                "not reported)";
     run.workspace.reset();
   }
   run.uid_lease.reset();

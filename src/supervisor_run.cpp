@@ -7,6 +7,7 @@
 #include "supervisor_impl.hpp"
 
 #include "corral/run_policy.hpp"
+#include "background_work.hpp"
 
 namespace corral {
 
@@ -28,6 +29,11 @@ void Supervisor::Impl::close() {
   // (leases not reaped yet are reaped as they go). Nothing refers to a slot
   // after this: completions still in the ring find none and are dropped.
   slots.clear();
+  // Workspaces handed to the background thread (Workspace::remove_or_hand_off)
+  // are gone, and their uids back in the pool, before we say we are done:
+  // `corral run` ends with _exit right after, which would leave a directory
+  // half removed.
+  detail::wait_for_background_work();
   // The uids those runs had are idle now, each known clean: say so in the
   // lock file, so that a process ending with _exit (the CLI) spares the next
   // holder of its uid the reap (kill(-1) walks every process on the host).

@@ -389,7 +389,40 @@ Workspace::~Workspace() {
   if (!removed()) (void)remove();
 }
 
-Status Workspace::remove() {
+Status Workspace::remove() { return remove_walk(nullptr, nullptr); }
+
+Expected<Workspace::Removal> Workspace::remove_or_hand_off(std::function<void()> once_gone) {
+  std::size_t budget = kEntriesInCaller;
+  bool unfinished = false;
+  Status st = remove_walk(&budget, &unfinished);
+  if (!unfinished) {
+    if (once_gone) once_gone();
+    if (!st) return std::move(st).error();
+    return Removal::done;
+  }
+  // Only the fds go along: the job never touches this object. The entry is
+  // removed only if it is still the directory we emptied (as remove_walk).
+  struct Rest {
+    UniqueFd dir, base;
+    std::shared_ptr<const WorkspaceBase> shared_base;
+    std::string name;
+  };
+  auto rest = std::make_shared<Rest>(Rest{std::move(dir_), std::move(base_), std::move(shared_base_), name_});
+  detail::run_in_background([rest, once_gone = std::move(once_gone)] {
+    Errors ignored;  // nobody is there to be told
+    (void)remove_contents(rest->dir.get(), ignored);
+    const int base = rest->shared_base ? rest->shared_base->fd() : rest->base.get();
+    struct stat mine {}, entry {};
+    if (::fstat(rest->dir.get(), &mine) == 0 && ::fstatat(base, rest->name.c_str(), &entry, AT_SYMLINK_NOFOLLOW) == 0 &&
+        same_inode(mine, entry))
+      (void)::unlinkat(base, rest->name.c_str(), AT_REMOVEDIR);
+    rest->dir.reset();
+    if (once_gone) once_gone();
+  });
+  return Removal::in_background;
+}
+
+Status Workspace::remove_walk(std::size_t* budget, bool* unfinished) {
   if (removed()) return {};
   if (on_tmpfs() && !dir_ && !released_) return remove_mount_point();  // its creation failed half-way
   if (released_ && mounted_on_host_ && tmpfs_emptied_by_name()) {
@@ -401,7 +434,10 @@ Status Workspace::remove() {
   if (on_tmpfs()) return remove_tmpfs();
   if (remove_if_empty()) return {};
   Errors errors;
-  remove_contents(dir_.get(), errors);
+  if (!remove_contents(dir_.get(), errors, budget)) {
+    *unfinished = true;  // the caller hands dir_ on: what is left is not ours to report
+    return {};
+  }
   if (errors.first) {
     // Keep the fds: a later remove() (or the destructor) may try again.
     std::string more = errors.more ? " (and " + std::to_string(errors.more) + " more errors)" : "";

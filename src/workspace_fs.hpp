@@ -70,8 +70,11 @@ struct Errors {
 };
 
 // Removes everything below the root fd (not the root itself): iterative,
-// one directory fd at a time; what could not go is in `errors`.
-void remove_contents(int root_path_fd, Errors& errors);
+// one directory fd at a time; what could not go is in `errors`. With
+// `unlink_budget`, stops once that many entries went (counted down) and
+// returns false when the tree was not empty yet: a later call goes on
+// where it left off (the walk starts again at the root, over what is left).
+bool remove_contents(int root_path_fd, Errors& errors, std::size_t* unlink_budget = nullptr);
 
 // Detaches the mount at `path` (a tmpfs workspace mounted on the host,
 // WorkspaceOptions::tmpfs_on_host), not following a symlink there. 0 when

@@ -86,13 +86,21 @@ void add_error(Errors& errors, MakeError&& make) {
 // memory); returns the subdirectories. POSIX leaves open whether readdir
 // sees every entry while the directory changes, so passes repeat until one
 // removes nothing; the subdirectory list of that quiet pass is complete.
-std::vector<std::string> unlink_files(int fd, const std::vector<Level>& stack, Errors& errors) {
+// With a budget, each entry met counts one down; at 0 it stops
+// (*out_of_budget).
+std::vector<std::string> unlink_files(int fd, const std::vector<Level>& stack, Errors& errors, std::size_t* budget,
+                                      bool* out_of_budget) {
   std::vector<std::string> subdirs;
   for (bool removed_some = true; removed_some;) {
     removed_some = false;
     subdirs.clear();
     auto st = for_each_entry(fd, [&](const char* name, unsigned char type) {
       if (type == DT_UNKNOWN) type = entry_type(fd, Entry{name, type});
+      if (budget && (*budget)-- == 0) {
+        *budget = 0;
+        *out_of_budget = true;
+        return false;
+      }
       if (type == DT_DIR) {
         subdirs.emplace_back(name);
       } else if (::unlinkat(fd, name, 0) == 0) {
@@ -105,6 +113,7 @@ std::vector<std::string> unlink_files(int fd, const std::vector<Level>& stack, E
       }
       return true;
     });
+    if (*out_of_budget) break;
     if (!st) {
       add_error(errors, [&] { return st.error().context(quoted(path_of(stack, ""))); });
       break;
@@ -120,7 +129,7 @@ std::vector<std::string> unlink_files(int fd, const std::vector<Level>& stack, E
 // remembered (dev, ino), so a tree of any depth costs neither stack nor
 // fds, and memory only for one name per level (plus the subdirectory
 // names of each level still to visit).
-void remove_contents(int root_path_fd, Errors& errors) {
+bool remove_contents(int root_path_fd, Errors& errors, std::size_t* unlink_budget) {
   // The usual leftovers are an empty home/ and tmp/: rmdir them straight
   // away, without a walk each (rmdir never follows a symlink and refuses a
   // non-empty directory, a mount point or another type of file; the walk
@@ -129,19 +138,21 @@ void remove_contents(int root_path_fd, Errors& errors) {
   auto root = open_for_removal(root_path_fd, ".");
   if (!root) {
     errors.add(root.error().context("open workspace root"));
-    return;
+    return true;
   }
   UniqueFd cur = std::move(*root);
   struct stat st {};
   if (::fstat(cur.get(), &st) != 0) {
     errors.add(errno_error("stat workspace root"));
-    return;
+    return true;
   }
   const dev_t root_dev = st.st_dev;
   std::vector<Level> stack;
   stack.push_back({".", st.st_dev, st.st_ino});
-  stack.back().subdirs = unlink_files(cur.get(), stack, errors);
-  while (true) {
+  bool out_of_budget = false;
+  stack.back().subdirs = unlink_files(cur.get(), stack, errors, unlink_budget, &out_of_budget);
+  while (!out_of_budget) {
+    if (unlink_budget && *unlink_budget == 0) return false;  // each directory removed counts one too
     Level& top = stack.back();
     if (top.next < top.subdirs.size()) {
       // Moved out: the name is not needed in the list again, and a level
@@ -163,11 +174,11 @@ void remove_contents(int root_path_fd, Errors& errors) {
         continue;
       }
       stack.push_back({std::move(name), cst.st_dev, cst.st_ino});  // `top` is not used past here
-      stack.back().subdirs = unlink_files(child->get(), stack, errors);
+      stack.back().subdirs = unlink_files(child->get(), stack, errors, unlink_budget, &out_of_budget);
       cur = std::move(*child);
       continue;
     }
-    if (stack.size() == 1) return;
+    if (stack.size() == 1) return true;
     UniqueFd parent(::openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     struct stat pst {};
     const Level& up = stack[stack.size() - 2];
@@ -175,17 +186,19 @@ void remove_contents(int root_path_fd, Errors& errors) {
       add_error(errors, [&] {
         return Error(EIO, "lost the parent of " + quoted(path_of(stack, "")) + " (moved during removal?)");
       });
-      return;
+      return true;
     }
     cur = std::move(parent);
     const std::string done = std::move(stack.back().name);
     stack.pop_back();
+    if (unlink_budget && *unlink_budget > 0) --*unlink_budget;
     if (::unlinkat(cur.get(), done.c_str(), AT_REMOVEDIR) != 0) {
       const int err = errno;
       add_error(errors,
                 [&] { return Error::from_errno(err, "remove directory " + quoted(path_of(stack, done + "/"))); });
     }
   }
+  return false;  // out of budget
 }
 
 }  // namespace corral::wsfs
