@@ -157,10 +157,7 @@ Expected<std::shared_ptr<const WorkspaceBase>> WorkspaceBase::open(const std::st
 WorkspaceBase::~WorkspaceBase() {
   if (!parent_) return;  // the given directory, or the kept corral-<euid>
   // Only our own fallback directory, and only when empty (rmdir refuses otherwise).
-  struct stat mine {}, entry {};
-  if (::fstat(fd_.get(), &mine) == 0 && ::fstatat(parent_.get(), name_.c_str(), &entry, AT_SYMLINK_NOFOLLOW) == 0 &&
-      same_inode(mine, entry))
-    (void)::unlinkat(parent_.get(), name_.c_str(), AT_REMOVEDIR);
+  if (wsfs::entry_is(parent_.get(), name_, fd_.get())) (void)::unlinkat(parent_.get(), name_.c_str(), AT_REMOVEDIR);
 }
 
 // A fresh tmpfs as a detached mount (fsopen, fsconfig, fsmount): root
@@ -412,10 +409,7 @@ Expected<Workspace::Removal> Workspace::remove_or_hand_off(std::function<void()>
     Errors ignored;  // nobody is there to be told
     (void)remove_contents(rest->dir.get(), ignored);
     const int base = rest->shared_base ? rest->shared_base->fd() : rest->base.get();
-    struct stat mine {}, entry {};
-    if (::fstat(rest->dir.get(), &mine) == 0 && ::fstatat(base, rest->name.c_str(), &entry, AT_SYMLINK_NOFOLLOW) == 0 &&
-        same_inode(mine, entry))
-      (void)::unlinkat(base, rest->name.c_str(), AT_REMOVEDIR);
+    if (entry_is(base, rest->name, rest->dir.get())) (void)::unlinkat(base, rest->name.c_str(), AT_REMOVEDIR);
     rest->dir.reset();
     if (once_gone) once_gone();
   });
@@ -445,9 +439,7 @@ Status Workspace::remove_walk(std::size_t* budget, bool* unfinished) {
   }
   // The owner uid may have renamed the root inside a sticky base: remove
   // the entry only if it is still our directory.
-  struct stat mine {}, entry {};
-  bool ours = ::fstat(dir_.get(), &mine) == 0 &&
-              ::fstatat(base_fd(), name_.c_str(), &entry, AT_SYMLINK_NOFOLLOW) == 0 && same_inode(mine, entry);
+  const bool ours = entry_is(base_fd(), name_, dir_.get());
   Status result;
   if (!ours)
     result = Error(ENOENT, "workspace: remove " + quoted(path_) +

@@ -61,6 +61,12 @@ Status write_all(int fd, std::string_view data) {
 
 bool same_inode(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
 
+bool entry_is(int parent, const std::string& name, int fd) {
+  struct stat mine {}, entry {};
+  return ::fstat(fd, &mine) == 0 && ::fstatat(parent, name.c_str(), &entry, AT_SYMLINK_NOFOLLOW) == 0 &&
+         same_inode(mine, entry);
+}
+
 // Walks (and creates, 0755) the parent directories of `segs[0..n-1]` below
 // root, never following a symlink, chown'ing what it creates to owner.
 // Returns an O_PATH fd of the innermost parent. `label` is "input 'a/b'".

@@ -35,6 +35,10 @@ Error errno_error(std::string_view what);
 std::vector<std::string> split_segments(std::string_view path);
 Status write_all(int fd, std::string_view data);
 bool same_inode(const struct stat& a, const struct stat& b);
+// Whether entry `name` below `parent` (not followed) is still the inode of
+// `fd`: what a removal checks before it unlinks a name someone could have
+// swapped.
+bool entry_is(int parent, const std::string& name, int fd);
 
 struct Entry {
   std::string name;
