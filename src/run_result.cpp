@@ -6,6 +6,7 @@
 #include "corral/run_setup.hpp"
 
 #include <signal.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -128,8 +129,16 @@ std::string describe_end(const Result& r, const std::string& program) {
       const char* name = strerrorname_np(r.spawn_errno);
       // "execve '/usr/bin/x': ENOENT": the reader sees which program was not found.
       std::string what = r.spawn_stage == "execve" ? "execve '" + program + "'" : "'" + program + "': " + r.spawn_stage;
-      return "could not start: " + what + ": " + (name ? name : std::to_string(r.spawn_errno)) + " (" +
-             std::strerror(r.spawn_errno) + ")";
+      std::string text = "could not start: " + what + ": " + (name ? name : std::to_string(r.spawn_errno)) + " (" +
+                         std::strerror(r.spawn_errno) + ")";
+      // A process that changed its uid without an exec is not dumpable,
+      // and the kernel then makes its /proc/self files root's: a child
+      // cloned from it (ours, before its exec) cannot write its own
+      // oom_score_adj. Every run fails so; say why, and what fixes it.
+      if (r.spawn_stage == "oom_score" && r.spawn_errno == EACCES && ::prctl(PR_GET_DUMPABLE) == 0)
+        text += ": this process is not dumpable (it changed its uid without an exec), so its /proc/self files are "
+                "root's; start it as that user, or call prctl(PR_SET_DUMPABLE, 1) after the change";
+      return text;
     }
     case Outcome::cancelled: return "cancelled";
   }

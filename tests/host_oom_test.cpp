@@ -10,12 +10,15 @@
 // The enclosing limit is a memory cgroup of the test's own (64 MiB) with the
 // test process, and so its supervisor and every run, inside it.
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include <fstream>
 
 #include "container_support.hpp"
+#include "corral/host_probe.hpp"
 #include "corral/kernel_oom_log.hpp"
 
 using namespace corral;
@@ -205,6 +208,92 @@ Test(host_oom, a_run_that_kills_itself_is_signaled_next_to_oom_kills_and_forged_
                                                  "\" > /dev/kmsg; echo \"<3>" + forged + "\" > /dev/kmsg; kill -9 $$"}));
   cr_assert_eq(self.outcome, Outcome::signaled, "a forged record counted: %s", describe(self).c_str());
   cr_assert(self.stderr_capture.text.empty(), "the forgery was not written: %s", describe(self).c_str());
+}
+
+// A supervisor that cannot read the kernel log (not root: reading it needs
+// CAP_SYSLOG while kernel.dmesg_restrict is 1, Debian's default) has no
+// record of the kill. Its run the enclosure's OOM killer ends then says
+// `signaled`, and `corral enforcement`'s oom_kill_record line, read by the
+// same user, says so; with a log the run reads killed_oom and the line
+// names the log. Whichever the host gives nobody, the line, an open of
+// /dev/kmsg made here and the run's outcome must agree. Before that, the
+// same supervisor not yet dumpable (it changed its uid without an exec, as
+// a daemon that drops root does) cannot start a run, and must say why.
+Test(host_oom, a_supervisor_without_the_kernel_log_says_signaled_and_its_enforcement_line_says_why, .timeout = 90) {
+  ENTER_ENCLOSURE();
+  constexpr uid_t kNobody = 65534;
+  char base[] = "/dev/shm/corral-test-rootless-XXXXXX";
+  cr_assert(::mkdtemp(base) != nullptr, "mkdtemp: %s", strerror(errno));
+  cr_assert_eq(::chown(base, kNobody, kNobody), 0, "chown: %s", strerror(errno));
+  int fds[2];
+  cr_assert_eq(::pipe2(fds, O_CLOEXEC), 0);
+  const std::string hog = memhog(Tier::none);
+  const pid_t child = ::fork();
+  cr_assert(child >= 0, "fork: %s", strerror(errno));
+  if (child == 0) {
+    // As nobody, with no capability left: the supervisor a user runs.
+    ::close(fds[0]);
+    std::string out;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(kNobody, kNobody, kNobody) != 0 ||
+        ::setresuid(kNobody, kNobody, kNobody) != 0) {
+      out = "drop to nobody failed";
+    } else {
+      const int kmsg = ::open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+      out += kmsg >= 0 ? "readable" : "unreadable";
+      out += '\x1f';
+      for (const auto& [name, value] : host_fact_lines(probe_host(false, false)))
+        if (name == "oom_kill_record") out += value;
+      out += '\x1f';
+      SupervisorOptions o;
+      o.workspace_base = base;
+      auto sup = Supervisor::create(o);
+      if (!sup) {
+        out += "supervisor: " + sup.error().message();
+      } else {
+        // Not dumpable (the uid changed without an exec): /proc/self is
+        // root's, and a run cannot start. A user's own process is dumpable.
+        auto r = (*sup)->run(unbounded(Tier::none, {"/bin/true"}));
+        out += (r ? describe(*r) : "run: " + r.error().message()) + '\x1f';
+        ::prctl(PR_SET_DUMPABLE, 1);
+        r = (*sup)->run(unbounded(Tier::none, {hog, "grow"}));
+        out += r ? describe(*r) : "run: " + r.error().message();
+      }
+    }
+    (void)!::write(fds[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::rmdir(base);
+  std::vector<std::string> said;
+  for (std::size_t at = 0;;) {
+    const auto end = got.find('\x1f', at);
+    said.push_back(got.substr(at, end == std::string::npos ? std::string::npos : end - at));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  cr_assert_eq(said.size(), 4u, "the child said: %s", got.c_str());
+  const std::string &kmsg = said[0], &line = said[1], &undumpable = said[2], &run = said[3];
+  cr_assert(undumpable.rfind("spawn_failed ", 0) == 0 && contains(undumpable, "oom_score: EACCES") &&
+                contains(undumpable, "this process is not dumpable (it changed its uid without an exec)") &&
+                contains(undumpable, "prctl(PR_SET_DUMPABLE, 1)"),
+            "a run of a process that is not dumpable: %s", undumpable.c_str());
+  if (kmsg == "unreadable") {
+    cr_assert(line.rfind("none (", 0) == 0 && contains(line, "says signaled (SIGKILL)"),
+              "the log cannot be read, but the line says: %s", line.c_str());
+    cr_assert(contains(line, "Operation not permitted"), "the line does not say why: %s", line.c_str());
+    cr_assert(run.rfind("signaled signal 9 ", 0) == 0, "want signaled by SIGKILL, got %s", run.c_str());
+    cr_assert(!contains(run, "OOM"), "an OOM kill claimed without its record: %s", run.c_str());
+  } else {
+    cr_assert(line.rfind("the kernel log (/dev/kmsg)", 0) == 0, "the log can be read, but the line says: %s",
+              line.c_str());
+    cr_assert(run.rfind("killed_oom signal 9 ", 0) == 0, "want killed_oom, got %s", run.c_str());
+  }
 }
 
 // ---- the log itself -------------------------------------------------------------
