@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "container_support.hpp"
 #include "corral/host_probe.hpp"
@@ -120,6 +121,17 @@ std::string describe(const Result& r) {
   return std::string(to_string(r.outcome)) + " signal " + std::to_string(r.signal) + " exit " +
          std::to_string(r.exit_code) + " resource '" + r.resource + "': " + r.detail +
          "\nstdout: " + r.stdout_capture.text + "\nstderr: " + r.stderr_capture.text;
+}
+
+// The OOM kills the enclosure's own cgroup has counted, read from the host
+// side (v1 memory.oom_control, v2 memory.events); -1 when unreadable.
+long enclosure_oom_kills() {
+  const bool v1 = ::access((g_enclosure.dir + "/memory.oom_control").c_str(), F_OK) == 0;
+  std::istringstream in(corral_test::read_file(g_enclosure.dir + (v1 ? "/memory.oom_control" : "/memory.events")));
+  std::string key;
+  for (long n; in >> key >> n;)
+    if (key == "oom_kill") return n;
+  return -1;
 }
 
 Request unbounded(Tier tier, std::vector<std::string> argv) {
@@ -228,6 +240,7 @@ Test(host_oom, a_supervisor_without_the_kernel_log_says_signaled_and_its_enforce
   int fds[2];
   cr_assert_eq(::pipe2(fds, O_CLOEXEC), 0);
   const std::string hog = memhog(Tier::none);
+  const long kills_before = enclosure_oom_kills();
   const pid_t child = ::fork();
   cr_assert(child >= 0, "fork: %s", strerror(errno));
   if (child == 0) {
@@ -270,6 +283,7 @@ Test(host_oom, a_supervisor_without_the_kernel_log_says_signaled_and_its_enforce
   int status = 0;
   ::waitpid(child, &status, 0);
   ::rmdir(base);
+  const long kills_after = enclosure_oom_kills();
   std::vector<std::string> said;
   for (std::size_t at = 0;;) {
     const auto end = got.find('\x1f', at);
@@ -289,6 +303,9 @@ Test(host_oom, a_supervisor_without_the_kernel_log_says_signaled_and_its_enforce
     cr_assert(contains(line, "Operation not permitted"), "the line does not say why: %s", line.c_str());
     cr_assert(run.rfind("signaled signal 9 ", 0) == 0, "want signaled by SIGKILL, got %s", run.c_str());
     cr_assert(!contains(run, "OOM"), "an OOM kill claimed without its record: %s", run.c_str());
+    // The SIGKILL was the OOM killer's: the enclosure counted it.
+    cr_assert(kills_before >= 0 && kills_after > kills_before, "the enclosure counted no OOM kill (%ld, then %ld): %s",
+              kills_before, kills_after, run.c_str());
   } else {
     cr_assert(line.rfind("the kernel log (/dev/kmsg)", 0) == 0, "the log can be read, but the line says: %s",
               line.c_str());
