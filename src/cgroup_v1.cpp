@@ -64,9 +64,10 @@ class V1Backend final : public CgroupBackend {
   // A reusable run's groups stay for the next run (reuse_run_cgroup) only
   // when nothing of this run lingers that the next would inherit: an OOM
   // kill or a refused fork (counters that cannot be reset), a ceiling that
-  // was reached, or more than kReuseResidueBytes still charged (a file the
-  // run left on a tmpfs stays charged to the group that wrote it; a removed
-  // group hands its charges to its parent).
+  // was reached, more than kReuseResidueBytes of pages still charged (a
+  // file the run left on a tmpfs stays charged to the group that wrote it;
+  // a removed group hands its charges to its parent), or more than
+  // kReuseChargedBytes charged in all.
   bool left_for_reuse() const override {
     if (!reusable || !uncleared_counters().empty()) return false;
     if (memory < 0) return true;
@@ -75,8 +76,24 @@ class V1Backend final : public CgroupBackend {
       auto text = read_text(kWho, dir + "/" + file);
       return text ? cgroupfs::single_value(*text) : std::nullopt;
     };
+    // usage_in_bytes also counts the kernel's own memory: what each CPU
+    // keeps charged in reserve, a stack and task of each exited process
+    // until an RCU grace period frees them, the dentries of every path the
+    // run looked up (kept after it ends: 5,000 lookups of missing files
+    // are ~1 MiB). 0.2-1 MiB after a plain /bin/sh exec on 2 CPUs here, so
+    // a bound of 1 MiB on it threw clean groups away now and then. Over
+    // that bound, the group's pages decide (page cache, tmpfs files,
+    // anonymous memory; memory.stat); the kernel's part is bounded only by
+    // kReuseChargedBytes, as the next run's peak starts from it.
     auto usage = value("memory.usage_in_bytes");
-    if (!usage || *usage > kReuseResidueBytes) return false;
+    if (!usage || *usage > kReuseChargedBytes) return false;
+    if (*usage > kReuseResidueBytes) {
+      auto stat = read_text(kWho, dir + "/memory.stat");
+      if (!stat) return false;
+      auto cache = cgroupfs::keyed_value(*stat, "total_cache");
+      auto rss = cgroupfs::keyed_value(*stat, "total_rss");
+      if (!cache || !rss || *cache + *rss > kReuseResidueBytes) return false;
+    }
     if (!limit_bytes) return true;
     // CgroupStats::hit_ceiling against the limit this run wrote.
     const std::uint64_t slack = kOomChargePages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));

@@ -136,9 +136,12 @@ struct CgroupSpec {
   // reuse_run_cgroup (making and removing a memory group costs ~0.4 ms)
   // when the run left them clean: no OOM kill, no refused fork (counters
   // that cannot be reset), its memory ceiling never reached, at most
-  // kReuseResidueBytes still charged to it (a file the run left on a tmpfs
-  // stays charged to the group that wrote it, and would shrink the next
-  // run's ceiling; a removed group hands its charges to its parent).
+  // kReuseResidueBytes of pages still charged to it (a file the run left
+  // on a tmpfs stays charged to the group that wrote it, and would shrink
+  // the next run's ceiling; a removed group hands its charges to its
+  // parent), and at most kReuseChargedBytes in all (the kernel's memory
+  // too: reserves, dentries of the paths the run looked up; the next
+  // run's peak starts from what is charged when it joins).
   // While a RunCgroup holds a reusable group it holds LOCK_EX on the
   // group's first directory (run_cgroup_held). Otherwise (and with device
   // rules, and on v2, where it is held the same way) removed as usual.
@@ -146,6 +149,7 @@ struct CgroupSpec {
 };
 
 inline constexpr std::uint64_t kReuseResidueBytes = 1u << 20;
+inline constexpr std::uint64_t kReuseChargedBytes = 4u << 20;
 
 struct CgroupStats {
   // Processes the kernel OOM killer killed in the group (v2 memory.events
