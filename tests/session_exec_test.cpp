@@ -223,17 +223,18 @@ Test(session_exec, a_group_is_kept_though_the_kernel_still_caches_its_lookups) {
   cr_assert(group_exists(s, g), "a group left holding only the kernel's cache of 6,000 lookups was not kept");
   std::uint64_t charged = 0, pages = 0;
   for (const auto& d : s.cgroup_dirs)
-    if (exists(d + "/execs/" + g + "/memory.usage_in_bytes")) {
-      charged = std::stoull(corral_test::read_file(d + "/execs/" + g + "/memory.usage_in_bytes"));
-      std::istringstream stat(corral_test::read_file(d + "/execs/" + g + "/memory.stat"));
-      for (std::string key, value; stat >> key >> value;)
-        if (key == "total_cache" || key == "total_rss") pages += std::stoull(value);
+    if (const std::string group = d + "/execs/" + g; exists(group + "/memory.usage_in_bytes")) {
+      charged = std::stoull(corral_test::read_file(group + "/memory.usage_in_bytes"));
+      const std::string stat = corral_test::read_file(group + "/memory.stat");
+      pages = cgroupfs::keyed_value(stat, "total_cache").value_or(0) +
+              cgroupfs::keyed_value(stat, "total_rss").value_or(0);
     }
   if (charged <= kReuseResidueBytes)
     cr_skip_test("6,000 lookups of missing paths left %llu bytes charged to the exec's group: this kernel does not "
                  "charge their dentries to it, so no group here is over 1 MiB for the kernel's memory alone",
                  static_cast<unsigned long long>(charged));
-  cr_expect_leq(pages, kReuseResidueBytes, "the lookups left %llu bytes of pages", static_cast<unsigned long long>(pages));
+  cr_expect_leq(pages, kReuseResidueBytes, "the lookups left %llu bytes of pages",
+                static_cast<unsigned long long>(pages));
   auto next = exec_sh(*sup, s.id, "true");
   cr_expect_eq(next.exit_code, 0, "%s", next.detail.c_str());
   cr_expect_eq(exec_group_of(next), g, "a group with %llu bytes charged, %llu of them pages, was not reused",
