@@ -1,7 +1,21 @@
 // The mount table reader (mountinfo.hpp). Parent side.
 #include "mountinfo.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+
+#include "corral/syscalls.hpp"
 #include "text.hpp"
+
+// Linux 6.8-6.11 interfaces; Debian 12's headers (6.1) have none of them.
+#ifndef SYS_statmount
+#define SYS_statmount 457  // the same number on every architecture
+#endif
 
 namespace corral::detail {
 namespace {
@@ -21,7 +35,75 @@ std::string unescape_mount_path(std::string_view s) {
   return out;
 }
 
+constexpr unsigned kStatxMntIdUnique = 0x4000;      // STATX_MNT_ID_UNIQUE (6.8)
+constexpr std::uint64_t kStatxAttrMountRoot = 0x2000;  // STATX_ATTR_MOUNT_ROOT (5.8)
+
+// statmount's request and reply (include/uapi/linux/mount.h, 6.11): the
+// fixed part up to the fields read here; strings are offsets into str.
+struct MntIdReq {
+  std::uint32_t size;
+  std::uint32_t spare;
+  std::uint64_t mnt_id;
+  std::uint64_t param;
+};
+struct StatMount {
+  std::uint32_t size;
+  std::uint32_t mnt_opts;  // [str]
+  std::uint64_t mask;
+  std::uint32_t sb_dev_major, sb_dev_minor;
+  std::uint64_t sb_magic;
+  std::uint32_t sb_flags;
+  std::uint32_t fs_type;  // [str]
+  std::uint64_t mnt_id, mnt_parent_id;
+  std::uint32_t mnt_id_old, mnt_parent_id_old;
+  std::uint64_t mnt_attr, mnt_propagation, mnt_peer_group, mnt_master, propagate_from;
+  std::uint32_t mnt_root;   // [str]
+  std::uint32_t mnt_point;  // [str]
+};
+constexpr std::uint64_t kSbBasic = 0x1, kMntBasic = 0x2, kMntRoot = 0x8, kMntPoint = 0x10, kFsType = 0x20, kMntOpts = 0x80;
+// The reply's strings follow its fixed part (512 bytes in 6.11's layout).
+constexpr std::size_t kStatMountFixed = 512;
+
 }  // namespace
+
+Expected<std::optional<MountInfoEntry>> mount_rooted_at(const std::string& path) {
+  struct statx sx {};
+  if (::statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, kStatxMntIdUnique, &sx) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return std::optional<MountInfoEntry>();
+    return Error::from_errno(errno, "statx '" + path + "'");
+  }
+  if (!(sx.stx_mask & kStatxMntIdUnique) || !(sx.stx_attributes_mask & kStatxAttrMountRoot))
+    return Error(ENOSYS, "statx '" + path + "': no unique mount id (Linux before 6.8)");
+  if (!(sx.stx_attributes & kStatxAttrMountRoot)) return std::optional<MountInfoEntry>();
+  alignas(8) char buf[kStatMountFixed + 4096];
+  auto* sm = reinterpret_cast<StatMount*>(buf);
+  MntIdReq req{sizeof(MntIdReq), 0, sx.stx_mnt_id, kSbBasic | kMntBasic | kMntRoot | kMntPoint | kFsType | kMntOpts};
+  long rc = sys::call(SYS_statmount, reinterpret_cast<long>(&req), reinterpret_cast<long>(buf), sizeof buf, 0);
+  if (rc < 0) return Error::from_errno(sys::error_of(rc), "statmount '" + path + "'");
+  const std::uint64_t need = kSbBasic | kMntBasic | kMntRoot | kMntPoint | kFsType;
+  if ((sm->mask & need) != need) return Error(EOPNOTSUPP, "statmount '" + path + "': the kernel left out a field asked");
+  const std::size_t end = std::min<std::size_t>(sm->size, sizeof buf);
+  auto str = [&](std::uint32_t off) -> std::string {
+    const std::size_t at = kStatMountFixed + off;
+    if (at >= end) return {};
+    return std::string(buf + at, ::strnlen(buf + at, end - at));
+  };
+  MountInfoEntry e;
+  e.id = std::to_string(sm->mnt_id_old);
+  e.dev = std::to_string(sm->sb_dev_major) + ":" + std::to_string(sm->sb_dev_minor);
+  e.root = str(sm->mnt_root);
+  e.mount_point = str(sm->mnt_point);
+  e.fstype = str(sm->fs_type);
+  // A filesystem without options of its own (cgroup2) is given without
+  // the mask bit, on 6.11 as before it: only a type that has them needs it.
+  if (sm->mask & kMntOpts) {
+    for (auto opt : split(str(sm->mnt_opts), ','))
+      if (!opt.empty()) e.super_options.emplace_back(opt);
+  } else if (e.fstype != "cgroup2") {
+    return Error(EOPNOTSUPP, "statmount '" + path + "': no filesystem options (Linux before 6.11)");
+  }
+  return std::optional<MountInfoEntry>(std::move(e));
+}
 
 std::vector<MountInfoEntry> parse_mountinfo(std::string_view text, bool (*keep_fstype)(std::string_view)) {
   std::vector<MountInfoEntry> out;

@@ -2,9 +2,11 @@
 // (proc(5), Documentation/filesystems/proc.rst), parsed once for the two
 // readers that need it: the cgroup probe (where each hierarchy is mounted)
 // and the container tier's mount tree (which host mounts lie under what a
-// namespace template binds). Parent side.
+// namespace template binds); and one mount asked by its path (statmount),
+// for a reader that knows where to look. Parent side.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +33,18 @@ struct MountInfoEntry {
 // split: a reader that wants the cgroup hierarchies of a host whose table is
 // mostly namespace templates does not build an entry per template.
 std::vector<MountInfoEntry> parse_mountinfo(std::string_view text, bool (*keep_fstype)(std::string_view) = nullptr);
+
+// The mount whose root is `path` (its last component not followed), asked
+// of the kernel alone: statx(2) for its id and whether `path` is a mount's
+// root, statmount(2) (Linux 6.8; its filesystem options 6.11) for the rest.
+// Two system calls, whatever the size of the table: /proc/self/mountinfo
+// prints every mount (~2.6 us a line here, 2.4 ms on a host of 1,000).
+// Filled: id, dev, root, mount_point, fstype, super_options (without
+// rw/ro); not mount_options or source.
+// nullopt: nothing is mounted on `path` (or it does not exist). An error:
+// the kernel cannot tell (before 6.8: ENOSYS, EINVAL), or not all of it
+// (before 6.11, no filesystem options: EOPNOTSUPP).
+Expected<std::optional<MountInfoEntry>> mount_rooted_at(const std::string& path);
 
 // Whether `mount_point` is `dir` or lies below it (both absolute, no
 // trailing slash but for "/" itself).

@@ -158,6 +158,22 @@ Test(cgroup_probe, mount_root_inside_the_hierarchy) {
   ASSERT_SAME(at_root.v1[at_root.v1_memory].own_dir, h.dir("cg/memory"));
 }
 
+// A mount over a hierarchy's mount point hides the one below: the table
+// lists both, the one on top later, and only the top one is a way in (here
+// a subtree of the hierarchy mounted over its root, as a runtime may do).
+// The probe that took the first one named a directory that the mount on top
+// hides: /docker/c1/inner under the hierarchy's root.
+Test(cgroup_probe, a_mount_over_a_hierarchy_hides_the_one_below) {
+  FakeHost h;
+  h.mount("cg/memory", "cgroup", "rw,memory");
+  h.mount("cg/memory", "cgroup", "rw,memory", "/docker/c1");
+  auto p = h.probe("4:memory:/docker/c1/inner\n");
+  cr_assert(p.v1_memory >= 0);
+  ASSERT_SAME(p.v1[p.v1_memory].own_dir, h.dir("cg/memory/inner"));
+  cr_assert_eq(p.v1.size(), 1u, "the hidden mount was listed: %zu hierarchies", p.v1.size());
+  ASSERT_SAME(p.mounts_from, "mountinfo");
+}
+
 Test(cgroup_probe, escaped_mount_point) {
   FakeHost h;
   h.mount("with space", "cgroup2", "rw");

@@ -70,6 +70,10 @@ struct CgroupProbe {
   int v1_memory = -1, v1_pids = -1, v1_cpuacct = -1, v1_freezer = -1, v1_devices = -1;
   bool v1_memsw = false;  // memory.memsw.* exists: swap can be capped
 
+  // Where the mounts above were learnt: "statmount" (each hierarchy asked
+  // at its usual place, Linux 6.11+) or "mountinfo" (the whole table).
+  std::string mounts_from;
+
   // What create_run_cgroup uses, and why nothing when none.
   CgroupVersion backend = CgroupVersion::none;
   std::string why_none;
@@ -84,7 +88,10 @@ struct CgroupProbe {
 };
 
 // Where the probe reads from. Tests point these at fake files; the mount
-// points named in the mountinfo text may be any directory.
+// points named in the mountinfo text may be any directory. With the
+// default mountinfo, the kernel is asked first where the hierarchies of
+// self_cgroup are mounted (statmount, at their usual places), and the
+// table is read only when it cannot tell.
 struct CgroupProbeSources {
   std::string mountinfo = "/proc/self/mountinfo";
   std::string self_cgroup = "/proc/self/cgroup";
