@@ -10,6 +10,13 @@
 // Then where corral's time goes: the same run in-process through one
 // Supervisor, split by the Result's timings.
 //
+// A fourth series is the floor of goal 5 (issue 16): util-linux's
+// `unshare --pid --fork --mount --ipc --uts --cgroup /bin/true` (with
+// `--user --map-root-user` when not root), the namespaces a container run
+// gets made by a launcher that does nothing else: no root of its own, no
+// cgroup, no workspace, no seccomp, no capabilities dropped, no capture.
+// What a container run may cost against bubblewrap cannot go below it.
+//
 // CPU is user + system of every process of a run, counted when it is
 // reaped (RUSAGE_CHILDREN). bubblewrap's own process exits as soon as its
 // sandbox's pid 1 reports the program's status, before that pid 1 (which
@@ -147,16 +154,20 @@ int main(int argc, char** argv) {
                                     "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
                                     "--proc", "/proc", "--dev", "/dev", "/bin/true"};
   std::vector<const char*> help = {argv[1], "--help"};
+  std::vector<const char*> floor = {"unshare", "--pid", "--fork", "--mount", "--ipc", "--uts", "--cgroup"};
+  if (geteuid() != 0) floor.insert(floor.end(), {"--user", "--map-root-user"});
+  floor.push_back("/bin/true");
   static char shm_tmpdir[] = "TMPDIR=/dev/shm";
   for (char** e = environ; *e; ++e)
     if (std::strncmp(*e, "TMPDIR=", 7) != 0) g_env.push_back(*e);
   g_env.push_back(shm_tmpdir);
   g_env.push_back(nullptr);
   bool have_bwrap = run_cmd(bwrap);
+  bool have_floor = run_cmd(floor);
   run_cmd(corral);
   for (int st; waitpid(-1, &st, 0) > 0;) {
   }
-  std::vector<double> c_wall, c_cpu, b_wall, b_cpu, b_own, h_wall, s_wall, s_cpu;
+  std::vector<double> c_wall, c_cpu, b_wall, b_cpu, b_own, h_wall, s_wall, s_cpu, f_wall;
   for (int r = 0; r < rounds; ++r) {
     Sample c = per_run(corral, per_round);
     c_wall.push_back(c.wall_ms);
@@ -171,6 +182,7 @@ int main(int argc, char** argv) {
     s_wall.push_back(shm.wall_ms);
     s_cpu.push_back(shm.cpu_ms);
     h_wall.push_back(per_run(help, per_round).wall_ms);
+    if (have_floor) f_wall.push_back(per_run(floor, per_round).wall_ms);
   }
   if (have_bwrap)
     std::printf("bench container corral=%.2f baseline=%.2f ratio=%.2f unit=ms_per_run (cpu: corral=%.2f bwrap=%.2f)\n",
@@ -187,6 +199,13 @@ int main(int argc, char** argv) {
     std::printf("bench container_tmpfs_workspace corral=%.2f baseline=%.2f ratio=%.2f unit=ms_per_run (cpu: corral=%.2f)\n",
                 median(s_wall), median(b_wall), median(s_wall) / median(b_wall), median(s_cpu));
   std::printf("bench container_cli_start corral_help=%.2f unit=ms_per_run\n", median(h_wall));
+  if (have_floor && have_bwrap)
+    std::printf("bench container_floor unshare=%.2f baseline=%.2f ratio=%.2f unit=ms_per_run (util-linux unshare "
+                "--pid --fork --mount --ipc --uts --cgroup /bin/true against bwrap: the namespaces alone; corral's "
+                "container row against it: %.2f)\n",
+                median(f_wall), median(b_wall), median(f_wall) / median(b_wall), median(c_wall) / median(f_wall));
+  else if (!have_floor)
+    std::printf("bench container_floor: util-linux unshare did not run here\n");
   breakdown(per_round * 2);
   return 0;
 }
