@@ -95,7 +95,6 @@ std::string read_or_empty(const std::string& path) {
 }
 
 const char* const kV1Roles[] = {"memory", "pids", "cpuacct", "freezer", "devices"};
-constexpr const char* kSelfMountinfo = "/proc/self/mountinfo";
 constexpr const char* kCgroupRoot = "/sys/fs/cgroup";
 
 // The cgroup mounts, asked of the kernel at the places hosts mount them
@@ -160,7 +159,9 @@ CgroupProbe probe_cgroups(const CgroupProbeSources& sources) {
   CgroupProbe p;
   auto self = parse_self_cgroup(read_or_empty(sources.self_cgroup));
   std::optional<std::vector<MountEntry>> usual;
-  if (sources.mountinfo == kSelfMountinfo) usual = cgroup_mounts_at_usual_places(self);
+  // Only the process's own table can be asked of the kernel instead; a
+  // test's file describes a host of its own.
+  if (sources.mountinfo == CgroupProbeSources{}.mountinfo) usual = cgroup_mounts_at_usual_places(self);
   std::vector<MountEntry> mounts;
   if (usual) {
     mounts = std::move(*usual);

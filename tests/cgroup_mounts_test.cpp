@@ -8,7 +8,6 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 
-#include <fstream>
 #include <sstream>
 
 #include "corral/cgroup.hpp"
@@ -22,13 +21,6 @@ namespace {
 // The same table by another name: a probe given it reads the table instead
 // of asking statmount.
 constexpr const char* kTableByAnotherName = "/proc/thread-self/mountinfo";
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Everything a probe learnt from the mounts and the files under them.
 std::string summary(const CgroupProbe& p) {
@@ -89,7 +81,7 @@ Test(cgroup_mounts, a_hierarchy_away_from_its_usual_place_sends_the_probe_to_the
   quick_path_or_skip();
   TempDir tmp;
   const std::string self = tmp / "self_cgroup";
-  corral_test::write_file(self, "15:name=corral-nowhere:/\n" + read_all("/proc/self/cgroup"));
+  corral_test::write_file(self, "15:name=corral-nowhere:/\n" + corral_test::read_file("/proc/self/cgroup"));
   BothWays b = probe_both_ways(self);
   cr_assert_str_eq(b.quick.mounts_from.c_str(), "mountinfo");
   cr_assert(summary(b.quick) == summary(b.table), "quick: %s\nthe table: %s", summary(b.quick).c_str(),
@@ -123,7 +115,7 @@ Test(cgroup_mounts, a_subtree_or_another_hierarchy_at_a_usual_place) {
   TempDir tmp;
   const std::string self = tmp / "self_cgroup";
   std::string text;
-  std::istringstream lines(read_all("/proc/self/cgroup"));
+  std::istringstream lines(corral_test::read_file("/proc/self/cgroup"));
   for (std::string line; std::getline(lines, line);) {
     auto c1 = line.find(':'), c2 = line.find(':', c1 + 1);
     bool memory = line.substr(c1 + 1, c2 - c1 - 1) == "memory";
