@@ -31,8 +31,10 @@ namespace {
                    host().landlock_abi);                                                             \
   } while (0)
 
-// Tests in this binary run two at a time: the one that clears the host's
-// templates takes this lock exclusively, the ones that look at them shared.
+// Tests in this binary run two at a time. Those that change what the
+// others see (clear the host's templates, mount under /usr) or count the
+// host's mounts take this lock exclusively; those that run in the host's
+// templates or mount private template roots of their own, shared.
 struct TemplatesLock {
   int fd;
   explicit TemplatesLock(bool exclusive) : fd(open("/tmp/corral-ns-template-test.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0600)) {
@@ -185,6 +187,9 @@ Test(ns_template, loopback_gives_a_run_its_own_network_namespace_with_lo_up) {
 
 Test(ns_template, a_template_is_made_once_reused_and_rebuilt_when_broken, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
+  // Shared: the test that counts the host's mounts would see this root's.
+  // Static, so held until this test's process ends, past the unmount in .fini.
+  static TemplatesLock lock(false);
   TempDir root, ws;
   std::string r = private_root(root);
   SplitMountTree t = split_for(ws.path(), 65534);
@@ -220,6 +225,9 @@ Test(ns_template, a_template_is_made_once_reused_and_rebuilt_when_broken, .fini 
 
 Test(ns_template, at_most_the_kept_number_of_templates_stays, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
+  // Shared: the test that counts the host's mounts would see this root's.
+  // Static, so held until this test's process ends, past the unmount in .fini.
+  static TemplatesLock lock(false);
   TempDir root, ws;
   std::string r = private_root(root);
   for (int i = 0; i < kKeptTemplates + 3; ++i) {
@@ -234,6 +242,9 @@ Test(ns_template, at_most_the_kept_number_of_templates_stays, .fini = drop_priva
 
 Test(ns_template, a_template_root_anyone_else_can_write_is_refused, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
+  // Shared: the test that counts the host's mounts would see this root's.
+  // Static, so held until this test's process ends, past the unmount in .fini.
+  static TemplatesLock lock(false);
   TempDir root, ws;
   std::string r = world_writable_root(root);
   SplitMountTree t = split_for(ws.path(), 65534);
@@ -322,6 +333,7 @@ void make_host_mount_point() {
 
 Test(ns_template, the_base_names_the_host_mounts_under_what_it_binds, .fini = drop_host_mount) {
   SKIP_UNLESS_TEMPLATE();
+  TemplatesLock lock(true);  // its tmpfs under /usr is a changed host to the other tests' runs
   TempDir ws;
   make_host_mount_point();
   const std::string before = split_for(ws.path(), 65534).fingerprint;
@@ -376,7 +388,7 @@ Test(ns_template, a_run_sees_the_hosts_mounts_under_a_bound_path_as_they_are_now
 
 Test(ns_template, runs_in_the_template_leave_no_mount_cgroup_or_workspace) {
   SKIP_UNLESS_TEMPLATE();
-  TemplatesLock lock(false);
+  TemplatesLock lock(true);  // it counts the host's mounts: no other test may mount meanwhile
   Harness h;
   (void)h.run(boxed({"true"}));  // the template exists from here on
   std::size_t mounts = mount_count();
@@ -454,6 +466,9 @@ Test(ns_template, the_supervisor_holds_no_template_namespace_while_a_run_goes_on
 // most kKeptUserTemplates kept.
 Test(ns_template, a_user_namespace_template_maps_one_id_pair_and_is_reused, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
+  // Shared: the test that counts the host's mounts would see this root's.
+  // Static, so held until this test's process ends, past the unmount in .fini.
+  static TemplatesLock lock(false);
   TempDir root;
   std::string r = private_root(root);
   UserNsIds ids{65534, 234567, 65533, 234568};
@@ -505,6 +520,9 @@ Test(ns_template, a_user_namespace_template_maps_one_id_pair_and_is_reused, .fin
 // namespaces; with neither the probe tries it all in a child.
 Test(ns_template, live_templates_stand_in_for_the_container_probe, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
+  // Shared: the test that counts the host's mounts would see this root's.
+  // Static, so held until this test's process ends, past the unmount in .fini.
+  static TemplatesLock lock(false);
   TempDir root, ws;
   std::string r = private_root(root);
   auto probe = [&r]() {
@@ -529,6 +547,9 @@ Test(ns_template, live_templates_stand_in_for_the_container_probe, .fini = drop_
 
 Test(ns_template, a_template_that_cannot_be_had_builds_the_run_per_run_and_says_why, .fini = drop_private_roots) {
   SKIP_UNLESS_TEMPLATE();
+  // Shared: the test that counts the host's mounts would see this root's.
+  // Static, so held until this test's process ends, past the unmount in .fini.
+  static TemplatesLock lock(false);
   TempDir root, ws;
   std::string r = world_writable_root(root);
   NamespaceSpec spec;
