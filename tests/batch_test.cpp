@@ -752,10 +752,15 @@ Test(batch, a_jobs_escapee_is_gone_while_later_jobs_still_run) {
   Base base;
   TempDir scratch;
   const std::string pid_file = scratch / "escapee";
+  // Once the escapee has written its pid: a fixed sleep is not enough to
+  // start it on a loaded host, and b must start after it (start times
+  // count in 10 ms ticks: x waits 50 ms more).
+  const std::string born = "for i in $(seq 250); do [ -s " + pid_file + " ] && break; sleep 0.02; done; ";
   std::string jobs =
       job("a", {"sh", "-c",
-                "setsid sh -c 'echo $$ > " + pid_file + "; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 0.6"}) +
-      job("x", {"sleep", "0.2"}) +
+                "setsid sh -c 'echo $$ > " + pid_file + "; exec sleep 300' </dev/null >/dev/null 2>&1 & " +
+                    born + "sleep 0.6"}) +
+      job("x", {"sh", "-c", born + "sleep 0.05"}) +
       job("b", {"sh", "-c",
                 "sleep 1.6; if kill -0 \"$(cat " + pid_file + ")\" 2>/dev/null; then echo alive; else echo gone; fi"});
   corral_test::write_file(scratch / "jobs.jsonl", jobs);

@@ -706,7 +706,10 @@ Test(cli, nothing_a_tier_none_run_started_outlives_corral_run, .timeout = 60) {
     // The escapee leaves the group (setsid) and forks a child of its own;
     // both write their pids, then the leader exits or sleeps past its
     // deadline. (The script goes through two shells: `\$` reaches the inner.)
-    const std::string leader_end = std::string(how) == "exits" ? "sleep 0.5" : "sleep 30";
+    // The leader goes on once the escapee has written its pid (a loaded
+    // host may take longer than a fixed sleep to start it).
+    const std::string born = "for i in \\$(seq 250); do [ -s " + d + "/escapee ] && break; sleep 0.02; done; ";
+    const std::string leader_end = born + (std::string(how) == "exits" ? "true" : "sleep 30");
     const std::string script = "setsid sh -c 'sleep 300 & echo \\$! > " + d + "/grandchild; echo \\$\\$ > " + d +
                                "/escapee; exec sleep 301' </dev/null >/dev/null 2>&1 & " + leader_end;
     const std::string limit = std::string(how) == "deadline" ? "--limit wall_seconds=1 --grace 0.1 " : "";

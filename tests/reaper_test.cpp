@@ -218,8 +218,11 @@ corral::Expected<corral::RunHandle> submit_sh(corral::Supervisor& sup, std::stri
 
 // A script that leaves a setsid escapee (it writes its pid to `pid_file`,
 // then sleeps 300 s), then runs `rest`.
+// `rest` starts once the escapee has written its pid (at most 5 s on): a
+// loaded host may take longer than `rest`'s own sleep to start it.
 std::string leave_an_escapee(const std::string& pid_file, const std::string& rest) {
-  return "setsid sh -c 'echo $$ > " + pid_file + "; exec sleep 300' </dev/null >/dev/null 2>&1 & " + rest;
+  return "setsid sh -c 'echo $$ > " + pid_file + "; exec sleep 300' </dev/null >/dev/null 2>&1 & " +
+         "for i in $(seq 250); do [ -s " + pid_file + " ] && break; sleep 0.02; done; " + rest;
 }
 
 // Runs `sup`'s loop until the escapee has written its pid; 0 if it never does.
