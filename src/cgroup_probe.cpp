@@ -67,6 +67,16 @@ std::string dir_through_mount(const MountEntry& m, const std::string& path) {
   return rel == "/" ? m.mount_point : m.mount_point + rel;
 }
 
+// A v1 mount's hierarchy: its controllers and its name= (the superblock's
+// options less rw/ro and the other key=value ones).
+std::vector<std::string> v1_controllers(const MountEntry& m) {
+  std::vector<std::string> out;
+  for (const auto& opt : m.super_options)
+    if (opt != "rw" && opt != "ro" && (opt.find('=') == std::string::npos || opt.rfind("name=", 0) == 0))
+      out.push_back(opt);
+  return out;
+}
+
 bool writable_dir(const std::string& dir) {
   return !dir.empty() && faccessat(AT_FDCWD, dir.c_str(), W_OK, AT_EACCESS) == 0;
 }
@@ -167,17 +177,25 @@ CgroupProbe probe_cgroups(const CgroupProbeSources& sources) {
     mounts = std::move(*usual);
     p.mounts_from = "statmount";
   } else {
-    mounts = parse_mountinfo(read_or_empty(sources.mountinfo),
-                             [](std::string_view fstype) { return fstype == "cgroup" || fstype == "cgroup2"; });
+    const std::string table = read_or_empty(sources.mountinfo);
+    mounts = parse_mountinfo(table, [](std::string_view fstype) { return fstype == "cgroup" || fstype == "cgroup2"; });
     p.mounts_from = "mountinfo";
-    // A mount hides what was mounted at its place before it; the table
-    // lists both, the one on top later. The hidden one is no way in.
-    for (std::size_t i = 0; i < mounts.size();) {
-      bool hidden = std::any_of(mounts.begin() + static_cast<std::ptrdiff_t>(i) + 1, mounts.end(),
-                                [&](const MountEntry& m) { return m.mount_point == mounts[i].mount_point; });
-      if (hidden) mounts.erase(mounts.begin() + static_cast<std::ptrdiff_t>(i));
-      else ++i;
+    // The table lists mounts no path reaches: one under a subtree bound
+    // over it, or under a tmpfs over it or over /sys/fs/cgroup. A directory
+    // named through such a mount is another filesystem's, or none.
+    std::vector<std::string> ids;
+    for (const auto& m : mounts) ids.push_back(m.id);
+    const std::vector<bool> hidden = detail::mounts_out_of_reach(table, ids);
+    std::vector<MountEntry> reached;
+    for (std::size_t i = 0; i < mounts.size(); ++i) {
+      if (!hidden[i]) {
+        reached.push_back(std::move(mounts[i]));
+        continue;
+      }
+      const std::string what = mounts[i].fstype == "cgroup2" ? "cgroup2" : join(v1_controllers(mounts[i]), ",");
+      p.hidden_mounts.push_back(what + " at " + mounts[i].mount_point);
     }
+    mounts = std::move(reached);
   }
   auto [kmajor, kminor] = kernel_version(sources.kernel_release);
   auto kernel_at_least = [&](int ma, int mi) { return kmajor > ma || (kmajor == ma && kminor >= mi); };
@@ -191,9 +209,7 @@ CgroupProbe probe_cgroups(const CgroupProbeSources& sources) {
       p.v2_own_is_root = self.v2_path && *self.v2_path == "/";
     } else if (m.fstype == "cgroup") {
       CgroupV1Hierarchy h;
-      for (const auto& opt : m.super_options)
-        if (opt != "rw" && opt != "ro" && (opt.find('=') == std::string::npos || opt.rfind("name=", 0) == 0))
-          h.controllers.push_back(opt);
+      h.controllers = v1_controllers(m);
       h.mount_point = m.mount_point;
       for (const auto& c : h.controllers) {
         auto it = self.v1_paths.find(c);
@@ -256,6 +272,7 @@ CgroupProbe probe_cgroups(const CgroupProbeSources& sources) {
     else why.push_back(p.v2_own_dir + " is not writable (not root, not delegated)");
     if (p.v1_memory < 0 && p.v1_pids < 0) why.push_back("no v1 memory or pids hierarchy");
     else why.push_back("v1 memory/pids cgroups not writable");
+    if (!p.hidden_mounts.empty()) why.push_back(p.hidden_note());
     p.why_none = join(why, "; ");
   }
   return p;
@@ -278,6 +295,10 @@ bool CgroupProbe::has(std::string_view controller) const {
     return role >= 0 && v1[role].writable;
   }
   return false;
+}
+
+std::string CgroupProbe::hidden_note() const {
+  return hidden_mounts.empty() ? "" : "out of reach under another mount: " + join(hidden_mounts, ", ");
 }
 
 std::string CgroupProbe::describe() const {

@@ -38,7 +38,8 @@ std::string cgroup_missing(const HostFacts& h, const char* controller) {
   std::string why = h.cgroups.backend == CgroupVersion::none
                         ? h.cgroups.why_none
                         : std::string("the ") + std::string(cgroup_version_name(h.cgroups.backend)) +
-                              " hierarchy we may write has no " + controller + " controller";
+                              " hierarchy we may write has no " + controller + " controller" +
+                              (h.cgroups.hidden_mounts.empty() ? "" : "; " + h.cgroups.hidden_note());
   return "no per-run cgroup with the " + std::string(controller) + " controller (" + why +
          "); run as root, or in a delegated cgroup (e.g. systemd-run --user --scope -p Delegate=yes)";
 }

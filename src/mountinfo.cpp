@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <unordered_map>
 
 #include "corral/syscalls.hpp"
 #include "text.hpp"
@@ -131,6 +132,67 @@ std::vector<MountInfoEntry> parse_mountinfo(std::string_view text, bool (*keep_f
     m.source = unescape_mount_path(f[dash + 2]);
     for (auto opt : split(f[dash + 3], ',')) m.super_options.emplace_back(opt);
     out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::vector<bool> mounts_out_of_reach(std::string_view table, const std::vector<std::string>& ids) {
+  // Each line's id, parent id and mount point, as printed: escaped alike,
+  // so compared alike ('/' is never escaped).
+  struct Link {
+    std::string_view id, parent, mount_point;
+  };
+  std::vector<Link> links;
+  for (auto line : split(table, '\n')) {
+    std::string_view f[5];
+    std::size_t n = 0, pos = 0;
+    while (n < 5 && pos <= line.size()) {
+      std::size_t sp = std::min(line.find(' ', pos), line.size());
+      f[n++] = line.substr(pos, sp - pos);
+      pos = sp + 1;
+    }
+    if (n == 5 && !f[4].empty()) links.push_back({f[0], f[1], f[4]});
+  }
+  std::unordered_map<std::string_view, const Link*> by_id;
+  std::unordered_map<std::string_view, std::vector<const Link*>> on;  // parent id -> mounts made on it
+  for (const auto& l : links) {
+    by_id[l.id] = &l;
+    on[l.parent].push_back(&l);
+  }
+  // Covered: a mount on its root, or one on a directory above its mount
+  // point in the filesystem it is mounted on (whenever made: a move can
+  // bring an older one there). A mount at "/" is never counted either way:
+  // a process's root stays on the mount it is, whatever is mounted over it.
+  // `from`: the mount on x the walk came up from, which covering x's root
+  // is the way in, not in the way.
+  auto covered = [&](const Link& x, const Link* from) {
+    if (x.mount_point == "/") return false;
+    if (auto it = on.find(x.id); it != on.end())
+      for (const Link* n : it->second)
+        if (n != from && n->mount_point == x.mount_point) return true;
+    if (auto it = on.find(x.parent); it != on.end())
+      for (const Link* n : it->second)
+        if (n != &x && n->mount_point != "/" && n->mount_point != x.mount_point &&
+            mount_point_under(x.mount_point, n->mount_point))
+          return true;
+    return false;
+  };
+  std::vector<bool> out;
+  out.reserve(ids.size());
+  for (const auto& id : ids) {
+    bool hidden = false;
+    auto it = by_id.find(id);
+    const Link* x = it == by_id.end() ? nullptr : it->second;
+    const Link* from = nullptr;
+    // Up the parents, to the root of what this process sees (whose parent
+    // is not listed, or is itself); bounded, should the table be torn.
+    for (std::size_t depth = 0; x && !hidden && depth < links.size(); ++depth) {
+      hidden = covered(*x, from);
+      auto up = x->parent == x->id ? by_id.end() : by_id.find(x->parent);
+      from = x;
+      x = up == by_id.end() ? nullptr : up->second;
+    }
+    out.push_back(hidden);
   }
   return out;
 }

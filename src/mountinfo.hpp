@@ -46,6 +46,15 @@ std::vector<MountInfoEntry> parse_mountinfo(std::string_view text, bool (*keep_f
 // (before 6.11, no filesystem options: EOPNOTSUPP).
 Expected<std::optional<MountInfoEntry>> mount_rooted_at(const std::string& path);
 
+// Of the mounts `ids` of the table `table` (the whole of a
+// /proc/PID/mountinfo), which no path reaches: a mount was made on its root
+// (a subtree bound over a hierarchy, a tmpfs over its mount point), or on a
+// directory above its mount point in the filesystem under it (a tmpfs over
+// /sys/fs/cgroup made after the hierarchies below it), or the same holds of
+// a mount it lies on. Decided by the parent ids, not the order of the
+// lines: a mount moved (MS_MOVE) or tucked beneath another keeps its id.
+std::vector<bool> mounts_out_of_reach(std::string_view table, const std::vector<std::string>& ids);
+
 // Whether `mount_point` is `dir` or lies below it (both absolute, no
 // trailing slash but for "/" itself).
 bool mount_point_under(std::string_view mount_point, std::string_view dir) noexcept;

@@ -7,7 +7,9 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
+#include <filesystem>
 #include <sstream>
 
 #include "corral/cgroup.hpp"
@@ -140,4 +142,48 @@ Test(cgroup_mounts, a_subtree_or_another_hierarchy_at_a_usual_place) {
                    "a mount of pids at /sys/fs/cgroup/memory was taken for the memory hierarchy");
   cr_assert(summary(b.quick) == summary(b.table), "another hierarchy, quick: %s\nthe table: %s",
             summary(b.quick).c_str(), summary(b.table).c_str());
+}
+
+// A tmpfs mounted over a hierarchy (in a mount namespace of the test's
+// own): the table still lists the hierarchy, and the probe took it, naming
+// directories on the tmpfs as the run's cgroups. Now it is out of reach:
+// the probe leaves it out and says so, and a run that needs it is refused
+// naming the mount, before any cgroup file is looked for on the tmpfs.
+Test(cgroup_mounts, a_tmpfs_over_a_hierarchy_leaves_it_out_of_reach) {
+  if (geteuid() != 0) cr_skip_test("needs root: mounts in a mount namespace of the test's own");
+  CgroupProbe host = probe_cgroups();
+  if (host.backend != CgroupVersion::v1 || host.v1_memory < 0 || host.v1_pids < 0 ||
+      host.v1[host.v1_memory].mount_point != "/sys/fs/cgroup/memory")
+    cr_skip_test("needs v1 memory and pids, memory at /sys/fs/cgroup/memory: %s", host.describe().c_str());
+  cr_assert(::unshare(CLONE_NEWNS) == 0, "unshare(CLONE_NEWNS): %s", strerror(errno));
+  cr_assert(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private: %s",
+            strerror(errno));
+  cr_assert(::mount("corral-test", "/sys/fs/cgroup/memory", "tmpfs", 0, "mode=755") == 0, "tmpfs: %s",
+            strerror(errno));
+  // The group the probe would name, made on the tmpfs: writable, so only
+  // knowing the mount is out of reach keeps the probe from taking it.
+  const std::string own = host.v1[host.v1_memory].own_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(own, ec);
+  cr_assert(!ec, "mkdir %s on the tmpfs: %s", own.c_str(), ec.message().c_str());
+
+  BothWays b = probe_both_ways();
+  for (const CgroupProbe* p : {&b.quick, &b.table}) {
+    cr_assert_str_eq(p->mounts_from.c_str(), "mountinfo");
+    cr_assert_lt(p->v1_memory, 0, "memory under a tmpfs was taken: %s", summary(*p).c_str());
+    cr_assert_geq(p->v1_pids, 0, "pids, beside it, was lost: %s", summary(*p).c_str());
+    cr_assert(p->hidden_note().find("memory at /sys/fs/cgroup/memory") != std::string::npos, "%s",
+              p->hidden_note().c_str());
+  }
+  // The CLI, in this mount namespace: a memory ceiling is refused, naming
+  // the mount.
+  TempDir tmp;
+  const std::string cmd = corral_test::build_dir() + "/bin/corral run --tier container --limit memory_bytes=64MiB -- "
+                          "/bin/true 2>" + (tmp / "err");
+  const int status = std::system(cmd.c_str());
+  const std::string err = corral_test::read_file(tmp / "err");
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "status %d: %s", status, err.c_str());
+  cr_assert(err.find("memory_bytes is not enforceable") != std::string::npos &&
+                err.find("out of reach under another mount: memory at /sys/fs/cgroup/memory") != std::string::npos,
+            "%s", err.c_str());
 }

@@ -19,16 +19,20 @@ class FakeHost {
  public:
   std::string dir(const std::string& rel) const { return tmp_ / rel; }
 
-  void mount(const std::string& rel, const std::string& fstype, const std::string& super_opts,
-             const std::string& root = "/") {
+  // A line of the table; returns its number. `on`: the number of the line
+  // of the mount this one is made on (its parent); 0, the host's root
+  // filesystem (id 23, not listed).
+  int mount(const std::string& rel, const std::string& fstype, const std::string& super_opts,
+            const std::string& root = "/", int on = 0) {
     std::filesystem::create_directories(dir(rel));
     std::string point = dir(rel);
     std::string escaped;
     for (char c : point) escaped += c == ' ' ? std::string("\\040") : std::string(1, c);
     ++lines_;
-    mountinfo_ += std::to_string(30 + lines_) + " 23 0:" + std::to_string(40 + lines_) + " " + root + " " +
-                  escaped + " rw,nosuid,nodev,noexec,relatime shared:9 - " + fstype + " " + fstype + " " +
-                  super_opts + "\n";
+    mountinfo_ += std::to_string(30 + lines_) + " " + std::to_string(on ? 30 + on : 23) + " 0:" +
+                  std::to_string(40 + lines_) + " " + root + " " + escaped +
+                  " rw,nosuid,nodev,noexec,relatime shared:9 - " + fstype + " " + fstype + " " + super_opts + "\n";
+    return lines_;
   }
   void file(const std::string& rel, const std::string& content) {
     std::filesystem::create_directories(std::filesystem::path(dir(rel)).parent_path());
@@ -165,13 +169,73 @@ Test(cgroup_probe, mount_root_inside_the_hierarchy) {
 // hides: /docker/c1/inner under the hierarchy's root.
 Test(cgroup_probe, a_mount_over_a_hierarchy_hides_the_one_below) {
   FakeHost h;
-  h.mount("cg/memory", "cgroup", "rw,memory");
-  h.mount("cg/memory", "cgroup", "rw,memory", "/docker/c1");
+  int memory = h.mount("cg/memory", "cgroup", "rw,memory");
+  h.mount("cg/memory", "cgroup", "rw,memory", "/docker/c1", memory);
   auto p = h.probe("4:memory:/docker/c1/inner\n");
   cr_assert(p.v1_memory >= 0);
   ASSERT_SAME(p.v1[p.v1_memory].own_dir, h.dir("cg/memory/inner"));
   cr_assert_eq(p.v1.size(), 1u, "the hidden mount was listed: %zu hierarchies", p.v1.size());
   ASSERT_SAME(p.mounts_from, "mountinfo");
+  cr_assert_eq(p.hidden_mounts.size(), 1u);
+  ASSERT_SAME(p.hidden_mounts[0], "memory at " + h.dir("cg/memory"));
+}
+
+// Any mount hides a hierarchy, not only another cgroup's: a tmpfs over its
+// mount point, or over the directory above it after it was mounted there.
+// The probe listed them as the hierarchies and named directories on the
+// tmpfs; now they are out of reach, and the messages say so.
+Test(cgroup_probe, a_tmpfs_over_a_hierarchy_or_above_it_hides_it) {
+  {
+    FakeHost h;
+    int memory = h.mount("cg/memory", "cgroup", "rw,memory");
+    h.mount("cg/pids", "cgroup", "rw,pids");
+    h.mount("cg/memory", "tmpfs", "rw", "/", memory);
+    auto p = h.probe("5:memory:/\n4:pids:/\n");
+    cr_assert_lt(p.v1_memory, 0, "memory under a tmpfs was taken: %s", p.describe().c_str());
+    cr_assert_geq(p.v1_pids, 0, "pids, beside it, was lost");
+    cr_assert_eq(p.backend, CgroupVersion::v1);
+    cr_assert(!p.has("memory") && p.has("pids"));
+    ASSERT_SAME(p.hidden_note(), "out of reach under another mount: memory at " + h.dir("cg/memory"));
+  }
+  {
+    FakeHost h;
+    h.mount("cg/memory", "cgroup", "rw,memory");
+    h.mount("cg/pids", "cgroup", "rw,pids");
+    h.mount("cg", "tmpfs", "rw");  // over /sys/fs/cgroup, after the hierarchies below it
+    auto p = h.probe("5:memory:/\n4:pids:/\n");
+    cr_assert_eq(p.backend, CgroupVersion::none, "%s", p.describe().c_str());
+    ASSERT_MENTIONS(p.why_none, "out of reach under another mount: memory at ", "pids at ");
+    ASSERT_MENTIONS(p.describe(), "cgroup: none", "out of reach under another mount");
+  }
+  {
+    // A v1 host as systemd makes it: the tmpfs first, the hierarchies on
+    // it. Nothing is hidden.
+    FakeHost h;
+    int tmpfs = h.mount("cg", "tmpfs", "rw");
+    h.mount("cg/memory", "cgroup", "rw,memory", "/", tmpfs);
+    auto p = h.probe("5:memory:/\n");
+    cr_assert_geq(p.v1_memory, 0, "%s", p.describe().c_str());
+    cr_assert(p.hidden_mounts.empty());
+  }
+  {
+    // The tmpfs the hierarchy is on covered by another: hidden with it.
+    FakeHost h;
+    int tmpfs = h.mount("cg", "tmpfs", "rw");
+    h.mount("cg/memory", "cgroup", "rw,memory", "/", tmpfs);
+    h.mount("cg", "tmpfs", "rw", "/", tmpfs);
+    auto p = h.probe("5:memory:/\n");
+    cr_assert_lt(p.v1_memory, 0, "%s", p.describe().c_str());
+  }
+  {
+    // v2, and a tmpfs over it.
+    FakeHost h;
+    int v2 = h.mount("cg", "cgroup2", "rw");
+    h.file("cg/cgroup.controllers", "memory pids\n");
+    h.mount("cg", "tmpfs", "rw", "/", v2);
+    auto p = h.probe("0::/\n");
+    cr_assert_eq(p.backend, CgroupVersion::none, "%s", p.describe().c_str());
+    ASSERT_MENTIONS(p.why_none, "no cgroup2 mount", "out of reach under another mount: cgroup2 at ");
+  }
 }
 
 Test(cgroup_probe, escaped_mount_point) {

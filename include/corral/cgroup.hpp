@@ -73,6 +73,13 @@ struct CgroupProbe {
   // Where the mounts above were learnt: "statmount" (each hierarchy asked
   // at its usual place, Linux 6.11+) or "mountinfo" (the whole table).
   std::string mounts_from;
+  // Cgroup mounts the table lists that no path reaches (another mount over
+  // them or over a directory above them), left out of the above:
+  // "memory at /sys/fs/cgroup/memory". Only the table can show them.
+  std::vector<std::string> hidden_mounts;
+  // "out of reach under another mount: memory at ..." ("" when none), for
+  // the messages that say why a controller is missing.
+  std::string hidden_note() const;
 
   // What create_run_cgroup uses, and why nothing when none.
   CgroupVersion backend = CgroupVersion::none;
