@@ -755,7 +755,7 @@ Test(batch, a_jobs_escapee_is_gone_while_later_jobs_still_run) {
   // Once the escapee has written its pid: a fixed sleep is not enough to
   // start it on a loaded host, and b must start after it (start times
   // count in 10 ms ticks: x waits 50 ms more).
-  const std::string born = "for i in $(seq 250); do [ -s " + pid_file + " ] && break; sleep 0.02; done; ";
+  const std::string born = corral_test::wait_for_file_sh(pid_file) + "; ";
   std::string jobs =
       job("a", {"sh", "-c",
                 "setsid sh -c 'echo $$ > " + pid_file + "; exec sleep 300' </dev/null >/dev/null 2>&1 & " +

@@ -104,9 +104,7 @@ Test(cgroup_mounts, a_subtree_or_another_hierarchy_at_a_usual_place) {
       host.v1[host.v1_memory].mount_point != "/sys/fs/cgroup/memory" ||
       host.v1[host.v1_pids].mount_point != "/sys/fs/cgroup/pids")
     cr_skip_test("needs v1 memory and pids at /sys/fs/cgroup/{memory,pids}: %s", host.describe().c_str());
-  cr_assert(::unshare(CLONE_NEWNS) == 0, "unshare(CLONE_NEWNS): %s", strerror(errno));
-  cr_assert(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private: %s",
-            strerror(errno));
+  corral_test::enter_own_mount_namespace();
 
   // A subtree of memory: a group of ours, mounted over the hierarchy's root.
   const std::string own = host.v1[host.v1_memory].own_dir;
@@ -155,9 +153,7 @@ Test(cgroup_mounts, a_tmpfs_over_a_hierarchy_leaves_it_out_of_reach) {
   if (host.backend != CgroupVersion::v1 || host.v1_memory < 0 || host.v1_pids < 0 ||
       host.v1[host.v1_memory].mount_point != "/sys/fs/cgroup/memory")
     cr_skip_test("needs v1 memory and pids, memory at /sys/fs/cgroup/memory: %s", host.describe().c_str());
-  cr_assert(::unshare(CLONE_NEWNS) == 0, "unshare(CLONE_NEWNS): %s", strerror(errno));
-  cr_assert(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private: %s",
-            strerror(errno));
+  corral_test::enter_own_mount_namespace();
   cr_assert(::mount("corral-test", "/sys/fs/cgroup/memory", "tmpfs", 0, "mode=755") == 0, "tmpfs: %s",
             strerror(errno));
   // The group the probe would name, made on the tmpfs: writable, so only

@@ -708,7 +708,7 @@ Test(cli, nothing_a_tier_none_run_started_outlives_corral_run, .timeout = 60) {
     // deadline. (The script goes through two shells: `\$` reaches the inner.)
     // The leader goes on once the escapee has written its pid (a loaded
     // host may take longer than a fixed sleep to start it).
-    const std::string born = "for i in \\$(seq 250); do [ -s " + d + "/escapee ] && break; sleep 0.02; done; ";
+    const std::string born = wait_for_file_sh(d + "/escapee") + "; ";
     const std::string leader_end = born + (std::string(how) == "exits" ? "true" : "sleep 30");
     const std::string script = "setsid sh -c 'sleep 300 & echo \\$! > " + d + "/grandchild; echo \\$\\$ > " + d +
                                "/escapee; exec sleep 301' </dev/null >/dev/null 2>&1 & " + leader_end;

@@ -222,7 +222,7 @@ corral::Expected<corral::RunHandle> submit_sh(corral::Supervisor& sup, std::stri
 // loaded host may take longer than `rest`'s own sleep to start it.
 std::string leave_an_escapee(const std::string& pid_file, const std::string& rest) {
   return "setsid sh -c 'echo $$ > " + pid_file + "; exec sleep 300' </dev/null >/dev/null 2>&1 & " +
-         "for i in $(seq 250); do [ -s " + pid_file + " ] && break; sleep 0.02; done; " + rest;
+         corral_test::wait_for_file_sh(pid_file) + "; " + rest;
 }
 
 // Runs `sup`'s loop until the escapee has written its pid; 0 if it never does.

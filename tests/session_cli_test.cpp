@@ -129,8 +129,8 @@ Test(session_cli, a_batch_kills_what_its_jobs_left_and_spares_its_session_keeper
            "\"],\"session\":{\"scope\":\"" + scope + "\",\"thread\":\"t\"}}\n";
   };
   const std::string escapes = "{\"id\":\"escapes\",\"tier\":\"none\",\"argv\":[\"sh\",\"-c\",\"setsid sh -c 'echo $$ > " +
-                              d + "/escapee; exec sleep 7792' </dev/null >/dev/null 2>&1 & for i in $(seq 250); do [ -s " + d +
-                              "/escapee ] && break; sleep 0.02; done\"]}\n";
+                              d + "/escapee; exec sleep 7792' </dev/null >/dev/null 2>&1 & " + corral_test::wait_for_file_sh(d + "/escapee") +
+                              "\"]}\n";
   corral_test::write_file(dir / "jobs.jsonl",
                           in_session("first", "echo kept > f") + escapes + in_session("second", "cat f"));
   auto run = run_cli({"batch", "--parallel", "1", "--keep-sessions", "--allow-session-scope", scope, dir / "jobs.jsonl"});

@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <grp.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
@@ -129,6 +131,23 @@ inline std::string read_file(const std::string& path) {
 inline void write_file(const std::string& path, const std::string& data) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << data;
+}
+
+// The test's process into a mount namespace of its own, nothing shared
+// back: what it mounts then is its alone (Criterion runs each test in a
+// process of its own), and the other tests of its binary never see it.
+inline void enter_own_mount_namespace() {
+  cr_assert(::unshare(CLONE_NEWNS) == 0, "unshare(CLONE_NEWNS): %s", strerror(errno));
+  cr_assert(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private: %s",
+            strerror(errno));
+}
+
+// A shell command that ends once `path` is a file with something in it, or
+// after 5 s: the barrier a script waits at for what a process it put in the
+// background writes (a pid), where a fixed sleep can be outlasted on a
+// loaded host. No '$' or '"' in it: it goes into JSON and double quotes as is.
+inline std::string wait_for_file_sh(const std::string& path) {
+  return "timeout 5 sh -c 'until [ -s " + path + " ]; do sleep 0.02; done'";
 }
 
 // Every entry name below dir, recursively (relative paths).

@@ -292,9 +292,7 @@ struct QuietDir {
 // entries at the second walk than the count allows).
 Test(uid_sweep, a_cached_walk_skips_the_files_of_a_quiet_directory, .timeout = 60) {
   need_root();
-  cr_assert(::unshare(CLONE_NEWNS) == 0, "unshare(CLONE_NEWNS): %s", strerror(errno));
-  cr_assert(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private: %s",
-            strerror(errno));
+  corral_test::enter_own_mount_namespace();
   for (const char* root : kSweepRoots) {
     struct stat st;
     if (::stat(root, &st) != 0) continue;  // /dev/mqueue when not mounted, as the walk does
