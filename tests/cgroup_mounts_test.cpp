@@ -182,4 +182,17 @@ Test(cgroup_mounts, a_tmpfs_over_a_hierarchy_leaves_it_out_of_reach) {
   cr_assert(err.find("memory_bytes is not enforceable") != std::string::npos &&
                 err.find("out of reach under another mount: memory at /sys/fs/cgroup/memory") != std::string::npos,
             "%s", err.c_str());
+  // A run without a memory ceiling goes on with the hierarchies in reach
+  // (the old probe failed every container run here, exit 125, looking for
+  // memory.oom_control on the tmpfs); and nothing was made on the tmpfs,
+  // as the host sees it.
+  const std::string ran = corral_test::build_dir() + "/bin/corral run --tier container -- /bin/echo reached >" +
+                          (tmp / "out") + " 2>" + (tmp / "err");
+  const int ran_status = std::system(ran.c_str());
+  cr_assert(WIFEXITED(ran_status) && WEXITSTATUS(ran_status) == 0, "status %d: %s", ran_status,
+            corral_test::read_file(tmp / "err").c_str());
+  cr_assert_str_eq(corral_test::read_file(tmp / "out").c_str(), "reached\n");
+  const auto made = corral_test::tree_of(own);
+  cr_assert(made.empty(), "the runs made %zu entries on the tmpfs under %s, the first: %s", made.size(), own.c_str(),
+            made.empty() ? "" : made[0].c_str());
 }
